@@ -1,0 +1,39 @@
+"""The frontier and commit core: Iceberg tables with ticking frontiers.
+
+Nothing in this package imports Airflow: it is usable from any Python process
+(the Spark driver, a notebook, a test) with only PyIceberg and PyArrow.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_ct.core.commit import AppendResult, TimedChange, compare_and_append
+from airflow_provider_ct.core.frontier import Frontier, check_timestamp, now_ms
+from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.staging import StagedBatch, StagedFile, StagedTime, cleanup_staged
+from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.timeline import (
+    SummaryKeyUpper,
+    Timeline,
+    TimelineEntry,
+    WallClockUpper,
+)
+
+__all__ = [
+    "AppendResult",
+    "Frontier",
+    "StagedBatch",
+    "StagedFile",
+    "StagedTime",
+    "SummaryKeyUpper",
+    "SummaryKeys",
+    "TableKeys",
+    "TimedChange",
+    "Timeline",
+    "TimelineEntry",
+    "WallClockUpper",
+    "check_timestamp",
+    "cleanup_staged",
+    "compare_and_append",
+    "create_managed_table",
+    "now_ms",
+]

@@ -1,0 +1,133 @@
+"""How to reach an Iceberg catalog, independent of Airflow.
+
+One :class:`CatalogConfig` describes a catalog once; from it we build both the
+PyIceberg catalog (mint, append, sensors, ticks) and the Spark catalog
+configuration (the write job), so the two always agree on the catalog's name,
+database and warehouse. Supported:
+
+* ``sql`` on SQLite: the zero-config embedded default;
+* ``sql`` on PostgreSQL: for more than one machine;
+* ``rest``: PyIceberg only here (the assembled Spark runtime lacks the REST
+  client's relocated HTTP classes; with Maven access use the upstream jar).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from airflow_provider_ct.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+DEFAULT_CATALOG_NAME = "ct"
+KINDS = ("sql", "rest")
+
+
+def airflow_home() -> Path:
+    """``$AIRFLOW_HOME``, or Airflow's own default ``~/airflow``."""
+    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """Where the catalog lives.
+
+    :param name: catalog name; Spark registers the catalog under the same name,
+        so ``name.namespace.table`` works in Spark SQL.
+    :param kind: ``sql`` or ``rest``.
+    :param uri: SQLAlchemy URL for ``sql`` (``sqlite:////abs/path.db``,
+        ``postgresql+psycopg2://user:pw@host:port/db``) or the REST endpoint.
+    :param warehouse: where table data goes (``file:///...``, ``s3://...``).
+    :param properties: extra PyIceberg catalog properties.
+    """
+
+    name: str = DEFAULT_CATALOG_NAME
+    kind: str = "sql"
+    uri: str = ""
+    warehouse: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigurationError(f"catalog kind {self.kind!r} is not one of {KINDS}")
+        if not self.uri:
+            raise ConfigurationError(f"catalog {self.name!r} has no uri")
+        if not self.name.isidentifier():
+            raise ConfigurationError(
+                f"catalog name {self.name!r} must be a plain identifier (Spark uses it in SQL)"
+            )
+
+    @classmethod
+    def embedded(cls, home: Path | None = None, name: str = DEFAULT_CATALOG_NAME) -> CatalogConfig:
+        """The zero-config default: SQLite catalog and local warehouse under AIRFLOW_HOME."""
+        root = (home or airflow_home()) / "ct"
+        return cls(
+            name=name,
+            kind="sql",
+            uri=f"sqlite:///{(root / 'catalog.db').resolve()}",
+            warehouse=(root / "warehouse").resolve().as_uri(),
+        )
+
+    # -- PyIceberg ------------------------------------------------------------
+    @property
+    def dialect(self) -> str:
+        """``sqlite``, ``postgresql`` or ``rest``."""
+        if self.kind == "rest":
+            return "rest"
+        scheme = urlsplit(self.uri).scheme.split("+")[0]
+        if scheme not in ("sqlite", "postgresql"):
+            raise ConfigurationError(
+                f"SQL catalog uri {self.uri!r}: only sqlite and postgresql are supported"
+            )
+        return scheme
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        props = {"type": self.kind, "uri": self.uri, **self.properties}
+        if self.warehouse:
+            props["warehouse"] = self.warehouse
+        return props
+
+    def load(self) -> Catalog:
+        """A PyIceberg catalog (creating the SQLite folders of the embedded default)."""
+        from pyiceberg.catalog import load_catalog
+
+        if self.kind == "sql" and self.dialect == "sqlite":
+            db = Path(urlsplit(self.uri).path)
+            db.parent.mkdir(parents=True, exist_ok=True)
+        if self.warehouse.startswith("file:"):
+            Path(unquote(urlsplit(self.warehouse).path)).mkdir(parents=True, exist_ok=True)
+        try:
+            return load_catalog(self.name, **self.pyiceberg_properties())
+        except Exception as exc:
+            raise ConfigurationError(
+                f"cannot open Iceberg catalog {self.name!r} at {self.redacted_uri()}: {exc}"
+            ) from exc
+
+    # -- Spark (JDBC) ---------------------------------------------------------
+    def jdbc_url(self) -> str:
+        """The JDBC URL Spark's ``JdbcCatalog`` needs for the same database."""
+        parts = urlsplit(self.uri)
+        if self.dialect == "sqlite":
+            return f"jdbc:sqlite:{parts.path}"
+        if self.dialect == "postgresql":
+            host = parts.hostname or "localhost"
+            port = f":{parts.port}" if parts.port else ""
+            return f"jdbc:postgresql://{host}{port}{parts.path}"
+        raise ConfigurationError("a REST catalog has no JDBC URL")
+
+    def jdbc_credentials(self) -> tuple[str | None, str | None]:
+        parts = urlsplit(self.uri)
+        user = unquote(parts.username) if parts.username else None
+        password = unquote(parts.password) if parts.password else None
+        return user, password
+
+    def redacted_uri(self) -> str:
+        parts = urlsplit(self.uri)
+        if parts.password:
+            return self.uri.replace(f":{parts.password}@", ":***@")
+        return self.uri

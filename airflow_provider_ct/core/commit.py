@@ -1,0 +1,403 @@
+"""Compare-and-append on an Iceberg table's frontier.
+
+The only way this package changes a managed table. One call is one catalog
+commit that lands only if
+
+* the table's upper (``ct.upper`` on ``main``) still equals ``expected_upper``,
+  and
+* ``main`` still points at the snapshot the caller based its work on
+  (``expected_head``, by default the head read at the start of this call),
+
+enforced by the catalog itself through an ``AssertRefSnapshotId`` requirement.
+If anything else committed in between, the commit fails and we report the
+table's current upper: losing a race is an ordinary outcome, not an error.
+
+PyIceberg's ``Table.append`` and ``Transaction.commit_transaction`` retry a
+stale commit by rebasing it onto the new head, which would silently turn
+compare-and-append into blind append. We therefore build the snapshots in a
+transaction but hand its updates to ``catalog.commit_table`` exactly once,
+with requirements of our own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_ct.core.frontier import Frontier, check_timestamp
+from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.exceptions import CommitError, CommitStateUnknownError
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
+
+log = logging.getLogger(__name__)
+
+#: Sentinel: "use whatever head this call reads".
+HEAD_AS_READ: Any = object()
+
+
+@dataclass(frozen=True)
+class TimedChange:
+    """The data change that makes the table's contents at ``time`` final.
+
+    ``add_files`` are Parquet files (written outside the table, e.g. staged by
+    Spark) to register; ``remove_files`` are data files of the table's current
+    snapshot to drop. A change with no files still records ``time``: it states
+    that the contents as of the base snapshot are the contents at ``time``.
+    """
+
+    time: int
+    add_files: Sequence[str] = ()
+    remove_files: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        check_timestamp(self.time, "change time")
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What a compare-and-append did.
+
+    ``landed`` is true when the table now holds this batch, either because
+    this call committed it or because an earlier attempt with the same
+    ``batch_id`` did (``already_landed``). Otherwise ``upper`` is the current
+    upper the caller lost to, and ``reason`` says why.
+    """
+
+    landed: bool
+    upper: Frontier
+    head_snapshot_id: int | None
+    batch_id: str
+    already_landed: bool = False
+    snapshot_ids: tuple[int, ...] = ()
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _validate_batch(
+    expected_upper: Frontier, new_upper: Frontier, changes: Sequence[TimedChange]
+) -> None:
+    if expected_upper.is_empty:
+        raise CommitError("cannot append to a closed collection (its upper is the empty frontier)")
+    if not expected_upper < new_upper:
+        raise CommitError(
+            f"new upper {new_upper.to_summary()} must be beyond the expected upper "
+            f"{expected_upper.to_summary()}: uppers only move forward"
+        )
+    previous: int | None = None
+    for change in changes:
+        if expected_upper.seals(change.time):
+            raise CommitError(
+                f"change at time {change.time} is below the expected upper "
+                f"{expected_upper.to_summary()}: sealed times are immutable"
+            )
+        if not new_upper.seals(change.time):
+            raise CommitError(
+                f"change at time {change.time} is not below the new upper {new_upper.to_summary()}"
+            )
+        if previous is not None and change.time <= previous:
+            raise CommitError(
+                f"change times must strictly increase, got {change.time} after {previous}"
+            )
+        previous = change.time
+
+
+def _summary(
+    *,
+    lower: Frontier,
+    upper: Frontier,
+    batch_id: str,
+    time: int | None,
+    inputs: Mapping[str, int | None] | None,
+    extra: Mapping[str, str] | None,
+) -> dict[str, str]:
+    summary = dict(extra or {})
+    summary[SummaryKeys.LOWER] = lower.to_summary()
+    summary[SummaryKeys.UPPER] = upper.to_summary()
+    summary[SummaryKeys.BATCH_ID] = batch_id
+    if time is not None:
+        summary[SummaryKeys.TIME] = str(time)
+    if inputs is not None:
+        summary[SummaryKeys.INPUTS] = json.dumps(dict(inputs), sort_keys=True)
+    return summary
+
+
+def _data_files_by_path(
+    metadata: TableMetadata, io: FileIO, table_name: str, paths: Sequence[str]
+) -> list[DataFile]:
+    """The live data files with the given paths in ``metadata``'s head; all must exist."""
+    wanted = set(paths)
+    found: dict[str, DataFile] = {}
+    snapshot = metadata.current_snapshot()
+    if snapshot is not None and wanted:
+        for manifest in snapshot.manifests(io=io):
+            for entry in manifest.fetch_manifest_entry(io=io, discard_deleted=True):
+                if entry.data_file.file_path in wanted:
+                    found[entry.data_file.file_path] = entry.data_file
+    missing = sorted(wanted - set(found))
+    if missing:
+        raise CommitError(
+            f"cannot remove {len(missing)} file(s) that are not live in table "
+            f"{table_name}'s head snapshot, e.g. {missing[0]}"
+        )
+    return [found[p] for p in paths]
+
+
+def _staged_data_files(table: Table, paths: Sequence[str]) -> list[DataFile]:
+    from pyiceberg.io.pyarrow import parquet_files_to_data_files
+
+    try:
+        return list(parquet_files_to_data_files(table.io, table.metadata, iter(paths)))
+    except FileNotFoundError as exc:
+        raise CommitError(f"a staged file to add is missing: {exc}") from None
+    except ValueError as exc:
+        raise CommitError(
+            f"a staged file does not match table {'.'.join(table.name())}'s schema: {exc}"
+        ) from None
+
+
+def _stage_snapshots(
+    table: Table,
+    *,
+    expected_upper: Frontier,
+    new_upper: Frontier,
+    changes: Sequence[TimedChange],
+    batch_id: str,
+    inputs: Mapping[str, int | None] | None,
+    extra_summary: Mapping[str, str] | None,
+) -> tuple[Transaction, list[Any]]:
+    """Build one snapshot per change (or one frontier-only snapshot) in a transaction."""
+    tx = table.transaction()
+    producers: list[Any] = []
+    if not changes:
+        props = _summary(
+            lower=expected_upper,
+            upper=new_upper,
+            batch_id=batch_id,
+            time=None,
+            inputs=inputs,
+            extra=extra_summary,
+        )
+        producer = tx.update_snapshot(snapshot_properties=props).fast_append()
+        producer.commit()
+        producers.append(producer)
+        return tx, producers
+    lower = expected_upper
+    for index, change in enumerate(changes):
+        upper = new_upper if index == len(changes) - 1 else Frontier.at(changes[index + 1].time)
+        props = _summary(
+            lower=lower,
+            upper=upper,
+            batch_id=batch_id,
+            time=change.time,
+            inputs=inputs,
+            extra=extra_summary,
+        )
+        update = tx.update_snapshot(snapshot_properties=props)
+        snapshot_producer: Any
+        if change.remove_files:
+            snapshot_producer = update.overwrite()
+            # Files to remove must be live in the state this snapshot builds on.
+            for data_file in _data_files_by_path(
+                tx.table_metadata, table.io, ".".join(table.name()), change.remove_files
+            ):
+                snapshot_producer.delete_data_file(data_file)
+        else:
+            snapshot_producer = update.fast_append()
+        for data_file in _staged_data_files(table, change.add_files):
+            snapshot_producer.append_data_file(data_file)
+        snapshot_producer.commit()
+        producers.append(snapshot_producer)
+        lower = upper
+    return tx, producers
+
+
+def _commit_once(table: Table, tx: Transaction, expected_head: int | None) -> None:
+    """Commit the transaction's updates exactly once, asserting ``main``'s head."""
+    from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
+
+    requirements: list[Any] = [
+        AssertTableUUID(uuid=table.metadata.table_uuid),
+        AssertRefSnapshotId(ref="main", snapshot_id=expected_head),  # type: ignore[call-arg]
+    ]
+    requirements += [
+        r for r in tx._requirements if not isinstance(r, AssertRefSnapshotId | AssertTableUUID)
+    ]
+    table.catalog.commit_table(table, tuple(requirements), tx._updates)
+
+
+def _discard_producers(producers: Sequence[Any]) -> None:
+    for producer in producers:
+        clean = getattr(producer, "_clean_all_uncommitted", None)
+        if clean is not None:
+            clean()
+
+
+def compare_and_append(
+    table: Table,
+    *,
+    expected_upper: Frontier,
+    new_upper: Frontier,
+    batch_id: str,
+    add_files: Sequence[str] = (),
+    remove_files: Sequence[str] = (),
+    time: int | None = None,
+    changes: Sequence[TimedChange] | None = None,
+    expected_head: int | None = HEAD_AS_READ,
+    inputs: Mapping[str, int | None] | None = None,
+    extra_summary: Mapping[str, str] | None = None,
+) -> AppendResult:
+    """Append a batch to ``table`` if its upper is still ``expected_upper``.
+
+    Either pass ``changes`` (one :class:`TimedChange` per data time, each
+    becoming one snapshot, all landing in one atomic commit), or the
+    single-time shorthand ``add_files`` / ``remove_files`` / ``time`` (``time``
+    defaults to the last time below ``new_upper``). With no files and no
+    ``changes`` the commit only advances the upper.
+
+    :param table: a PyIceberg table; it is refreshed, and refreshed again after.
+    :param expected_upper: the upper the batch was computed against.
+    :param new_upper: the upper after the batch; must be beyond ``expected_upper``.
+    :param batch_id: unique id of the batch; a retry with the same id that
+        finds it already on ``main`` reports success instead of writing twice.
+    :param expected_head: the snapshot id the batch was computed against
+        (``None`` for an empty table). Defaults to the head read by this call.
+    :param inputs: pinned input snapshots, recorded as ``ct.inputs``.
+    :return: an :class:`AppendResult`; a lost race is ``landed=False``.
+    """
+    if changes is None:
+        if add_files or remove_files or time is not None:
+            if time is None:
+                if new_upper.is_empty or new_upper.time == 0:
+                    raise CommitError("pass time= when the new upper is empty or 0")
+                time = int(new_upper.time) - 1  # type: ignore[arg-type]
+            changes = [TimedChange(time, tuple(add_files), tuple(remove_files))]
+        else:
+            changes = []
+    elif add_files or remove_files or time is not None:
+        raise CommitError("pass either changes= or add_files/remove_files/time, not both")
+    _validate_batch(expected_upper, new_upper, changes)
+
+    table.refresh()
+    timeline = Timeline.of(table)
+    table_name = timeline.table
+    if not timeline.managed and timeline.head_snapshot_id is not None:
+        raise CommitError(
+            f"table {table_name} is not managed by airflow-provider-ct (no {TableKeys.MANAGED} "
+            f"property and no {SummaryKeys.UPPER} on main); refusing to write its frontier"
+        )
+    mismatch = _check_preconditions(timeline, expected_upper, expected_head, batch_id)
+    if mismatch is not None:
+        return mismatch
+    head = timeline.head_snapshot_id
+
+    tx, producers = _stage_snapshots(
+        table,
+        expected_upper=expected_upper,
+        new_upper=new_upper,
+        changes=changes,
+        batch_id=batch_id,
+        inputs=inputs,
+        extra_summary=extra_summary,
+    )
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+    try:
+        _commit_once(table, tx, head)
+    except CommitFailedException as exc:
+        _discard_producers(producers)
+        table.refresh()
+        current = Timeline.of(table)
+        found = current.find_batch(batch_id)
+        if found is not None:  # a concurrent retry of the same batch won
+            return _already(current, batch_id)
+        log.info(
+            "compare-and-append of batch %s on %s lost: expected upper %s at head %s, "
+            "now upper %s at head %s (%s)",
+            batch_id,
+            table_name,
+            expected_upper.to_summary(),
+            head,
+            current.upper.to_summary(),
+            current.head_snapshot_id,
+            exc,
+        )
+        return AppendResult(
+            landed=False,
+            upper=current.upper,
+            head_snapshot_id=current.head_snapshot_id,
+            batch_id=batch_id,
+            reason=f"commit rejected by the catalog: {exc}",
+        )
+    except (CommitStateUnknownException, OSError, Exception) as exc:
+        # Anything but an explicit rejection leaves the outcome open: keep the
+        # staged files (they may be referenced now) and let a retry decide.
+        raise CommitStateUnknownError(
+            f"commit of batch {batch_id} on {table_name} has an unknown outcome: {exc}; "
+            "retry with the same batch id"
+        ) from exc
+    table.refresh()
+    landed = Timeline.of(table)
+    snapshot_ids = tuple(e.snapshot_id for e in landed.entries if e.batch_id == batch_id)
+    log.info(
+        "compare-and-append of batch %s on %s landed: upper %s -> %s in %d snapshot(s)",
+        batch_id,
+        table_name,
+        expected_upper.to_summary(),
+        new_upper.to_summary(),
+        len(snapshot_ids),
+    )
+    return AppendResult(
+        landed=True,
+        upper=landed.upper,
+        head_snapshot_id=landed.head_snapshot_id,
+        batch_id=batch_id,
+        snapshot_ids=snapshot_ids,
+    )
+
+
+def _already(timeline: Timeline, batch_id: str) -> AppendResult:
+    return AppendResult(
+        landed=True,
+        already_landed=True,
+        upper=timeline.upper,
+        head_snapshot_id=timeline.head_snapshot_id,
+        batch_id=batch_id,
+        snapshot_ids=tuple(e.snapshot_id for e in timeline.entries if e.batch_id == batch_id),
+        reason="batch already on main",
+    )
+
+
+def _check_preconditions(
+    timeline: Timeline, expected_upper: Frontier, expected_head: Any, batch_id: str
+) -> AppendResult | None:
+    """A result to return without committing, or ``None`` to go ahead."""
+    if timeline.find_batch(batch_id) is not None:
+        log.info("batch %s is already on %s; reporting success", batch_id, timeline.table)
+        return _already(timeline, batch_id)
+    if timeline.upper != expected_upper:
+        return AppendResult(
+            landed=False,
+            upper=timeline.upper,
+            head_snapshot_id=timeline.head_snapshot_id,
+            batch_id=batch_id,
+            reason=f"upper is {timeline.upper.to_summary()}, expected "
+            f"{expected_upper.to_summary()}",
+        )
+    if expected_head is not HEAD_AS_READ and timeline.head_snapshot_id != expected_head:
+        return AppendResult(
+            landed=False,
+            upper=timeline.upper,
+            head_snapshot_id=timeline.head_snapshot_id,
+            batch_id=batch_id,
+            reason=f"head is snapshot {timeline.head_snapshot_id}, expected {expected_head}",
+        )
+    return None

@@ -1,0 +1,36 @@
+"""Names of the snapshot-summary and table-property keys this package owns.
+
+Kept as ``KEY`` / ``KEY_DEFAULT`` pairs on a class, like PyIceberg's
+``TableProperties``, so every reader and writer spells them the same way.
+"""
+
+from __future__ import annotations
+
+
+class SummaryKeys:
+    """Snapshot-summary keys written on every snapshot we commit."""
+
+    #: The data time whose contents this snapshot holds (epoch ms).
+    TIME = "ct.time"
+    #: The upper of the table before this snapshot (epoch ms).
+    LOWER = "ct.lower"
+    #: The upper of the table after this snapshot: epoch ms or ``empty``.
+    UPPER = "ct.upper"
+    #: The id of the batch (description) this snapshot answers.
+    BATCH_ID = "ct.batch-id"
+    #: JSON object ``{table: snapshot_id | null}`` of the inputs read.
+    INPUTS = "ct.inputs"
+
+    #: The spelling of the empty frontier (a closed collection) in ``ct.upper``.
+    EMPTY_FRONTIER = "empty"
+
+
+class TableKeys:
+    """Table properties set on tables this package manages."""
+
+    #: ``true`` on tables whose commits all go through this package.
+    MANAGED = "ct.managed"
+    MANAGED_DEFAULT = "false"
+    #: Folder (relative to the table location) that holds staged batches.
+    STAGING_DIR = "ct.staging-dir"
+    STAGING_DIR_DEFAULT = "ct-staging"

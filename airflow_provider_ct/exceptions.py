@@ -1,0 +1,70 @@
+"""The exceptions this package raises.
+
+Every error is a :class:`CTError`, so callers (and Airflow task logs) can tell
+our refusals apart from bugs in libraries underneath::
+
+    CTError
+    ├── ConfigurationError        a connection, catalog or jar set-up is unusable
+    ├── FrontierError             a frontier or timestamp is invalid
+    │   ├── FrontierRegressionError   a table's upper went backwards
+    │   └── TimeNotSealedError        asked for contents at a time not yet final
+    ├── TimelineError             a table's ``ct.*`` summary keys cannot be read
+    │   └── MalformedSummaryError     a summary value does not parse
+    ├── CommitError               a compare-and-append could not be attempted
+    │   └── CommitStateUnknownError   the catalog did not say whether it landed
+    └── StagingError              a staged batch is malformed or inconsistent
+
+An upper mismatch in :func:`~airflow_provider_ct.core.commit.compare_and_append`
+is *not* an exception: losing a race is a normal outcome and is reported in
+the returned result.
+"""
+
+from __future__ import annotations
+
+
+class CTError(Exception):
+    """Base class of every error raised by airflow-provider-ct."""
+
+
+class ConfigurationError(CTError):
+    """A catalog, connection, Spark or jar configuration is unusable."""
+
+
+class FrontierError(CTError):
+    """A timestamp or frontier is invalid (negative, too large, wrong type)."""
+
+
+class FrontierRegressionError(FrontierError):
+    """A table's upper moved backwards along its snapshot history.
+
+    Times below an upper are final; an upper that goes backwards would make
+    sealed times writable again, so we refuse to interpret such a table.
+    """
+
+
+class TimeNotSealedError(FrontierError):
+    """Contents were requested at a time that is not yet below the upper."""
+
+
+class TimelineError(CTError):
+    """A table's timeline (its ``ct.*`` snapshot-summary keys) is unusable."""
+
+
+class MalformedSummaryError(TimelineError):
+    """A ``ct.*`` snapshot-summary value does not parse."""
+
+
+class CommitError(CTError):
+    """A compare-and-append could not be attempted (bad arguments, bad table)."""
+
+
+class CommitStateUnknownError(CommitError):
+    """The catalog failed in a way that leaves the commit's outcome unknown.
+
+    Staged files must *not* be deleted in this case: they may already be
+    referenced by the table. A retry of the same batch id resolves it.
+    """
+
+
+class StagingError(CTError):
+    """A staged batch (its manifest or files) is malformed or inconsistent."""

@@ -1,0 +1,145 @@
+"""IcebergCatalogHook: a PyIceberg catalog (and matching Spark conf) from Airflow.
+
+Resolution order:
+
+1. the connection named by ``iceberg_conn_id`` if it exists;
+2. for the default id only, the zero-config embedded catalog (SQLite and a
+   local warehouse under ``$AIRFLOW_HOME/ct``) when no such connection exists.
+
+A connection of type ``iceberg_catalog`` is read as follows (see
+``docs/connections.md``): ``extra.uri`` is the catalog URL (SQLAlchemy URL for
+``sql``, HTTP endpoint for ``rest``); without it, a PostgreSQL URL is built from
+host, port, login, password and schema (the database). ``extra.warehouse``,
+``extra.catalog_name`` (default ``ct``) and ``extra.kind`` (``sql``/``rest``);
+any other extra keys are passed to PyIceberg as catalog properties.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from airflow.sdk import BaseHook
+
+from airflow_provider_ct.core.catalog import DEFAULT_CATALOG_NAME, CatalogConfig
+from airflow_provider_ct.exceptions import ConfigurationError
+from airflow_provider_ct.spark.conf import spark_conf
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+_RESERVED_EXTRAS = ("uri", "warehouse", "catalog_name", "kind")
+
+
+class IcebergCatalogHook(BaseHook):
+    """Opens the Iceberg catalog our tables live in.
+
+    :param iceberg_conn_id: Airflow connection id; the default falls back to the
+        embedded catalog when no connection of that id exists.
+    """
+
+    conn_name_attr = "iceberg_conn_id"
+    default_conn_name = "iceberg_catalog_default"
+    conn_type = "iceberg_catalog"
+    hook_name = "Iceberg catalog (airflow-provider-ct)"
+
+    def __init__(self, iceberg_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.iceberg_conn_id = iceberg_conn_id
+        self._config: CatalogConfig | None = None
+        self._catalog: Catalog | None = None
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": [],
+            "relabeling": {"schema": "Database (PostgreSQL catalog)"},
+            "placeholders": {
+                "extra": '{"uri": "sqlite:////path/catalog.db", "warehouse": "file:///path/wh"}',
+            },
+        }
+
+    def get_config(self) -> CatalogConfig:
+        """The catalog configuration this hook resolves to."""
+        if self._config is None:
+            self._config = self._resolve_config()
+        return self._config
+
+    def _resolve_config(self) -> CatalogConfig:
+        from airflow.exceptions import AirflowNotFoundException
+
+        try:
+            conn = self.get_connection(self.iceberg_conn_id)
+        except AirflowNotFoundException:
+            if self.iceberg_conn_id != self.default_conn_name:
+                raise ConfigurationError(
+                    f"Airflow connection {self.iceberg_conn_id!r} does not exist"
+                ) from None
+            config = CatalogConfig.embedded()
+            log.info(
+                "no connection %r: using the embedded catalog %s", self.iceberg_conn_id, config.uri
+            )
+            return config
+        return self.config_from_connection(conn)
+
+    @staticmethod
+    def config_from_connection(conn: Any) -> CatalogConfig:
+        """Translate an Airflow connection into a :class:`CatalogConfig`."""
+        extra = dict(conn.extra_dejson or {})
+        uri = extra.get("uri")
+        if not uri:
+            if not conn.host:
+                raise ConfigurationError(
+                    f"connection {conn.conn_id!r} needs extra.uri or a PostgreSQL host"
+                )
+            auth = ""
+            if conn.login:
+                auth = quote(conn.login, safe="")
+                if conn.password:
+                    auth += ":" + quote(conn.password, safe="")
+                auth += "@"
+            port = f":{conn.port}" if conn.port else ""
+            uri = f"postgresql+psycopg2://{auth}{conn.host}{port}/{conn.schema or 'postgres'}"
+        properties = {k: str(v) for k, v in extra.items() if k not in _RESERVED_EXTRAS}
+        return CatalogConfig(
+            name=str(extra.get("catalog_name") or DEFAULT_CATALOG_NAME),
+            kind=str(extra.get("kind") or "sql"),
+            uri=str(uri),
+            warehouse=str(extra.get("warehouse") or ""),
+            properties=properties,
+        )
+
+    def get_conn(self) -> Catalog:
+        return self.get_catalog()
+
+    def get_catalog(self) -> Catalog:
+        """The PyIceberg catalog (opened once per hook)."""
+        if self._catalog is None:
+            self._catalog = self.get_config().load()
+        return self._catalog
+
+    def load_table(self, identifier: str) -> Table:
+        """Load ``namespace.table``, with a clear error when it does not exist."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.get_catalog().load_table(identifier)
+        except NoSuchTableError:
+            raise ConfigurationError(
+                f"table {identifier!r} does not exist in catalog {self.get_config().name!r}"
+            ) from None
+
+    def get_spark_conf(self, **kwargs: Any) -> dict[str, str]:
+        """Spark properties registering the same catalog (see :func:`spark_conf`)."""
+        return spark_conf(self.get_config(), **kwargs)
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            names = self.get_catalog().list_namespaces()
+        except Exception as exc:
+            return False, str(exc)
+        return True, f"catalog reachable, {len(names)} namespace(s)"

@@ -1,0 +1,131 @@
+"""The one place that builds Spark configuration for our catalogs.
+
+Every Spark session or ``spark-submit`` this package starts gets its settings
+from :func:`spark_conf`, so Spark registers the same catalog (same name, same
+database, same warehouse) that PyIceberg commits through.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Environment variable naming the folder of assembled jars.
+JARS_DIR_ENV = "CT_SPARK_JARS_DIR"
+#: Environment variable with Maven coordinates to use instead of local jars.
+JARS_PACKAGES_ENV = "CT_SPARK_PACKAGES"
+ICEBERG_RUNTIME_GLOB = "iceberg-spark-runtime-3.5_2.12-*.jar"
+SHADED_JACKSON_GLOB = "iceberg-shaded-jackson-*.jar"
+#: Debian's JDBC drivers (libxerial-sqlite-jdbc-java, libpostgresql-jdbc-java).
+JDBC_DRIVER_JARS = {
+    "sqlite": Path("/usr/share/java/sqlite-jdbc.jar"),
+    "postgresql": Path("/usr/share/java/postgresql.jar"),
+}
+
+
+def default_jars_dir() -> Path:
+    cache = os.environ.get("CT_CACHE_DIR") or str(Path.home() / ".cache" / "airflow-provider-ct")
+    return Path(os.environ.get(JARS_DIR_ENV) or Path(cache) / "jars")
+
+
+def iceberg_jars(jars_dir: Path | None = None) -> list[str]:
+    """The Iceberg runtime jar plus its relocated Jackson jars (see scripts/assemble_jars.sh)."""
+    folder = jars_dir or default_jars_dir()
+    runtime = sorted(folder.glob(ICEBERG_RUNTIME_GLOB))
+    jackson = sorted(folder.glob(SHADED_JACKSON_GLOB))
+    if not runtime or len(jackson) < 3:
+        raise ConfigurationError(
+            f"the Iceberg Spark runtime is not assembled in {folder} (want {ICEBERG_RUNTIME_GLOB} "
+            f"and 3 {SHADED_JACKSON_GLOB}); run `make setup`, set {JARS_DIR_ENV}, or set "
+            f"{JARS_PACKAGES_ENV} to Maven coordinates"
+        )
+    return [str(p) for p in runtime + jackson]
+
+
+def jdbc_driver_jar(config: CatalogConfig) -> str:
+    jar = JDBC_DRIVER_JARS.get(config.dialect)
+    if jar is None:
+        raise ConfigurationError(f"no JDBC driver known for catalog dialect {config.dialect!r}")
+    if not jar.exists():
+        package = {"sqlite": "libxerial-sqlite-jdbc-java"}.get(
+            config.dialect, "libpostgresql-jdbc-java"
+        )
+        raise ConfigurationError(f"JDBC driver {jar} is missing; install Debian's {package}")
+    return str(jar)
+
+
+def spark_jars(config: CatalogConfig, jars_dir: Path | None = None) -> list[str]:
+    """Local jars to ship: the Iceberg runtime (unless Maven packages are used) + JDBC driver."""
+    jars: list[str] = [] if os.environ.get(JARS_PACKAGES_ENV) else iceberg_jars(jars_dir)
+    if config.kind == "sql":
+        jars.append(jdbc_driver_jar(config))
+    return jars
+
+
+def spark_conf(
+    config: CatalogConfig,
+    *,
+    jars_dir: Path | None = None,
+    extra: Mapping[str, str] | None = None,
+    include_jars: bool = True,
+) -> dict[str, str]:
+    """Spark properties that register ``config`` as a Spark catalog of the same name.
+
+    ``include_jars=False`` leaves ``spark.jars`` out, for callers (such as
+    SparkSubmitHook) that pass jars separately.
+    """
+    prefix = f"spark.sql.catalog.{config.name}"
+    conf: dict[str, str] = {
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        # Commits happen in PyIceberg; Spark must always see the newest metadata.
+        f"{prefix}.cache-enabled": "false",
+        # Our staged Parquet must be readable by PyIceberg and Iceberg alike.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if config.warehouse:
+        conf[f"{prefix}.warehouse"] = config.warehouse
+    if config.kind == "sql":
+        conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
+        conf[f"{prefix}.uri"] = config.jdbc_url()
+        # PyIceberg creates the catalog tables (schema V1); Spark must not try,
+        # or on SQLite it holds a lock for the JVM's life ("database is locked").
+        conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
+        conf[f"{prefix}.jdbc.schema-version"] = "V1"
+        user, password = config.jdbc_credentials()
+        if user:
+            conf[f"{prefix}.jdbc.user"] = user
+        if password:
+            conf[f"{prefix}.jdbc.password"] = password
+    else:
+        conf[f"{prefix}.type"] = "rest"
+        conf[f"{prefix}.uri"] = config.uri
+    packages = os.environ.get(JARS_PACKAGES_ENV)
+    if packages:
+        conf["spark.jars.packages"] = packages
+    if include_jars:
+        conf["spark.jars"] = ",".join(spark_jars(config, jars_dir))
+    conf.update(extra or {})
+    return conf
+
+
+def local_session(
+    config: CatalogConfig, *, master: str = "local[2]", app_name: str = "ct", **extra: str
+) -> SparkSession:
+    """A SparkSession for ``config`` (used by tests, the demo and the write job)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in spark_conf(config, extra={"spark.ui.enabled": "false", **extra}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Sets up everything the project needs on a fresh Debian machine, idempotently:
+# Debian packages, the virtualenv with pinned Python packages, and the Iceberg
+# Spark runtime jars. Expensive artefacts (the pyspark wheel, the jars) are
+# cached outside the repository so repeated runs take seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CACHE="${CT_CACHE_DIR:-$HOME/.cache/airflow-provider-ct}"
+VENV="${VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+UV_VERSION="0.13.8"
+PYSPARK_VERSION="3.5.9"
+DEBS=(default-jre-headless libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java postgresql)
+
+missing=()
+for deb in "${DEBS[@]}"; do
+  dpkg -s "$deb" >/dev/null 2>&1 || missing+=("$deb")
+done
+# A JDK already on PATH satisfies Spark; do not pull a second one.
+if command -v java >/dev/null 2>&1; then
+  missing=("${missing[@]/default-jre-headless}")
+fi
+if [ -n "$(echo "${missing[@]}" | tr -d ' ')" ]; then
+  echo "bootstrap: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq || true
+  # shellcheck disable=SC2068
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ${missing[@]}
+fi
+
+mkdir -p "$CACHE/wheels"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+if ! "$VENV/bin/uv" --version 2>/dev/null | grep -q "$UV_VERSION"; then
+  "$VENV/bin/pip" install -q "uv==$UV_VERSION"
+fi
+# pyspark ships as a ~318 MB sdist: build its wheel once into the cache.
+if ! ls "$CACHE/wheels"/pyspark-"$PYSPARK_VERSION"-*.whl >/dev/null 2>&1; then
+  echo "bootstrap: building the pyspark $PYSPARK_VERSION wheel once into $CACHE/wheels"
+  "$VENV/bin/pip" wheel -q --no-deps "pyspark==$PYSPARK_VERSION" -w "$CACHE/wheels"
+fi
+"$VENV/bin/uv" pip install -q --python "$VENV/bin/python" \
+  --find-links "$CACHE/wheels" -c constraints.txt -e '.[dev]'
+
+CT_CACHE_DIR="$CACHE" VENV="$VENV" scripts/assemble_jars.sh
+echo "bootstrap: ready ($VENV, jars in $CACHE/jars)"

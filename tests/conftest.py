@@ -1,0 +1,98 @@
+"""Shared fixtures: real catalogs (SQLite, PostgreSQL) and a real local Spark."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+# Airflow reads its configuration at import: give the test run its own home
+# before anything imports Airflow.
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="ct-airflow-home-")
+os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
+os.environ.setdefault(
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_AIRFLOW_HOME}/airflow.db"
+)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
+import pyarrow as pa  # noqa: E402
+import pytest  # noqa: E402
+
+from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
+from tests.pgserver import PgServer, running_postgres  # noqa: E402
+
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
+
+
+def sqlite_config(root: Path) -> CatalogConfig:
+    return CatalogConfig(
+        name="ct",
+        uri=f"sqlite:///{root / 'catalog.db'}",
+        warehouse=(root / "warehouse").as_uri(),
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    with running_postgres() as server:
+        yield server
+
+
+def _pg_config(server: PgServer, root: Path) -> CatalogConfig:
+    import psycopg2
+
+    database = f"cat_{uuid.uuid4().hex[:10]}"
+    conn = psycopg2.connect(
+        host="127.0.0.1", port=server.port, user=server.user, password=server.password,
+        dbname="postgres",
+    )
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {database}")
+    conn.close()
+    url = server.sqlalchemy_url().rsplit("/", 1)[0] + f"/{database}"
+    return CatalogConfig(name="ct", uri=url, warehouse=(root / "warehouse").as_uri())
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def catalog_config(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogConfig:
+    """A fresh, real catalog: SQLite and PostgreSQL."""
+    if request.param == "sqlite":
+        return sqlite_config(tmp_path)
+    server = request.getfixturevalue("pg_server")
+    return _pg_config(server, tmp_path)
+
+
+@pytest.fixture
+def sqlite_catalog_config(tmp_path: Path) -> CatalogConfig:
+    return sqlite_config(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def spark_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("spark-catalog")
+
+
+@pytest.fixture(scope="session")
+def spark_catalog_config(spark_root: Path) -> CatalogConfig:
+    """One SQLite catalog shared by the session's SparkSession and PyIceberg."""
+    return sqlite_config(spark_root)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_catalog_config: CatalogConfig):  # type: ignore[no-untyped-def]
+    from airflow_provider_ct.spark.conf import local_session
+
+    spark_catalog_config.load()  # PyIceberg creates the catalog tables first
+    session = local_session(
+        spark_catalog_config,
+        master="local[2]",
+        app_name="ct-tests",
+        **{"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
