@@ -46,7 +46,10 @@ def _pg_config(server: PgServer, root: Path) -> CatalogConfig:
 
     database = f"cat_{uuid.uuid4().hex[:10]}"
     conn = psycopg2.connect(
-        host="127.0.0.1", port=server.port, user=server.user, password=server.password,
+        host="127.0.0.1",
+        port=server.port,
+        user=server.user,
+        password=server.password,
         dbname="postgres",
     )
     conn.autocommit = True

@@ -24,8 +24,10 @@ def stage_rows(table: Any, batch_id: str, rows: list[tuple[int, str | None]]) ->
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"part-{uuid.uuid4().hex}.parquet"
     data = pa.table(
-        {"k": pa.array([r[0] for r in rows], pa.int64()),
-         "v": pa.array([r[1] for r in rows], pa.string())}
+        {
+            "k": pa.array([r[0] for r in rows], pa.int64()),
+            "v": pa.array([r[1] for r in rows], pa.string()),
+        }
     )
     pq.write_table(data, path)
     prefix = "file://" if table.location().startswith("file:") else ""

@@ -64,16 +64,41 @@ def running_postgres() -> Iterator[PgServer]:
         shutil.chown(pwfile, "postgres", "postgres")
     pgdata = os.path.join(data, "db")
     subprocess.run(
-        [*prefix, _pg_bin("initdb"), "-D", pgdata, "-U", "ct", "--pwfile", pwfile,
-         "-A", "md5", "--no-sync"],
-        check=True, capture_output=True,
+        [
+            *prefix,
+            _pg_bin("initdb"),
+            "-D",
+            pgdata,
+            "-U",
+            "ct",
+            "--pwfile",
+            pwfile,
+            "-A",
+            "md5",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
     )
     port = free_port()
     log = os.path.join(data, "log")
     subprocess.run(
-        [*prefix, _pg_bin("pg_ctl"), "-D", pgdata, "-l", log, "-w", "-t", "60", "start",
-         "-o", f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off -c max_connections=100"],
-        check=True, capture_output=True,
+        [
+            *prefix,
+            _pg_bin("pg_ctl"),
+            "-D",
+            pgdata,
+            "-l",
+            log,
+            "-w",
+            "-t",
+            "60",
+            "start",
+            "-o",
+            f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off -c max_connections=100",
+        ],
+        check=True,
+        capture_output=True,
     )
     try:
         server = PgServer(port=port, user="ct", password=password, database="postgres")

@@ -30,8 +30,11 @@ def test_append_lands_data_and_frontier_in_one_snapshot(catalog_config: CatalogC
     table = _table(catalog_config)
     files = stage_rows(table, "b1", [(1, "a"), (2, None), (2, None)])
     result = compare_and_append(
-        table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(101),
-        batch_id="b1", add_files=files,
+        table,
+        expected_upper=Frontier.minimum(),
+        new_upper=Frontier.at(101),
+        batch_id="b1",
+        add_files=files,
     )
     assert result.landed and not result.already_landed
     assert result.upper == Frontier.at(101)
@@ -53,8 +56,11 @@ def test_upper_mismatch_is_an_outcome_not_an_error(catalog_config: CatalogConfig
     head_before = table.metadata.current_snapshot().snapshot_id
     files = stage_rows(table, "late", [(9, "x")])
     result = compare_and_append(
-        table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(20),
-        batch_id="late", add_files=files,
+        table,
+        expected_upper=Frontier.minimum(),
+        new_upper=Frontier.at(20),
+        batch_id="late",
+        add_files=files,
     )
     assert not result.landed
     assert result.upper == Frontier.at(10)
@@ -68,7 +74,9 @@ def test_empty_append_advances_the_upper(catalog_config: CatalogConfig) -> None:
     table = _table(catalog_config)
     for lower, upper in [(0, 5), (5, 9), (9, 30)]:
         result = compare_and_append(
-            table, expected_upper=Frontier.at(lower), new_upper=Frontier.at(upper),
+            table,
+            expected_upper=Frontier.at(lower),
+            new_upper=Frontier.at(upper),
             batch_id=f"tick-{upper}",
         )
         assert result.landed and result.upper == Frontier.at(upper)
@@ -84,7 +92,10 @@ def test_several_times_land_atomically_as_several_snapshots(
     f1 = stage_rows(table, "multi", [(1, "t10")])
     f2 = stage_rows(table, "multi", [(2, "t20")])
     result = compare_and_append(
-        table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(31), batch_id="multi",
+        table,
+        expected_upper=Frontier.minimum(),
+        new_upper=Frontier.at(31),
+        batch_id="multi",
         changes=[TimedChange(10, tuple(f1)), TimedChange(20, tuple(f2)), TimedChange(30)],
     )
     assert result.landed and len(result.snapshot_ids) == 3
@@ -104,7 +115,9 @@ def test_retried_append_of_a_landed_batch_reports_success(catalog_config: Catalo
     table = _table(catalog_config)
     files = stage_rows(table, "retry", [(7, "once")])
     kwargs: dict[str, Any] = dict(
-        expected_upper=Frontier.minimum(), new_upper=Frontier.at(50), batch_id="retry",
+        expected_upper=Frontier.minimum(),
+        new_upper=Frontier.at(50),
+        batch_id="retry",
         add_files=files,
     )
     first = compare_and_append(table, **kwargs)
@@ -114,8 +127,9 @@ def test_retried_append_of_a_landed_batch_reports_success(catalog_config: Catalo
     assert second.snapshot_ids == first.snapshot_ids
     assert rows_of(table) == Counter({(7, "once"): 1})
     # Even after later ticks moved the upper on, the retry still recognises itself.
-    compare_and_append(table, expected_upper=Frontier.at(50), new_upper=Frontier.at(60),
-                       batch_id="next")
+    compare_and_append(
+        table, expected_upper=Frontier.at(50), new_upper=Frontier.at(60), batch_id="next"
+    )
     assert compare_and_append(table, **kwargs).already_landed
     assert rows_of(table) == Counter({(7, "once"): 1})
 
@@ -123,11 +137,22 @@ def test_retried_append_of_a_landed_batch_reports_success(catalog_config: Catalo
 def test_remove_files_and_add_files_in_one_snapshot(catalog_config: CatalogConfig) -> None:
     table = _table(catalog_config)
     old = stage_rows(table, "b1", [(1, "old"), (2, "keep")])
-    compare_and_append(table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(2),
-                       batch_id="b1", add_files=old)
+    compare_and_append(
+        table,
+        expected_upper=Frontier.minimum(),
+        new_upper=Frontier.at(2),
+        batch_id="b1",
+        add_files=old,
+    )
     new = stage_rows(table, "b2", [(2, "keep"), (3, "new")])
-    result = compare_and_append(table, expected_upper=Frontier.at(2), new_upper=Frontier.at(4),
-                                batch_id="b2", add_files=new, remove_files=old)
+    result = compare_and_append(
+        table,
+        expected_upper=Frontier.at(2),
+        new_upper=Frontier.at(4),
+        batch_id="b2",
+        add_files=new,
+        remove_files=old,
+    )
     assert result.landed
     assert rows_of(table) == Counter({(2, "keep"): 1, (3, "new"): 1})
     timeline = Timeline.of(table)
@@ -138,8 +163,13 @@ def test_removing_a_file_that_is_not_live_is_refused(catalog_config: CatalogConf
     table = _table(catalog_config)
     stray = stage_rows(table, "stray", [(1, "x")])
     with pytest.raises(CommitError, match="not live"):
-        compare_and_append(table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(2),
-                           batch_id="b", remove_files=stray)
+        compare_and_append(
+            table,
+            expected_upper=Frontier.minimum(),
+            new_upper=Frontier.at(2),
+            batch_id="b",
+            remove_files=stray,
+        )
     assert Timeline.of(table).upper == Frontier.minimum()
 
 
@@ -158,19 +188,25 @@ def test_batches_that_break_frontier_rules_are_refused(
 ) -> None:
     table = _table(sqlite_catalog_config)
     with pytest.raises(CommitError, match=message):
-        compare_and_append(table, expected_upper=Frontier.at(expected),
-                           new_upper=Frontier.at(new), batch_id="bad",
-                           changes=[TimedChange(t) for t in times])
+        compare_and_append(
+            table,
+            expected_upper=Frontier.at(expected),
+            new_upper=Frontier.at(new),
+            batch_id="bad",
+            changes=[TimedChange(t) for t in times],
+        )
 
 
 def test_closed_collection_refuses_appends(sqlite_catalog_config: CatalogConfig) -> None:
     table = _table(sqlite_catalog_config)
-    assert compare_and_append(table, expected_upper=Frontier.minimum(),
-                              new_upper=Frontier.empty(), batch_id="close").landed
+    assert compare_and_append(
+        table, expected_upper=Frontier.minimum(), new_upper=Frontier.empty(), batch_id="close"
+    ).landed
     assert Timeline.of(table).upper.is_empty
     with pytest.raises(CommitError, match="closed collection"):
-        compare_and_append(table, expected_upper=Frontier.empty(), new_upper=Frontier.empty(),
-                           batch_id="after")
+        compare_and_append(
+            table, expected_upper=Frontier.empty(), new_upper=Frontier.empty(), batch_id="after"
+        )
 
 
 def test_unmanaged_table_with_history_is_refused(sqlite_catalog_config: CatalogConfig) -> None:
@@ -179,19 +215,26 @@ def test_unmanaged_table_with_history_is_refused(sqlite_catalog_config: CatalogC
     table = catalog.create_table("ext.t", schema=SCHEMA)
     table.append(pa.table({"k": [1], "v": ["a"]}, schema=SCHEMA))
     with pytest.raises(CommitError, match="not managed"):
-        compare_and_append(table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(1),
-                           batch_id="b")
+        compare_and_append(
+            table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(1), batch_id="b"
+        )
 
 
 # -- races ---------------------------------------------------------------------
-def _racer(config: CatalogConfig, name: str, expected: int, new: int, barrier: Any,
-           results: Any) -> None:
+def _racer(
+    config: CatalogConfig, name: str, expected: int, new: int, barrier: Any, results: Any
+) -> None:
     catalog = config.load()
     table = catalog.load_table(IDENT)
     files = stage_rows(table, name, [(new, name), (new, name)])
     barrier.wait(timeout=60)
-    result = compare_and_append(table, expected_upper=Frontier.at(expected),
-                                new_upper=Frontier.at(new), batch_id=name, add_files=files)
+    result = compare_and_append(
+        table,
+        expected_upper=Frontier.at(expected),
+        new_upper=Frontier.at(new),
+        batch_id=name,
+        add_files=files,
+    )
     results.put((name, result.landed, result.upper.time))
 
 
@@ -206,8 +249,10 @@ def test_two_writers_same_expected_upper_exactly_one_lands(catalog_config: Catal
         results = ctx.Queue()
         new = expected + 10
         procs = [
-            ctx.Process(target=_racer, args=(catalog_config, f"r{round_no}-{side}", expected,
-                                              new, barrier, results))
+            ctx.Process(
+                target=_racer,
+                args=(catalog_config, f"r{round_no}-{side}", expected, new, barrier, results),
+            )
             for side in ("a", "b")
         ]
         for p in procs:
@@ -251,8 +296,13 @@ def test_external_commit_between_read_and_commit_fails_ours_without_rebase(
 ) -> None:
     catalog = catalog_config.load()
     table = _table(catalog_config)
-    compare_and_append(table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(10),
-                       batch_id="base", add_files=stage_rows(table, "base", [(1, "base")]))
+    compare_and_append(
+        table,
+        expected_upper=Frontier.minimum(),
+        new_upper=Frontier.at(10),
+        batch_id="base",
+        add_files=stage_rows(table, "base", [(1, "base")]),
+    )
 
     def external_commit() -> None:  # e.g. a person's manual DELETE/INSERT through PyIceberg
         other = catalog.load_table(IDENT)
@@ -260,8 +310,13 @@ def test_external_commit_between_read_and_commit_fails_ours_without_rebase(
 
     table.catalog = _InterleavingCatalog(catalog, external_commit)
     ours = stage_rows(table, "ours", [(2, "ours")])
-    result = compare_and_append(table, expected_upper=Frontier.at(10), new_upper=Frontier.at(20),
-                                batch_id="ours", add_files=ours)
+    result = compare_and_append(
+        table,
+        expected_upper=Frontier.at(10),
+        new_upper=Frontier.at(20),
+        batch_id="ours",
+        add_files=ours,
+    )
     assert not result.landed
     assert "rejected" in result.reason
     fresh = catalog.load_table(IDENT)
@@ -276,11 +331,17 @@ def test_stale_expected_head_fails(catalog_config: CatalogConfig) -> None:
     """A batch computed against an older head does not land, even with the right upper."""
     catalog = catalog_config.load()
     table = _table(catalog_config)
-    compare_and_append(table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(10),
-                       batch_id="base")
+    compare_and_append(
+        table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(10), batch_id="base"
+    )
     base_head = table.metadata.current_snapshot().snapshot_id
     catalog.load_table(IDENT).append(pa.table({"k": [5], "v": ["drift"]}, schema=SCHEMA))
-    result = compare_and_append(table, expected_upper=Frontier.at(10), new_upper=Frontier.at(20),
-                                batch_id="stale", expected_head=base_head)
+    result = compare_and_append(
+        table,
+        expected_upper=Frontier.at(10),
+        new_upper=Frontier.at(20),
+        batch_id="stale",
+        expected_head=base_head,
+    )
     assert not result.landed and "head is snapshot" in result.reason
     assert result.upper == Frontier.at(10)

@@ -97,8 +97,7 @@ class CatalogConfig:
         from pyiceberg.catalog import load_catalog
 
         if self.kind == "sql" and self.dialect == "sqlite":
-            db = Path(urlsplit(self.uri).path)
-            db.parent.mkdir(parents=True, exist_ok=True)
+            self.sqlite_path().parent.mkdir(parents=True, exist_ok=True)
         if self.warehouse.startswith("file:"):
             Path(unquote(urlsplit(self.warehouse).path)).mkdir(parents=True, exist_ok=True)
         try:
@@ -113,12 +112,22 @@ class CatalogConfig:
         """The JDBC URL Spark's ``JdbcCatalog`` needs for the same database."""
         parts = urlsplit(self.uri)
         if self.dialect == "sqlite":
-            return f"jdbc:sqlite:{parts.path}"
+            return f"jdbc:sqlite:{self.sqlite_path()}"
         if self.dialect == "postgresql":
             host = parts.hostname or "localhost"
             port = f":{parts.port}" if parts.port else ""
             return f"jdbc:postgresql://{host}{port}{parts.path}"
         raise ConfigurationError("a REST catalog has no JDBC URL")
+
+    def sqlite_path(self) -> Path:
+        """The database file of a SQLite catalog (``sqlite:////abs`` or ``sqlite:///rel``)."""
+        if self.dialect != "sqlite":
+            raise ConfigurationError(f"catalog {self.name!r} is not on SQLite")
+        rest = self.uri.split(":///", 1)[1] if ":///" in self.uri else ""
+        rest = rest.split("?", 1)[0]
+        if not rest:
+            raise ConfigurationError(f"SQLite catalog uri {self.uri!r} names no database file")
+        return Path(unquote(rest)).absolute()
 
     def jdbc_credentials(self) -> tuple[str | None, str | None]:
         parts = urlsplit(self.uri)
