@@ -1,11 +1,33 @@
 """airflow-provider-ct: Materialize-style continual tables on Spark + Apache Iceberg.
 
 The frontier and commit core lives in :mod:`airflow_provider_ct.core` and does
-not import Airflow; Airflow-facing pieces (hooks, operators) live beside it.
+not import Airflow. The Airflow-facing API is re-exported here lazily, so
+importing the package (e.g. in a Spark driver) does not import Airflow.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+_LAZY = {
+    "FrontierSensor": "airflow_provider_ct.sensors.frontier",
+    "FrontierTrigger": "airflow_provider_ct.triggers.frontier",
+    "MintOperator": "airflow_provider_ct.operators.mint",
+    "WriteOperator": "airflow_provider_ct.operators.write",
+    "AppendOperator": "airflow_provider_ct.operators.append",
+    "IcebergCatalogHook": "airflow_provider_ct.hooks.iceberg",
+    "materialized_view": "airflow_provider_ct.views",
+    "view_asset": "airflow_provider_ct.views",
+}
+
+__all__ = ["__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'airflow_provider_ct' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

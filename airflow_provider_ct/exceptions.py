@@ -12,7 +12,10 @@ our refusals apart from bugs in libraries underneath::
     │   └── MalformedSummaryError     a summary value does not parse
     ├── CommitError               a compare-and-append could not be attempted
     │   └── CommitStateUnknownError   the catalog did not say whether it landed
-    └── StagingError              a staged batch is malformed or inconsistent
+    ├── StagingError              a staged batch is malformed or inconsistent
+    ├── DescriptionError          a batch description (XCom) is malformed
+    ├── QueryError                SQL is unusable (syntax, not a SELECT, tables)
+    └── SchemaMismatchError       a query's schema no longer matches its table
 
 An upper mismatch in :func:`~airflow_provider_ct.core.commit.compare_and_append`
 is *not* an exception: losing a race is a normal outcome and is reported in
@@ -68,3 +71,15 @@ class CommitStateUnknownError(CommitError):
 
 class StagingError(CTError):
     """A staged batch (its manifest or files) is malformed or inconsistent."""
+
+
+class DescriptionError(CTError):
+    """A batch description (e.g. from XCom) is malformed."""
+
+
+class QueryError(CTError):
+    """A view's or task's SQL is unusable: bad syntax, not a SELECT, unknown tables."""
+
+
+class SchemaMismatchError(CTError):
+    """A query's result schema no longer matches its target table."""

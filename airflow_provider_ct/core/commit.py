@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_ct.core.deletes import attach_delete_files, position_delete_data_file
 from airflow_provider_ct.core.frontier import Frontier, check_timestamp
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.timeline import Timeline
@@ -50,13 +51,16 @@ class TimedChange:
 
     ``add_files`` are Parquet files (written outside the table, e.g. staged by
     Spark) to register; ``remove_files`` are data files of the table's current
-    snapshot to drop. A change with no files still records ``time``: it states
-    that the contents as of the base snapshot are the contents at ``time``.
+    snapshot to drop; ``delete_files`` are staged position-delete files that
+    retract single rows of existing data files (merge-on-read). A change with
+    no files still records ``time``: it states that the contents as of the
+    base snapshot are the contents at ``time``.
     """
 
     time: int
     add_files: Sequence[str] = ()
     remove_files: Sequence[str] = ()
+    delete_files: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         check_timestamp(self.time, "change time")
@@ -214,6 +218,11 @@ def _stage_snapshots(
             snapshot_producer = update.fast_append()
         for data_file in _staged_data_files(table, change.add_files):
             snapshot_producer.append_data_file(data_file)
+        spec_id = tx.table_metadata.default_spec_id
+        attach_delete_files(
+            snapshot_producer,
+            [position_delete_data_file(table.io, p, spec_id) for p in change.delete_files],
+        )
         snapshot_producer.commit()
         producers.append(snapshot_producer)
         lower = upper

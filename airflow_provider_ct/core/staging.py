@@ -54,7 +54,9 @@ class StagedTime:
     time: int
     add: tuple[StagedFile, ...] = ()
     remove: tuple[str, ...] = ()
-    #: Rows retracted by ``remove`` that are *not* re-added (for reporting).
+    #: Staged position-delete files (merge-on-read retractions).
+    deletes: tuple[StagedFile, ...] = ()
+    #: Rows this change retracts (for reporting).
     removed_record_count: int = 0
 
 
@@ -81,6 +83,15 @@ class StagedBatch:
         return [f.path for t in self.times for f in t.add]
 
     @property
+    def staged_files(self) -> list[str]:
+        """Every file this batch wrote (data and position deletes)."""
+        return [f.path for t in self.times for f in (*t.add, *t.deletes)]
+
+    @property
+    def deleted_record_count(self) -> int:
+        return sum(t.removed_record_count for t in self.times)
+
+    @property
     def added_record_count(self) -> int:
         return sum(f.record_count for t in self.times for f in t.add)
 
@@ -91,7 +102,13 @@ class StagedBatch:
     def changes(self) -> list[TimedChange]:
         """The batch as compare-and-append changes."""
         return [
-            TimedChange(t.time, tuple(f.path for f in t.add), tuple(t.remove)) for t in self.times
+            TimedChange(
+                t.time,
+                tuple(f.path for f in t.add),
+                tuple(t.remove),
+                tuple(f.path for f in t.deletes),
+            )
+            for t in self.times
         ]
 
     # -- JSON -----------------------------------------------------------------
@@ -113,6 +130,7 @@ class StagedBatch:
                     "time": t.time,
                     "add": [asdict(f) for f in t.add],
                     "remove": list(t.remove),
+                    "deletes": [asdict(f) for f in t.deletes],
                     "removed_record_count": t.removed_record_count,
                 }
                 for t in self.times
@@ -140,6 +158,14 @@ class StagedBatch:
                         for f in t["add"]
                     ),
                     remove=tuple(str(p) for p in t["remove"]),
+                    deletes=tuple(
+                        StagedFile(
+                            str(f["path"]),
+                            _int(f["record_count"], "record_count"),
+                            _int(f["size_bytes"], "size_bytes"),
+                        )
+                        for f in t.get("deletes", [])
+                    ),
                     removed_record_count=_int(t.get("removed_record_count", 0), "removed"),
                 )
                 for t in data["times"]

@@ -70,7 +70,7 @@ class IcebergCatalogHook(BaseHook):
         return self._config
 
     def _resolve_config(self) -> CatalogConfig:
-        from airflow.exceptions import AirflowNotFoundException
+        from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
             conn = self.get_connection(self.iceberg_conn_id)

@@ -1,0 +1,189 @@
+"""Position deletes: retract single rows without rewriting their data files.
+
+A correction that retracts 1% of a table's rows spread over every file would
+rewrite every file with copy-on-write. Iceberg's merge-on-read instead
+records ``(file_path, pos)`` pairs in a *position-delete file*; readers skip
+those rows. DESIGN.md measured 0.4 s / 74 KB against 9-12 s / 143 MB.
+
+PyIceberg 0.12 reads position deletes but its snapshot producers only write
+data manifests. This module adds the missing pieces on top of PyIceberg's
+manifest module: writing a spec-conformant delete file (field ids
+2147483546/2147483545, sorted by path then position), describing it as a
+``DataFile`` with ``POSITION_DELETES`` content, and attaching a delete
+manifest to a snapshot producer, with the snapshot summary counting it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_ct.exceptions import CommitError, StagingError
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile, ManifestFile
+
+#: Reserved Iceberg field ids of the position-delete schema.
+FILE_PATH_FIELD_ID = 2147483546
+POS_FIELD_ID = 2147483545
+
+POSITION_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field(
+            "file_path",
+            pa.string(),
+            nullable=False,
+            metadata={b"PARQUET:field_id": str(FILE_PATH_FIELD_ID).encode()},
+        ),
+        pa.field(
+            "pos",
+            pa.int64(),
+            nullable=False,
+            metadata={b"PARQUET:field_id": str(POS_FIELD_ID).encode()},
+        ),
+    ]
+)
+
+
+def write_position_deletes(io: FileIO, path: str, positions: Sequence[tuple[str, int]]) -> int:
+    """Write a position-delete file; returns its size in bytes."""
+    if not positions:
+        raise StagingError("a position-delete file needs at least one position")
+    ordered = sorted(positions)
+    if len(set(ordered)) != len(ordered):
+        raise StagingError("position deletes must not repeat a (file_path, pos) pair")
+    table = pa.table(
+        {"file_path": [p for p, _ in ordered], "pos": [q for _, q in ordered]},
+        schema=POSITION_DELETE_SCHEMA,
+    )
+    with io.new_output(path).create(overwrite=True) as out:
+        pq.write_table(table, out)
+    return len(io.new_input(path))
+
+
+def position_delete_data_file(io: FileIO, path: str, spec_id: int) -> DataFile:
+    """Describe a staged position-delete file for a manifest."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    input_file = io.new_input(path)
+    try:
+        with input_file.open() as stream:
+            meta = pq.read_metadata(stream)
+            stream.seek(0)
+            paths = pq.read_table(stream, columns=["file_path"]).column("file_path")
+    except FileNotFoundError:
+        raise CommitError(f"a staged position-delete file is missing: {path}") from None
+    names = meta.schema.to_arrow_schema().names
+    if names != ["file_path", "pos"]:
+        raise CommitError(f"{path} is not a position-delete file (columns {names})")
+    import pyarrow.compute as pc
+
+    low, high = pc.min(paths).as_py(), pc.max(paths).as_py()
+    return DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=meta.num_rows,
+        file_size_in_bytes=len(input_file),
+        spec_id=spec_id,
+        lower_bounds={FILE_PATH_FIELD_ID: low.encode()},
+        upper_bounds={FILE_PATH_FIELD_ID: high.encode()},
+        sort_order_id=None,
+        equality_ids=None,
+        key_metadata=None,
+    )
+
+
+def attach_delete_files(producer: Any, delete_files: Sequence[DataFile]) -> None:
+    """Make a PyIceberg snapshot producer also commit ``delete_files``.
+
+    Wraps the producer's manifest list (adding one delete manifest) and its
+    summary (counting the delete files), so the snapshot's ``total-*``
+    statistics stay right for every engine.
+    """
+    if not delete_files:
+        return
+    from pyiceberg.manifest import (
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestWriterV2,
+    )
+    from pyiceberg.table.snapshots import (
+        Operation,
+        SnapshotSummaryCollector,
+        Summary,
+        update_snapshot_summaries,
+    )
+
+    class _DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    metadata = producer._transaction.table_metadata
+    if metadata.format_version < 2:
+        raise CommitError("position deletes need an Iceberg format-version 2 table")
+    original_manifests = producer._manifests
+    original_summary = producer._summary
+
+    def manifests() -> list[ManifestFile]:
+        existing = original_manifests()
+        writer = _DeleteManifestWriter(
+            spec=metadata.spec(),
+            schema=metadata.schema(),
+            output_file=producer.new_manifest_output(),
+            snapshot_id=producer._snapshot_id,
+            avro_compression=producer._compression,
+        )
+        with writer:
+            for delete_file in delete_files:
+                writer.add(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=producer._snapshot_id,
+                        sequence_number=None,
+                        file_sequence_number=None,
+                        data_file=delete_file,
+                    )
+                )
+        return [*existing, writer.to_manifest_file()]
+
+    def summary(snapshot_properties: Any = None) -> Summary:
+        base = original_summary(snapshot_properties or {})
+        collector = SnapshotSummaryCollector()
+        for delete_file in delete_files:
+            collector.add_file(delete_file, schema=metadata.schema())
+        extra = collector.build()
+        merged = dict(base.additional_properties)
+        # Fold the delete-file counts into the "added" counters, then let
+        # PyIceberg recompute the totals from the previous snapshot.
+        for key, value in extra.items():
+            if key.startswith("added-") or key.startswith("changed-"):
+                previous = int(merged.get(key, "0"))
+                merged[key] = str(previous + int(value))
+        for key in [k for k in merged if k.startswith("total-")]:
+            del merged[key]
+        parent = (
+            metadata.snapshot_by_id(producer._parent_snapshot_id)
+            if producer._parent_snapshot_id is not None
+            else None
+        )
+        return update_snapshot_summaries(
+            # Rows were retracted: never an "append" (incremental readers
+            # that only follow appends would miss the retractions).
+            summary=Summary(operation=Operation.OVERWRITE, **merged),
+            previous_summary=parent.summary if parent is not None else None,
+        )
+
+    producer._manifests = manifests
+    producer._summary = summary

@@ -1,0 +1,122 @@
+"""Batch descriptions: what one tick is allowed to write.
+
+A description is minted from the target's upper before any work happens and
+travels as plain JSON (Airflow XCom) to the write job and the append:
+
+``{id, target, lower, upper, time, base_snapshot_id, inputs}``
+
+* ``lower``: the target's upper when minted; the batch lands only there;
+* ``upper``: the upper after the batch (``time + 1`` for a view tick);
+* ``time``: the data time written (a view tick's ``T``);
+* ``base_snapshot_id``: the target's head when minted (``None``: empty);
+* ``inputs``: each input table pinned to the snapshot holding it at ``time``.
+
+The id is derived from the content, so minting the same tick twice (a
+retried task, a second deployment) yields the same description, never a
+second valid one for the same lower.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_ct.core.frontier import Frontier, check_timestamp
+from airflow_provider_ct.exceptions import DescriptionError, FrontierError
+
+FIELDS = ("id", "target", "lower", "upper", "time", "base_snapshot_id", "inputs")
+
+
+@dataclass(frozen=True)
+class BatchDescription:
+    target: str
+    lower: Frontier
+    upper: Frontier
+    time: int
+    base_snapshot_id: int | None
+    inputs: Mapping[str, int | None] = field(default_factory=dict)
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.lower < self.upper:
+            raise DescriptionError(
+                f"description for {self.target}: lower {self.lower} must be below upper "
+                f"{self.upper}"
+            )
+        if self.lower.seals(self.time) or not self.upper.seals(self.time):
+            raise DescriptionError(
+                f"description for {self.target}: time {self.time} is outside "
+                f"[{self.lower.to_summary()}, {self.upper.to_summary()})"
+            )
+        if not self.id:
+            object.__setattr__(self, "id", self.derive_id())
+
+    def derive_id(self) -> str:
+        """A stable id from the description's content."""
+        payload = json.dumps(
+            [
+                self.target,
+                self.lower.to_json(),
+                self.upper.to_json(),
+                self.time,
+                self.base_snapshot_id,
+                sorted(self.inputs.items()),
+            ],
+            separators=(",", ":"),
+        )
+        digest = hashlib.sha256(payload.encode()).hexdigest()[:20]
+        return f"{self.target.replace('.', '-')}-{self.lower.to_summary()}-{digest}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "target": self.target,
+            "lower": self.lower.to_json(),
+            "upper": self.upper.to_json(),
+            "time": self.time,
+            "base_snapshot_id": self.base_snapshot_id,
+            "inputs": dict(self.inputs),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> BatchDescription:
+        """Parse a description, naming what is wrong with a malformed one."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise DescriptionError(f"batch description is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise DescriptionError(
+                f"batch description must be a JSON object, got {type(data).__name__}: {data!r:.200}"
+            )
+        missing = [k for k in FIELDS if k not in data]
+        if missing:
+            raise DescriptionError(f"batch description lacks {missing}: {data!r:.200}")
+        try:
+            inputs = data["inputs"]
+            if not isinstance(inputs, dict) or not all(
+                isinstance(k, str)
+                and (v is None or (isinstance(v, int) and not isinstance(v, bool)))
+                for k, v in inputs.items()
+            ):
+                raise DescriptionError(f"'inputs' must map table names to snapshot ids: {inputs!r}")
+            base = data["base_snapshot_id"]
+            if base is not None and (isinstance(base, bool) or not isinstance(base, int)):
+                raise DescriptionError(f"'base_snapshot_id' must be an integer or null: {base!r}")
+            if not isinstance(data["target"], str) or not isinstance(data["id"], str):
+                raise DescriptionError("'target' and 'id' must be strings")
+            return cls(
+                target=data["target"],
+                lower=Frontier.from_json(data["lower"]),
+                upper=Frontier.from_json(data["upper"]),
+                time=check_timestamp(data["time"], "description time"),
+                base_snapshot_id=base,
+                inputs=dict(inputs),
+                id=data["id"],
+            )
+        except FrontierError as exc:
+            raise DescriptionError(f"batch description has a bad time or frontier: {exc}") from None

@@ -1,0 +1,103 @@
+"""Minting batch descriptions: when may a tick write, and what exactly.
+
+The rules (after the persist sink's ``mint`` operator, seed ``001``):
+
+* mint only when the desired frontier (``T + 1``) is ahead of the target's
+  upper ``U``; a tick whose ``T`` is below ``U`` is already sealed;
+* the description's lower is ``U`` and its upper is ``T + 1``, so lowers of
+  successive descriptions strictly increase as the upper advances;
+* at most one valid description per lower: the id is derived from the
+  content, so minting the same tick again yields the same description, and a
+  different tick at the same lower supersedes the old one only when the
+  caller says the old one is finished (Airflow runs one tick at a time per
+  target with ``max_active_runs=1``);
+* an upper below a previous description's lower means the table's frontier
+  went backwards: refuse;
+* in read-only mode nothing is minted.
+
+Inputs are pinned as of ``T``: each input must have sealed ``T`` (the sensor
+waits for that), and the pinned snapshot is the one holding the input's
+contents at ``T``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.frontier import Frontier, check_timestamp
+from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.exceptions import FrontierRegressionError, TimeNotSealedError
+
+
+@dataclass(frozen=True)
+class MintDecision:
+    """A description to write, or the reason there is none."""
+
+    description: BatchDescription | None
+    reason: str
+
+    @property
+    def minted(self) -> bool:
+        return self.description is not None
+
+
+def pin_inputs(inputs: Mapping[str, Timeline], time: int) -> dict[str, int | None]:
+    """Each input's snapshot as of ``time``; every input must have sealed it."""
+    pinned: dict[str, int | None] = {}
+    for name, timeline in sorted(inputs.items()):
+        if not timeline.upper.seals(time):
+            raise TimeNotSealedError(
+                f"input {name} is not complete through {time}: its upper is "
+                f"{timeline.upper.to_summary()} (wait with FrontierSensor first)"
+            )
+        pinned[name] = timeline.snapshot_at(time)
+    return pinned
+
+
+def mint(
+    *,
+    target: str,
+    target_timeline: Timeline | None,
+    time: int,
+    inputs: Mapping[str, Timeline],
+    read_only: bool = False,
+    previous: BatchDescription | None = None,
+) -> MintDecision:
+    """Decide what tick ``time`` of ``target`` may write.
+
+    :param target_timeline: ``None`` when the target table does not exist yet.
+    :param previous: the last description minted for this target, if known.
+    """
+    check_timestamp(time, "tick time")
+    if read_only:
+        return MintDecision(None, "read-only mode: minting nothing")
+    upper = target_timeline.upper if target_timeline is not None else Frontier.minimum()
+    if upper.is_empty:
+        return MintDecision(None, f"target {target} is closed (its upper is empty)")
+    if upper.seals(time):
+        return MintDecision(
+            None,
+            f"T={time} is below the upper {upper.to_summary()} of {target}: already sealed; "
+            "times below the upper are immutable",
+        )
+    if previous is not None and previous.target == target and upper < previous.lower:
+        raise FrontierRegressionError(
+            f"target {target}: upper {upper.to_summary()} is behind the lower "
+            f"{previous.lower.to_summary()} of description {previous.id}; the frontier went "
+            "backwards"
+        )
+    pinned = pin_inputs(inputs, time)
+    base = target_timeline.head_snapshot_id if target_timeline is not None else None
+    description = BatchDescription(
+        target=target,
+        lower=upper,
+        upper=Frontier.sealing(time),
+        time=time,
+        base_snapshot_id=base,
+        inputs=pinned,
+    )
+    if previous is not None and previous.id == description.id:
+        return MintDecision(previous, "re-minted the same description (idempotent)")
+    return MintDecision(description, f"minted [{upper.to_summary()}, {time + 1}) for T={time}")

@@ -1,0 +1,102 @@
+"""Parsing a view's SQL: which tables it reads, and pinning them to snapshots.
+
+We parse with a real SQL parser (sqlglot, Spark dialect) so bad SQL, a
+statement that is not a query, or a query that reads its own target fails in
+milliseconds, before a JVM starts, with a message naming the problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from airflow_provider_ct.exceptions import QueryError
+
+#: Temp-view names the write job registers for pinned inputs.
+INPUT_VIEW_PREFIX = "__ct_input_"
+
+
+def normalize_table_name(name: str, catalog_name: str) -> str:
+    """``catalog.ns.t`` / ``ns.t`` -> ``ns.t`` (lower-cased, as Iceberg catalogs store it)."""
+    parts = [p.strip("`").lower() for p in name.split(".")]
+    if len(parts) == 3 and parts[0] == catalog_name.lower():
+        parts = parts[1:]
+    if len(parts) != 2 or not all(parts):
+        raise QueryError(
+            f"table {name!r} must be written as namespace.table or {catalog_name}.namespace.table"
+        )
+    return ".".join(parts)
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    sql: str
+    expression: Any
+    #: Input tables, normalized to ``namespace.table``, in order of appearance.
+    inputs: tuple[str, ...]
+    catalog_name: str
+
+    def pinned_sql(self, views: Mapping[str, str]) -> str:
+        """The query with every input replaced by its temp view (keeping aliases)."""
+        tree = self.expression.copy()
+        for table in list(_base_tables(tree)):
+            name = normalize_table_name(_qualified(table), self.catalog_name)
+            view = views[name]
+            alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+            table.replace(exp.Table(this=exp.to_identifier(view), alias=alias))
+        return tree.sql(dialect="spark")
+
+
+def _qualified(table: exp.Table) -> str:
+    return ".".join(p for p in (table.catalog, table.db, table.name) if p)
+
+
+def _base_tables(tree: Any) -> list[exp.Table]:
+    """Tables read from the catalog (not CTE references, not table functions)."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    tables = []
+    for table in tree.find_all(exp.Table):
+        if not table.name:
+            continue
+        if not table.db and table.name.lower() in ctes:
+            continue
+        tables.append(table)
+    return tables
+
+
+def parse_query(sql: str, *, target: str | None = None, catalog_name: str = "ct") -> ParsedQuery:
+    """Parse one Spark SQL query, refusing anything a view cannot be.
+
+    :param target: the view's own table; a query that reads it is refused.
+    """
+    if not sql or not sql.strip():
+        raise QueryError("the query is empty")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="spark") if s is not None]
+    except ParseError as exc:
+        raise QueryError(f"the query does not parse as Spark SQL: {exc}") from None
+    if len(statements) != 1:
+        raise QueryError(f"expected exactly one SELECT statement, got {len(statements)}")
+    tree: Any = statements[0]
+    if not isinstance(tree, exp.Query):
+        text = tree.sql(dialect="spark")[:120]
+        raise QueryError(f"a view's query must be a SELECT, got {tree.key.upper()}: {text}")
+    inputs: list[str] = []
+    for table in _base_tables(tree):
+        name = normalize_table_name(_qualified(table), catalog_name)
+        if name not in inputs:
+            inputs.append(name)
+    if not inputs:
+        raise QueryError("the query reads no table; a view needs at least one input")
+    if target is not None:
+        own = normalize_table_name(target, catalog_name)
+        if own in inputs:
+            raise QueryError(f"the query reads its own target {own}; a view cannot read itself")
+    return ParsedQuery(
+        sql=sql, expression=tree, inputs=tuple(sorted(inputs)), catalog_name=catalog_name
+    )

@@ -1,0 +1,104 @@
+"""MintOperator: decide what this tick may write, as a batch description in XCom."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.mint import mint
+from airflow_provider_ct.core.query import normalize_table_name, parse_query
+from airflow_provider_ct.exceptions import DescriptionError
+from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.operators._common import (
+    read_only_default,
+    target_timeline,
+    tick_time,
+    timelines,
+)
+
+log = logging.getLogger(__name__)
+
+
+class MintOperator(BaseOperator):
+    """Mint the batch description ``{id, target, lower, upper, time, base_snapshot_id, inputs}``.
+
+    Skips (with the reason in the log) when T is already sealed, the target
+    is closed, or read-only mode is on; downstream write and append skip too.
+    The query is parsed here, so bad SQL, a missing input or a target that
+    reads itself fail before any Spark job starts.
+
+    :param target: the view's table, ``namespace.table``.
+    :param sql: the view's Spark SQL SELECT.
+    :param time: tick time override (epoch ms, templated); default: the run's
+        ``data_interval_end``.
+    :param read_only: mint nothing; default from the ``CT_READ_ONLY`` environment variable.
+    :param input_upper_policies: per external input, ``wallclock[:<ms>]`` or ``summary:<key>``.
+    :param iceberg_conn_id: catalog connection (default: embedded catalog).
+    """
+
+    template_fields: Sequence[str] = ("target", "sql", "time")
+    template_ext: Sequence[str] = (".sql",)
+    ui_color = "#d7ecf7"
+
+    def __init__(
+        self,
+        *,
+        target: str,
+        sql: str,
+        time: int | str | None = None,
+        read_only: bool | None = None,
+        input_upper_policies: Mapping[str, str] | None = None,
+        iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.sql = sql
+        self.time = time
+        self.read_only = read_only
+        self.input_upper_policies = dict(input_upper_policies or {})
+        self.iceberg_conn_id = iceberg_conn_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
+        catalog_name = hook.get_config().name
+        target = normalize_table_name(self.target, catalog_name)
+        parsed = parse_query(self.sql, target=target, catalog_name=catalog_name)
+        inputs = timelines(hook, parsed.inputs, self.input_upper_policies)
+        time = tick_time(context, self.time)
+        decision = mint(
+            target=target,
+            target_timeline=target_timeline(hook, target),
+            time=time,
+            inputs=inputs,
+            read_only=read_only_default(self.read_only),
+            previous=self._previous(context),
+        )
+        if decision.description is None:
+            log.info("not minting for %s at T=%s: %s", target, time, decision.reason)
+            raise AirflowSkipException(decision.reason)
+        log.info("%s: %s", target, decision.reason)
+        return decision.description.to_json()
+
+    def _previous(self, context: Any) -> BatchDescription | None:
+        """The description this task minted last (prior runs), to check lowers only rise."""
+        ti = context.get("ti")
+        if ti is None:
+            return None
+        try:
+            value = ti.xcom_pull(task_ids=self.task_id, include_prior_dates=True)
+        except Exception:  # XCom backends differ; the check is a safety net only
+            log.debug("no previous description available", exc_info=True)
+            return None
+        if not value:
+            return None
+        try:
+            return BatchDescription.from_json(value)
+        except DescriptionError:
+            log.warning("ignoring a malformed previous description: %r", value)
+            return None

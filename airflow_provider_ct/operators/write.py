@@ -1,0 +1,166 @@
+"""WriteOperator: run the write job (a Spark application) for one description."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.query import normalize_table_name, parse_query
+from airflow_provider_ct.exceptions import CTError, DescriptionError
+from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.operators._common import load_json_object, timelines
+from airflow_provider_ct.spark import write_job
+from airflow_provider_ct.spark.conf import spark_jars
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOCAL_MASTER = "local[2]"
+
+
+def _spark_submit_hook(spark_conn_id: str | None, master: str, **kwargs: Any) -> Any:
+    """SparkSubmitHook that never falls back to YARN: no connection means ``master``."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    class _Hook(SparkSubmitHook):
+        def _resolve_connection(self) -> dict[str, Any]:
+            data: dict[str, Any] = super()._resolve_connection()
+            if spark_conn_id is None:
+                data["master"] = master
+                data["deploy_mode"] = None
+            return data
+
+    return _Hook(conn_id=spark_conn_id or "spark_default", **kwargs)
+
+
+class WriteOperator(BaseOperator):
+    """Compute the correction for a description and stage it (nothing visible yet).
+
+    :param target: the view's table.
+    :param sql: the view's query.
+    :param description: the batch description (dict or JSON); default: the
+        XCom of ``description_task_id``.
+    :param description_task_id: task whose return value is the description.
+    :param spark_conn_id: Spark connection (standalone, YARN, k8s); ``None``
+        runs ``spark-submit`` in local mode with ``spark_master``.
+    :param spark_master: master used when there is no Spark connection.
+    :param report_only: a dry run: report the rows to insert and to delete (how
+        far the table is from its definition) without staging anything.
+    :param spark_conf: extra Spark properties.
+    """
+
+    template_fields: Sequence[str] = ("target", "sql", "description")
+    template_ext: Sequence[str] = (".sql",)
+    ui_color = "#f7e6c4"
+
+    def __init__(
+        self,
+        *,
+        target: str,
+        sql: str,
+        description: dict[str, Any] | str | None = None,
+        description_task_id: str | None = None,
+        spark_conn_id: str | None = None,
+        spark_master: str = DEFAULT_LOCAL_MASTER,
+        report_only: bool = False,
+        spark_conf: dict[str, str] | None = None,
+        driver_memory: str = "2g",
+        iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if description is None and description_task_id is None:
+            raise ValueError("pass description= or description_task_id=")
+        self.target = target
+        self.sql = sql
+        self.description = description
+        self.description_task_id = description_task_id
+        self.spark_conn_id = spark_conn_id
+        self.spark_master = spark_master
+        self.report_only = report_only
+        self.spark_conf = dict(spark_conf or {})
+        self.driver_memory = driver_memory
+        self.iceberg_conn_id = iceberg_conn_id
+
+    def _description(self, context: Any) -> BatchDescription:
+        value = self.description
+        if value is None:
+            value = context["ti"].xcom_pull(task_ids=self.description_task_id)
+            if value is None:
+                raise DescriptionError(f"task {self.description_task_id} returned no description")
+        return BatchDescription.from_json(load_json_object(value, "batch description"))
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
+        config = hook.get_config()
+        desc = self._description(context)
+        target = normalize_table_name(self.target, config.name)
+        if desc.target != target:
+            raise DescriptionError(
+                f"description {desc.id} is for {desc.target}, not for this task's target {target}"
+            )
+        # Everything checkable without a JVM is checked before Spark starts.
+        parsed = parse_query(self.sql, target=target, catalog_name=config.name)
+        timelines(hook, parsed.inputs)  # inputs exist
+        missing = [t for t in parsed.inputs if t not in desc.inputs]
+        if missing:
+            raise DescriptionError(f"description {desc.id} does not pin inputs {missing}")
+        with tempfile.TemporaryDirectory(prefix="ct-write-") as tmp:
+            folder = Path(tmp)
+            (folder / "query.sql").write_text(self.sql)
+            (folder / "description.json").write_text(json.dumps(desc.to_json()))
+            (folder / "catalog.json").write_text(json.dumps(asdict(config)))
+            report_path = folder / "report.json"
+            args = [
+                "--catalog",
+                f"@{folder / 'catalog.json'}",
+                "--description",
+                f"@{folder / 'description.json'}",
+                "--sql",
+                f"@{folder / 'query.sql'}",
+                "--report",
+                str(report_path),
+            ]
+            if self.report_only:
+                args.append("--dry-run")
+            conf = hook.get_spark_conf(include_jars=False)
+            conf.update({"spark.sql.shuffle.partitions": "8", **self.spark_conf})
+            bin_dir = os.path.dirname(sys.executable)
+            submit = _spark_submit_hook(
+                self.spark_conn_id,
+                self.spark_master,
+                conf=conf,
+                jars=",".join(spark_jars(config)),
+                name=f"ct-write-{target}",
+                application_args=args,
+                driver_memory=self.driver_memory,
+                env_vars={
+                    "PYSPARK_PYTHON": sys.executable,
+                    "PYSPARK_DRIVER_PYTHON": sys.executable,
+                    "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                },
+                verbose=False,
+            )
+            log.info("submitting the write job for %s (description %s)", target, desc.id)
+            submit.submit(application=write_job.__file__)
+            if not report_path.exists():
+                raise CTError(f"the write job for {target} finished without a report")
+            report: dict[str, Any] = json.loads(report_path.read_text())
+        log.info(
+            "write job for %s: %s, +%s -%s rows%s",
+            target,
+            report["status"],
+            report["rows_to_insert"],
+            report["rows_to_delete"],
+            f" ({report['reason']})" if report.get("reason") else "",
+        )
+        return report

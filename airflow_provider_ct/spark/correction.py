@@ -1,0 +1,136 @@
+"""The correction: ``desired - persisted`` as a multiset, computed in Spark.
+
+Rows are compared by a 128-bit fingerprint (two differently seeded
+``xxhash64`` over every column plus a null mask, because Spark's hash skips
+NULLs: without the mask ``(1, NULL)`` and ``(NULL, 1)`` would collide).
+
+One signed aggregation over the union of fingerprints (desired +1,
+persisted -1, grouped by fingerprint, sums != 0) finds every difference with
+a single shuffle of 16-byte keys; full rows are pulled only for differing
+fingerprints afterwards. Carrying rows or ``_file`` strings through the
+aggregation would multiply the shuffle (DESIGN.md section 3).
+
+* ``m > 0``: insert ``m`` copies of that row (taken from the desired side);
+* ``m < 0``: retract ``|m|`` copies, chosen deterministically (lowest
+  ``(_file, _pos)``) from the persisted side, as position deletes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_provider_ct.exceptions import SchemaMismatchError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+H1, H2, MULT = "__ct_h1", "__ct_h2", "__ct_m"
+#: Salt that makes the second hash independent of the first (Spark's seed is fixed at 42).
+SECOND_HASH_SALT = 0x5BD1E9955BD1E995 & 0x7FFFFFFFFFFFFFFF
+
+
+@dataclass
+class Correction:
+    """What must change: rows to insert and (file, position) pairs to retract."""
+
+    inserts: DataFrame
+    retractions: list[tuple[str, int]]
+    insert_count: int
+    retract_count: int
+
+
+def check_schema(desired: DataFrame, target: DataFrame, target_name: str) -> None:
+    """Refuse a query whose columns no longer match the target's (nullability aside)."""
+    want = [(f.name.lower(), f.dataType.simpleString()) for f in target.schema.fields]
+    got = [(f.name.lower(), f.dataType.simpleString()) for f in desired.schema.fields]
+    if want == got:
+        return
+    problems = []
+    want_d, got_d = dict(want), dict(got)
+    for name in got_d.keys() - want_d.keys():
+        problems.append(f"query has new column {name} ({got_d[name]})")
+    for name in want_d.keys() - got_d.keys():
+        problems.append(f"query lacks column {name} ({want_d[name]})")
+    for name in want_d.keys() & got_d.keys():
+        if want_d[name] != got_d[name]:
+            problems.append(
+                f"column {name} is {got_d[name]} in the query, {want_d[name]} in the table"
+            )
+    if not problems:
+        problems.append(
+            f"column order differs: query {[n for n, _ in got]}, table {[n for n, _ in want]}"
+        )
+    raise SchemaMismatchError(
+        f"the query's schema no longer matches table {target_name}: "
+        + "; ".join(sorted(problems))
+        + ". The table was left untouched; migrate it explicitly."
+    )
+
+
+def with_fingerprint(df: DataFrame, columns: list[str]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    cols = [F.col(f"`{c}`") for c in columns]
+    masks = []
+    for start in range(0, len(columns), 62):
+        chunk = columns[start : start + 62]
+        mask = F.lit(0).cast("long")
+        for bit, name in enumerate(chunk):
+            mask = mask + F.when(F.col(f"`{name}`").isNull(), F.lit(1 << bit)).otherwise(F.lit(0))
+        masks.append(mask)
+    return df.withColumn(H1, F.xxhash64(*cols, *masks)).withColumn(
+        H2, F.xxhash64(F.lit(SECOND_HASH_SALT), *cols, *masks)
+    )
+
+
+def compute_correction(
+    desired: DataFrame, persisted: DataFrame | None, columns: list[str]
+) -> Correction:
+    """Compare ``desired`` with ``persisted`` (read with ``_file`` and ``_pos``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    desired_fp = with_fingerprint(desired.select(*[F.col(f"`{c}`") for c in columns]), columns)
+    signed = desired_fp.select(H1, H2, F.lit(1).alias(MULT))
+    persisted_fp = None
+    if persisted is not None:
+        persisted_fp = with_fingerprint(persisted, columns)
+        signed = signed.unionByName(persisted_fp.select(H1, H2, F.lit(-1).alias(MULT)))
+    diff_rows = (
+        signed.groupBy(H1, H2).agg(F.sum(MULT).alias(MULT)).where(F.col(MULT) != 0).collect()
+    )
+    positive = [(r[H1], r[H2], int(r[MULT])) for r in diff_rows if r[MULT] > 0]
+    negative = [(r[H1], r[H2], -int(r[MULT])) for r in diff_rows if r[MULT] < 0]
+    spark = desired.sparkSession
+    diff_schema = f"{H1} long, {H2} long, {MULT} long"
+
+    if positive:
+        wanted = F.broadcast(spark.createDataFrame(positive, diff_schema))
+        inserts = (
+            desired_fp.join(wanted, [H1, H2])
+            .dropDuplicates([H1, H2])
+            .withColumn("__ct_copy", F.explode(F.sequence(F.lit(1), F.col(MULT))))
+            .select(*[F.col(f"`{c}`") for c in columns])
+        )
+    else:
+        inserts = desired.select(*[F.col(f"`{c}`") for c in columns]).limit(0)
+
+    retractions: list[tuple[str, int]] = []
+    if negative and persisted_fp is not None:
+        unwanted = F.broadcast(spark.createDataFrame(negative, diff_schema))
+        order = Window.partitionBy(H1, H2).orderBy("_file", "_pos")
+        picked = (
+            persisted_fp.join(unwanted, [H1, H2])
+            .withColumn("__ct_rank", F.row_number().over(order))
+            .where(F.col("__ct_rank") <= F.col(MULT))
+            .select("_file", "_pos")
+            .collect()
+        )
+        retractions = [(str(r["_file"]), int(r["_pos"])) for r in picked]
+    return Correction(
+        inserts=inserts,
+        retractions=retractions,
+        insert_count=sum(m for _, _, m in positive),
+        retract_count=sum(m for _, _, m in negative),
+    )

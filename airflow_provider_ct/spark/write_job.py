@@ -1,0 +1,304 @@
+"""The write job: stage the correction that makes a view's table equal its query.
+
+A plain PySpark program with a CLI, submitted by ``WriteOperator`` through
+``spark-submit`` (local mode by default, any cluster through a Spark
+connection), and callable in-process with :func:`run_write` (tests, notebooks).
+
+Given a batch description it
+
+1. refuses to work if the target's head is no longer the description's base
+   (another writer got there first: report ``outdated``, stage nothing);
+2. registers every input pinned to its snapshot from the description;
+3. runs the query, creating the target from the query's schema on first use
+   and refusing a query whose schema no longer matches;
+4. computes ``desired - persisted`` (see :mod:`.correction`);
+5. stages inserts as Parquet and retractions as a position-delete file under
+   the table location, and writes the staged-batch manifest.
+
+Nothing becomes visible until ``AppendOperator`` compare-and-appends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import posixpath
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.deletes import write_position_deletes
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.frontier import now_ms
+from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query
+from airflow_provider_ct.core.staging import (
+    STATE_STAGED,
+    STATE_WRITING,
+    StagedBatch,
+    StagedFile,
+    StagedTime,
+    batch_data_dir,
+    manifest_path,
+    write_manifest,
+)
+from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.exceptions import ConfigurationError, CTError
+from airflow_provider_ct.spark.correction import check_schema, compute_correction
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("airflow_provider_ct.write_job")
+
+STATUS_STAGED = "staged"
+STATUS_OUTDATED = "outdated"
+STATUS_DRY_RUN = "dry_run"
+#: Rows per staged Parquet file (roughly; Spark splits by partition).
+ROWS_PER_FILE = 2_000_000
+
+
+@dataclass
+class WriteReport:
+    """What the job did; returned to Airflow as XCom."""
+
+    status: str
+    description_id: str
+    target: str
+    rows_to_insert: int = 0
+    rows_to_delete: int = 0
+    manifest: str | None = None
+    staged_bytes: int = 0
+    reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "description_id": self.description_id,
+            "target": self.target,
+            "rows_to_insert": self.rows_to_insert,
+            "rows_to_delete": self.rows_to_delete,
+            "manifest": self.manifest,
+            "staged_bytes": self.staged_bytes,
+            "reason": self.reason,
+            **self.extra,
+        }
+
+
+def _qualified(config: CatalogConfig, name: str) -> str:
+    return f"{config.name}.{name}"
+
+
+def _register_inputs(
+    spark: SparkSession, config: CatalogConfig, desc: BatchDescription, inputs: tuple[str, ...]
+) -> dict[str, str]:
+    views: dict[str, str] = {}
+    for index, name in enumerate(inputs):
+        if name not in desc.inputs:
+            raise CTError(f"description {desc.id} does not pin input {name}")
+        snapshot = desc.inputs[name]
+        reader = spark.read
+        if snapshot is None:
+            df = spark.table(_qualified(config, name)).limit(0)  # empty at the tick's time
+        else:
+            df = reader.option("snapshot-id", str(snapshot)).table(_qualified(config, name))
+        view = f"{INPUT_VIEW_PREFIX}{index}"
+        df.createOrReplaceTempView(view)
+        views[name] = view
+    return views
+
+
+def _list_parquet(uri: str) -> list[str]:
+    fs, local = pafs.FileSystem.from_uri(uri)
+    prefix = uri[: len(uri) - len(local)] if uri.endswith(local) else ""
+    infos = fs.get_file_info(pafs.FileSelector(local, allow_not_found=True, recursive=True))
+    return sorted(
+        prefix + i.path
+        for i in infos
+        if i.type == pafs.FileType.File
+        and posixpath.basename(i.path).startswith("part-")
+        and i.path.endswith(".parquet")
+    )
+
+
+def _staged_file(table: Any, path: str) -> StagedFile:
+    input_file = table.io.new_input(path)
+    with input_file.open() as stream:
+        rows = pq.read_metadata(stream).num_rows
+    return StagedFile(path=path, record_count=rows, size_bytes=len(input_file))
+
+
+def run_write(
+    spark: SparkSession,
+    config: CatalogConfig,
+    sql: str,
+    description: BatchDescription,
+    *,
+    dry_run: bool = False,
+) -> WriteReport:
+    """Compute and stage one batch. See the module docstring."""
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    desc = description
+    parsed = parse_query(sql, target=desc.target, catalog_name=config.name)
+    catalog = config.load()
+    try:
+        table = catalog.load_table(desc.target)
+    except NoSuchTableError:
+        table = None
+    head = None if table is None else table.metadata.current_snapshot()
+    head_id = None if head is None else head.snapshot_id
+    if head_id != desc.base_snapshot_id:
+        reason = (
+            f"target {desc.target} moved on: head is {head_id}, the description was minted "
+            f"against {desc.base_snapshot_id}; staging nothing"
+        )
+        log.info("%s", reason)
+        return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
+
+    views = _register_inputs(spark, config, desc, parsed.inputs)
+    desired: DataFrame = spark.sql(parsed.pinned_sql(views))
+    columns = [f.name for f in desired.schema.fields]
+    if len({c.lower() for c in columns}) != len(columns):
+        raise CTError(f"the query for {desc.target} has duplicate column names: {columns}")
+
+    persisted: DataFrame | None = None
+    if table is None:
+        if dry_run:
+            count = desired.count()
+            return WriteReport(
+                STATUS_DRY_RUN,
+                desc.id,
+                desc.target,
+                rows_to_insert=count,
+                reason="target does not exist yet",
+            )
+        table = create_managed_table(catalog, desc.target, to_arrow_schema(desired.schema))
+        if table.metadata.current_snapshot() is not None:
+            return WriteReport(
+                STATUS_OUTDATED,
+                desc.id,
+                desc.target,
+                reason="target was created and written concurrently",
+            )
+    current = spark.table(_qualified(config, desc.target))
+    check_schema(desired, current, desc.target)
+    if desc.base_snapshot_id is not None:
+        persisted = (
+            spark.read.option("snapshot-id", str(desc.base_snapshot_id))
+            .table(_qualified(config, desc.target))
+            .select(*[f"`{c.name}`" for c in current.schema.fields], "_file", "_pos")
+        )
+    correction = compute_correction(desired, persisted, [f.name for f in current.schema.fields])
+    log.info(
+        "correction for %s at %s: +%d -%d rows",
+        desc.target,
+        desc.time,
+        correction.insert_count,
+        correction.retract_count,
+    )
+    if dry_run:
+        return WriteReport(
+            STATUS_DRY_RUN,
+            desc.id,
+            desc.target,
+            rows_to_insert=correction.insert_count,
+            rows_to_delete=correction.retract_count,
+        )
+
+    data_dir = batch_data_dir(table.location(), desc.id)
+    manifest = manifest_path(table.location(), desc.id, table.metadata.properties)
+    batch = StagedBatch(
+        batch_id=desc.id,
+        target=desc.target,
+        lower=desc.lower,
+        upper=desc.upper,
+        base_snapshot_id=desc.base_snapshot_id,
+        data_dir=data_dir,
+        description=desc.to_json(),
+        inputs=dict(desc.inputs),
+        state=STATE_WRITING,
+        created_at_ms=now_ms(),
+    )
+    write_manifest(batch, manifest)  # write-ahead: a crash leaves a findable folder
+    added: list[StagedFile] = []
+    if correction.insert_count:
+        files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
+        correction.inserts.repartition(files).write.mode("overwrite").parquet(
+            posixpath.join(data_dir, "inserts")
+        )
+        added = [_staged_file(table, p) for p in _list_parquet(data_dir)]
+    deletes: list[StagedFile] = []
+    if correction.retractions:
+        path = posixpath.join(data_dir, f"deletes-{uuid.uuid4().hex}.parquet")
+        size = write_position_deletes(table.io, path, correction.retractions)
+        deletes.append(StagedFile(path, len(correction.retractions), size))
+    staged = StagedBatch(
+        batch_id=batch.batch_id,
+        target=batch.target,
+        lower=batch.lower,
+        upper=batch.upper,
+        base_snapshot_id=batch.base_snapshot_id,
+        data_dir=data_dir,
+        times=(StagedTime(desc.time, tuple(added), (), tuple(deletes), correction.retract_count),),
+        description=batch.description,
+        inputs=batch.inputs,
+        state=STATE_STAGED,
+        created_at_ms=batch.created_at_ms,
+    )
+    write_manifest(staged, manifest)
+    return WriteReport(
+        STATUS_STAGED,
+        desc.id,
+        desc.target,
+        rows_to_insert=correction.insert_count,
+        rows_to_delete=correction.retract_count,
+        manifest=manifest,
+        staged_bytes=sum(f.size_bytes for f in (*added, *deletes)),
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ct-write-job", description=__doc__.split("\n")[0])
+    parser.add_argument("--catalog", required=True, help="CatalogConfig as JSON")
+    parser.add_argument("--description", required=True, help="batch description JSON or @file")
+    parser.add_argument("--sql", required=True, help="the view's query, or @file")
+    parser.add_argument("--report", required=True, help="where to write the JSON report")
+    parser.add_argument("--dry-run", action="store_true")
+    return parser
+
+
+def _arg(value: str) -> str:
+    return Path(value[1:]).read_text() if value.startswith("@") else value
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = _parser().parse_args(argv)
+    try:
+        config = CatalogConfig(**json.loads(_arg(args.catalog)))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"--catalog is not a catalog configuration: {exc}") from None
+    description = BatchDescription.from_json(_arg(args.description))
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"ct-write-{description.target}").getOrCreate()
+    try:
+        report = run_write(spark, config, _arg(args.sql), description, dry_run=args.dry_run)
+    finally:
+        spark.stop()
+    Path(args.report).write_text(json.dumps(report.to_json()))
+    log.info("report: %s", json.dumps(report.to_json()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""``materialized_view``: the sensor -> mint -> write -> append group for one view."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import Asset, TaskGroup
+
+from airflow_provider_ct.core.query import normalize_table_name, parse_query
+from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.operators.append import AppendOperator
+from airflow_provider_ct.operators.mint import MintOperator
+from airflow_provider_ct.operators.write import DEFAULT_LOCAL_MASTER, WriteOperator
+from airflow_provider_ct.sensors.frontier import FrontierSensor
+
+
+def view_asset(target: str, catalog_name: str = "ct") -> Asset:
+    """The Airflow Asset a view's append task updates (schedule other DAGs on it)."""
+    name = normalize_table_name(target, catalog_name)
+    return Asset(
+        name=f"{catalog_name}.{name}", uri=f"iceberg://{catalog_name}/{name.replace('.', '/')}"
+    )
+
+
+def materialized_view(
+    *,
+    target: str,
+    sql: str,
+    group_id: str | None = None,
+    time: int | str | None = None,
+    iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+    spark_conn_id: str | None = None,
+    spark_master: str = DEFAULT_LOCAL_MASTER,
+    spark_conf: dict[str, str] | None = None,
+    deferrable: bool | None = None,
+    poke_interval: float = 10.0,
+    sensor_timeout: float = 3600.0,
+    sensor_mode: str = "poke",
+    read_only: bool | None = None,
+    report_only: bool = False,
+    input_upper_policies: Mapping[str, str] | None = None,
+    catalog_name: str = "ct",
+    **group_kwargs: Any,
+) -> TaskGroup:
+    """A TaskGroup that keeps ``target`` equal to ``sql`` at every tick.
+
+    Call it inside a DAG (use ``max_active_runs=1`` so ticks land in order).
+    The query is parsed at DAG-parse time, so a bad query breaks the DAG
+    import with a clear message rather than a task at run time.
+
+    :param report_only: a dry run: write reports how far the table is from its
+        definition; nothing is staged or appended.
+    """
+    parse_query(sql, target=target, catalog_name=catalog_name)
+    gid = group_id or f"view_{normalize_table_name(target, catalog_name).replace('.', '_')}"
+    with TaskGroup(group_id=gid, **group_kwargs) as group:
+        sensor = FrontierSensor(
+            task_id="wait_for_inputs",
+            sql=sql,
+            time=time,
+            input_upper_policies=input_upper_policies,
+            iceberg_conn_id=iceberg_conn_id,
+            deferrable=deferrable,
+            poke_interval=poke_interval,
+            timeout=sensor_timeout,
+            mode=sensor_mode,
+        )
+        mint_task = MintOperator(
+            task_id="mint",
+            target=target,
+            sql=sql,
+            time=time,
+            read_only=read_only,
+            input_upper_policies=input_upper_policies,
+            iceberg_conn_id=iceberg_conn_id,
+        )
+        write = WriteOperator(
+            task_id="write",
+            target=target,
+            sql=sql,
+            description_task_id=mint_task.task_id,
+            spark_conn_id=spark_conn_id,
+            spark_master=spark_master,
+            spark_conf=spark_conf,
+            report_only=report_only,
+            iceberg_conn_id=iceberg_conn_id,
+        )
+        sensor >> mint_task >> write
+        if not report_only:
+            append = AppendOperator(
+                task_id="append",
+                write_task_id=write.task_id,
+                iceberg_conn_id=iceberg_conn_id,
+                outlets=[view_asset(target, catalog_name)],
+            )
+            write >> append
+    return group
