@@ -79,10 +79,27 @@ def spark_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("spark-catalog")
 
 
+def connection_json(config: CatalogConfig) -> str:
+    """An Airflow connection (as an AIRFLOW_CONN_* value) for a catalog config."""
+    import json
+
+    return json.dumps({"conn_type": "iceberg_catalog", "extra": {
+        "uri": config.uri, "warehouse": config.warehouse, "catalog_name": config.name}})
+
+
+#: Connection id under which the session's Spark catalog is known to Airflow code.
+SPARK_CATALOG_CONN = "ct_spark_catalog"
+
+
 @pytest.fixture(scope="session")
 def spark_catalog_config(spark_root: Path) -> CatalogConfig:
-    """One SQLite catalog shared by the session's SparkSession and PyIceberg."""
-    return sqlite_config(spark_root)
+    """One SQLite catalog shared by the session's SparkSession and PyIceberg.
+
+    Also registered as the Airflow connection ``ct_spark_catalog``.
+    """
+    config = sqlite_config(spark_root)
+    os.environ[f"AIRFLOW_CONN_{SPARK_CATALOG_CONN.upper()}"] = connection_json(config)
+    return config
 
 
 @pytest.fixture(scope="session")

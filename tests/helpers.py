@@ -40,3 +40,72 @@ def rows_of(table: Any, snapshot_id: int | None = None) -> Counter[tuple[Any, ..
         return Counter()
     arrow = table.scan(snapshot_id=snapshot_id).to_arrow()
     return Counter(zip(*(arrow.column(n).to_pylist() for n in arrow.column_names), strict=True))
+
+
+def stage_arrow(table: Any, batch_id: str, data: pa.Table) -> list[str]:
+    """Write an Arrow table as one Parquet file in the batch's staging folder."""
+    folder = local_path(batch_data_dir(table.location(), batch_id))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"part-{uuid.uuid4().hex}.parquet"
+    pq.write_table(data, path)
+    prefix = "file://" if table.location().startswith("file:") else ""
+    return [prefix + str(path)]
+
+
+def live_data_files(table: Any) -> list[str]:
+    return [task.file.file_path for task in table.scan().plan_files()]
+
+
+def replace_contents(table: Any, time: int, data: pa.Table) -> None:
+    """Make a managed input hold exactly ``data`` from ``time`` on (one snapshot at ``time``)."""
+    from airflow_provider_ct.core.commit import compare_and_append
+    from airflow_provider_ct.core.frontier import Frontier
+    from airflow_provider_ct.core.timeline import Timeline
+
+    table.refresh()
+    upper = Timeline.of(table).upper
+    batch_id = f"input-{time}-{uuid.uuid4().hex[:8]}"
+    files = stage_arrow(table, batch_id, data) if data.num_rows else []
+    result = compare_and_append(
+        table, expected_upper=upper, new_upper=Frontier.sealing(time), batch_id=batch_id,
+        add_files=files, remove_files=live_data_files(table), time=time,
+    )
+    assert result.landed, result
+
+
+def advance(table: Any, time: int) -> None:
+    """Advance a managed input's upper past ``time`` without changing it."""
+    from airflow_provider_ct.core.commit import compare_and_append
+    from airflow_provider_ct.core.frontier import Frontier
+    from airflow_provider_ct.core.timeline import Timeline
+
+    table.refresh()
+    upper = Timeline.of(table).upper
+    if upper.seals(time):
+        return
+    result = compare_and_append(table, expected_upper=upper, new_upper=Frontier.sealing(time),
+                                batch_id=f"advance-{time}-{uuid.uuid4().hex[:8]}")
+    assert result.landed, result
+
+
+def oracle(catalog: Any, sql: str, pinned: dict[str, int | None],
+           catalog_name: str = "ct") -> Counter[tuple[Any, ...]]:
+    """Run ``sql`` in DuckDB over the pinned input snapshots (read by PyIceberg)."""
+    import duckdb
+
+    from airflow_provider_ct.core.query import parse_query
+
+    parsed = parse_query(sql, catalog_name=catalog_name)
+    con = duckdb.connect()
+    views = {}
+    for index, name in enumerate(parsed.inputs):
+        table = catalog.load_table(name)
+        snapshot = pinned[name]
+        arrow = (table.scan(snapshot_id=snapshot).to_arrow() if snapshot is not None
+                 else table.schema().as_arrow().empty_table())
+        view = f"__ct_input_{index}"
+        con.register(view, arrow)
+        views[name] = view
+    duck_sql = parsed.pinned_sql(views, dialect="duckdb")
+    rows = con.execute(duck_sql).fetchall()
+    return Counter(tuple(r) for r in rows)

@@ -41,7 +41,7 @@ class ParsedQuery:
     inputs: tuple[str, ...]
     catalog_name: str
 
-    def pinned_sql(self, views: Mapping[str, str]) -> str:
+    def pinned_sql(self, views: Mapping[str, str], dialect: str = "spark") -> str:
         """The query with every input replaced by its temp view (keeping aliases)."""
         tree = self.expression.copy()
         for table in list(_base_tables(tree)):
@@ -49,7 +49,7 @@ class ParsedQuery:
             view = views[name]
             alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
             table.replace(exp.Table(this=exp.to_identifier(view), alias=alias))
-        return tree.sql(dialect="spark")
+        return tree.sql(dialect=dialect)
 
 
 def _qualified(table: exp.Table) -> str:

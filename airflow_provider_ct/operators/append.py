@@ -10,7 +10,8 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.staging import discard, forget, read_manifest
-from airflow_provider_ct.exceptions import DescriptionError
+from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.exceptions import DescriptionError, StagingError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import load_json_object
 from airflow_provider_ct.spark.write_job import STATUS_STAGED
@@ -71,8 +72,13 @@ class AppendOperator(BaseOperator):
         if not isinstance(report.get("manifest"), str):
             raise DescriptionError(f"write report has no manifest path: {report!r:.200}")
         manifest = report["manifest"]
-        batch = read_manifest(manifest)
         hook = IcebergCatalogHook(self.iceberg_conn_id)
+        try:
+            batch = read_manifest(manifest)
+        except StagingError:
+            # The manifest is dropped once its batch lands; a retry after that
+            # (or after cleanup) decides from the table's own history.
+            return self._without_manifest(hook, report, manifest)
         table = hook.load_table(batch.target)
         result = compare_and_append(
             table,
@@ -113,4 +119,30 @@ class AppendOperator(BaseOperator):
             "rows_inserted": batch.added_record_count if result.landed else 0,
             "rows_deleted": batch.deleted_record_count if result.landed else 0,
             "reason": result.reason,
+        }
+
+    def _without_manifest(
+        self, hook: IcebergCatalogHook, report: dict[str, Any], manifest: str
+    ) -> dict[str, Any]:
+        batch_id, target = report.get("description_id"), report.get("target")
+        if not isinstance(batch_id, str) or not isinstance(target, str):
+            raise DescriptionError(f"write report lacks description_id/target: {report!r:.200}")
+        timeline = Timeline.of(hook.load_table(target))
+        landed = timeline.find_batch(batch_id) is not None
+        if landed:
+            log.info("batch %s is already on %s (manifest gone); reporting success",
+                     batch_id, target)
+        else:
+            log.warning("batch %s is not on %s and its manifest %s is gone (cleaned up); "
+                        "the next tick corrects", batch_id, target, manifest)
+        return {
+            "appended": landed,
+            "already_appended": landed,
+            "batch_id": batch_id,
+            "target": target,
+            "upper": timeline.upper.to_json(),
+            "snapshot_ids": [e.snapshot_id for e in timeline.entries if e.batch_id == batch_id],
+            "rows_inserted": 0,
+            "rows_deleted": 0,
+            "reason": "batch already on main" if landed else "staged batch vanished",
         }

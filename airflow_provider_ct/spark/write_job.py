@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -181,7 +182,11 @@ def run_write(
                 rows_to_insert=count,
                 reason="target does not exist yet",
             )
-        table = create_managed_table(catalog, desc.target, to_arrow_schema(desired.schema))
+        # Every column optional: Spark's nullability flags shift with plans
+        # (joins, explode), and a required column would reject staged files.
+        arrow_schema = to_arrow_schema(desired.schema)
+        arrow_schema = pa.schema([f.with_nullable(True) for f in arrow_schema])
+        table = create_managed_table(catalog, desc.target, arrow_schema)
         if table.metadata.current_snapshot() is not None:
             return WriteReport(
                 STATUS_OUTDATED,
