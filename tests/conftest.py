@@ -83,8 +83,16 @@ def connection_json(config: CatalogConfig) -> str:
     """An Airflow connection (as an AIRFLOW_CONN_* value) for a catalog config."""
     import json
 
-    return json.dumps({"conn_type": "iceberg_catalog", "extra": {
-        "uri": config.uri, "warehouse": config.warehouse, "catalog_name": config.name}})
+    return json.dumps(
+        {
+            "conn_type": "iceberg_catalog",
+            "extra": {
+                "uri": config.uri,
+                "warehouse": config.warehouse,
+                "catalog_name": config.name,
+            },
+        }
+    )
 
 
 #: Connection id under which the session's Spark catalog is known to Airflow code.

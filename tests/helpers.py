@@ -67,8 +67,13 @@ def replace_contents(table: Any, time: int, data: pa.Table) -> None:
     batch_id = f"input-{time}-{uuid.uuid4().hex[:8]}"
     files = stage_arrow(table, batch_id, data) if data.num_rows else []
     result = compare_and_append(
-        table, expected_upper=upper, new_upper=Frontier.sealing(time), batch_id=batch_id,
-        add_files=files, remove_files=live_data_files(table), time=time,
+        table,
+        expected_upper=upper,
+        new_upper=Frontier.sealing(time),
+        batch_id=batch_id,
+        add_files=files,
+        remove_files=live_data_files(table),
+        time=time,
     )
     assert result.landed, result
 
@@ -83,13 +88,18 @@ def advance(table: Any, time: int) -> None:
     upper = Timeline.of(table).upper
     if upper.seals(time):
         return
-    result = compare_and_append(table, expected_upper=upper, new_upper=Frontier.sealing(time),
-                                batch_id=f"advance-{time}-{uuid.uuid4().hex[:8]}")
+    result = compare_and_append(
+        table,
+        expected_upper=upper,
+        new_upper=Frontier.sealing(time),
+        batch_id=f"advance-{time}-{uuid.uuid4().hex[:8]}",
+    )
     assert result.landed, result
 
 
-def oracle(catalog: Any, sql: str, pinned: dict[str, int | None],
-           catalog_name: str = "ct") -> Counter[tuple[Any, ...]]:
+def oracle(
+    catalog: Any, sql: str, pinned: dict[str, int | None], catalog_name: str = "ct"
+) -> Counter[tuple[Any, ...]]:
     """Run ``sql`` in DuckDB over the pinned input snapshots (read by PyIceberg)."""
     import duckdb
 
@@ -101,8 +111,11 @@ def oracle(catalog: Any, sql: str, pinned: dict[str, int | None],
     for index, name in enumerate(parsed.inputs):
         table = catalog.load_table(name)
         snapshot = pinned[name]
-        arrow = (table.scan(snapshot_id=snapshot).to_arrow() if snapshot is not None
-                 else table.schema().as_arrow().empty_table())
+        arrow = (
+            table.scan(snapshot_id=snapshot).to_arrow()
+            if snapshot is not None
+            else table.schema().as_arrow().empty_table()
+        )
         view = f"__ct_input_{index}"
         con.register(view, arrow)
         views[name] = view
