@@ -130,11 +130,17 @@ class AppendOperator(BaseOperator):
         timeline = Timeline.of(hook.load_table(target))
         landed = timeline.find_batch(batch_id) is not None
         if landed:
-            log.info("batch %s is already on %s (manifest gone); reporting success",
-                     batch_id, target)
+            log.info(
+                "batch %s is already on %s (manifest gone); reporting success", batch_id, target
+            )
         else:
-            log.warning("batch %s is not on %s and its manifest %s is gone (cleaned up); "
-                        "the next tick corrects", batch_id, target, manifest)
+            log.warning(
+                "batch %s is not on %s and its manifest %s is gone (cleaned up); "
+                "the next tick corrects",
+                batch_id,
+                target,
+                manifest,
+            )
         return {
             "appended": landed,
             "already_appended": landed,
