@@ -27,7 +27,7 @@ unit: setup
 	$(PY) -m pytest -m "not spark and not postgres and not e2e" $(PYTEST_ARGS)
 
 bench: setup
-	$(PY) bench/run.py
+	$(PY) bench/view_bench.py
 
 clean:
 	rm -rf $(VENV) .demo build *.egg-info .mypy_cache .ruff_cache .pytest_cache

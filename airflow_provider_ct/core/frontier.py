@@ -12,6 +12,7 @@ total order, which is all Iceberg snapshot times need.
 
 from __future__ import annotations
 
+import calendar
 import datetime as _dt
 import time as _time
 from dataclasses import dataclass
@@ -51,8 +52,10 @@ def timestamp_from_datetime(value: _dt.datetime) -> int:
     """Epoch milliseconds of an aware datetime (naive datetimes are refused)."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise FrontierError(f"datetime {value!r} has no time zone; pass an aware datetime")
-    delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-    return check_timestamp(delta // _dt.timedelta(milliseconds=1), "datetime")
+    # Integer arithmetic (no float rounding); works for pendulum DateTimes too.
+    utc = value.astimezone(_dt.UTC)
+    millis = calendar.timegm(utc.utctimetuple()) * 1000 + utc.microsecond // 1000
+    return check_timestamp(millis, "datetime")
 
 
 def format_timestamp(value: int) -> str:
