@@ -174,6 +174,10 @@ def main() -> int:
     parser.add_argument("--rows", default="1000000,5000000")
     parser.add_argument("--rates", default="0.001,0.01,0.1")
     args = parser.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("airflow_provider_ct.write_job").setLevel(logging.INFO)
     root = Path(tempfile.mkdtemp(prefix="ct-bench-"))
     config = CatalogConfig(uri=f"sqlite:///{root / 'catalog.db'}", warehouse=(root / "wh").as_uri())
     config.load()

@@ -92,6 +92,8 @@ def spark_conf(
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
+        # Retracted positions come back to the driver through Arrow.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
     if config.warehouse:
         conf[f"{prefix}.warehouse"] = config.warehouse

@@ -17,8 +17,9 @@ aggregation would multiply the shuffle (DESIGN.md section 3).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.exceptions import SchemaMismatchError
 
@@ -38,6 +39,8 @@ class Correction:
     retractions: list[tuple[str, int]]
     insert_count: int
     retract_count: int
+    #: Frees the cached differences once the inserts have been written.
+    release: Callable[..., object] | None = None
 
 
 def check_schema(desired: DataFrame, target: DataFrame, target_name: str) -> None:
@@ -87,50 +90,72 @@ def with_fingerprint(df: DataFrame, columns: list[str]) -> DataFrame:
 def compute_correction(
     desired: DataFrame, persisted: DataFrame | None, columns: list[str]
 ) -> Correction:
-    """Compare ``desired`` with ``persisted`` (read with ``_file`` and ``_pos``)."""
+    """Compare ``desired`` with ``persisted`` (read with ``_file`` and ``_pos``).
+
+    The differing fingerprints stay in the JVM (persisted once, broadcast
+    into the two pulls); only their total counts and the retracted
+    positions (via Arrow) come back to Python.
+    """
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    desired_fp = with_fingerprint(desired.select(*[F.col(f"`{c}`") for c in columns]), columns)
+    select = [F.col(f"`{c}`") for c in columns]
+    desired_fp = with_fingerprint(desired.select(*select), columns)
     signed = desired_fp.select(H1, H2, F.lit(1).alias(MULT))
     persisted_fp = None
     if persisted is not None:
         persisted_fp = with_fingerprint(persisted, columns)
         signed = signed.unionByName(persisted_fp.select(H1, H2, F.lit(-1).alias(MULT)))
-    diff_rows = (
-        signed.groupBy(H1, H2).agg(F.sum(MULT).alias(MULT)).where(F.col(MULT) != 0).collect()
+    diff = (
+        signed.groupBy(H1, H2)
+        .agg(F.sum(MULT).alias(MULT))
+        .where(F.col(MULT) != 0)
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    positive = [(r[H1], r[H2], int(r[MULT])) for r in diff_rows if r[MULT] > 0]
-    negative = [(r[H1], r[H2], -int(r[MULT])) for r in diff_rows if r[MULT] < 0]
-    spark = desired.sparkSession
-    diff_schema = f"{H1} long, {H2} long, {MULT} long"
+    totals = diff.agg(
+        F.coalesce(F.sum(F.when(F.col(MULT) > 0, F.col(MULT))), F.lit(0)).alias("ins"),
+        F.coalesce(F.sum(F.when(F.col(MULT) < 0, -F.col(MULT))), F.lit(0)).alias("ret"),
+    ).collect()[0]
+    insert_count, retract_count = int(totals["ins"]), int(totals["ret"])
 
-    if positive:
-        wanted = F.broadcast(spark.createDataFrame(positive, diff_schema))
+    if insert_count:
+        wanted = F.broadcast(diff.where(F.col(MULT) > 0))
         inserts = (
             desired_fp.join(wanted, [H1, H2])
             .dropDuplicates([H1, H2])
             .withColumn("__ct_copy", F.explode(F.sequence(F.lit(1), F.col(MULT))))
-            .select(*[F.col(f"`{c}`") for c in columns])
+            .select(*select)
         )
     else:
-        inserts = desired.select(*[F.col(f"`{c}`") for c in columns]).limit(0)
+        inserts = desired.select(*select).limit(0)
 
     retractions: list[tuple[str, int]] = []
-    if negative and persisted_fp is not None:
-        unwanted = F.broadcast(spark.createDataFrame(negative, diff_schema))
+    if retract_count and persisted_fp is not None:
+        unwanted = F.broadcast(diff.where(F.col(MULT) < 0).withColumn(MULT, -F.col(MULT)))
         order = Window.partitionBy(H1, H2).orderBy("_file", "_pos")
         picked = (
             persisted_fp.join(unwanted, [H1, H2])
             .withColumn("__ct_rank", F.row_number().over(order))
             .where(F.col("__ct_rank") <= F.col(MULT))
-            .select("_file", "_pos")
-            .collect()
+            .select(F.col("_file").alias("file_path"), F.col("_pos").alias("pos"))
         )
-        retractions = [(str(r["_file"]), int(r["_pos"])) for r in picked]
+        retractions = _collect_positions(picked)
     return Correction(
         inserts=inserts,
         retractions=retractions,
-        insert_count=sum(m for _, _, m in positive),
-        retract_count=sum(m for _, _, m in negative),
+        insert_count=insert_count,
+        retract_count=retract_count,
+        release=diff.unpersist,
     )
+
+
+def _collect_positions(df: DataFrame) -> list[tuple[str, int]]:
+    """(file_path, pos) pairs to the driver, through Arrow when available (fast)."""
+    try:
+        frame: Any = df.toPandas()  # Arrow-backed (spark.sql.execution.arrow.pyspark.enabled)
+        return list(
+            zip(frame["file_path"].tolist(), frame["pos"].astype("int64").tolist(), strict=True)
+        )
+    except ImportError:  # no pandas on the driver: plain rows
+        return [(str(r["file_path"]), int(r["pos"])) for r in df.collect()]

@@ -25,6 +25,7 @@ import json
 import logging
 import posixpath
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,22 @@ class WriteReport:
             "reason": self.reason,
             **self.extra,
         }
+
+
+class _PhaseClock:
+    """Wall time per phase of the job, for the log (where does a tick's time go?)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = round(now - self._last, 2)
+        self._last = now
+
+    def summary(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.phases.items())
 
 
 def _qualified(config: CatalogConfig, name: str) -> str:
@@ -165,6 +182,7 @@ def run_write(
         log.info("%s", reason)
         return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
 
+    clock = _PhaseClock()
     views = _register_inputs(spark, config, desc, parsed.inputs)
     desired: DataFrame = spark.sql(parsed.pinned_sql(views))
     columns = [f.name for f in desired.schema.fields]
@@ -202,7 +220,9 @@ def run_write(
             .table(_qualified(config, desc.target))
             .select(*[f"`{c.name}`" for c in current.schema.fields], "_file", "_pos")
         )
+    clock.lap("prepare")
     correction = compute_correction(desired, persisted, [f.name for f in current.schema.fields])
+    clock.lap("diff")
     log.info(
         "correction for %s at %s: +%d -%d rows",
         desc.target,
@@ -211,6 +231,8 @@ def run_write(
         correction.retract_count,
     )
     if dry_run:
+        if correction.release is not None:
+            correction.release()
         return WriteReport(
             STATUS_DRY_RUN,
             desc.id,
@@ -241,6 +263,9 @@ def run_write(
             posixpath.join(data_dir, "inserts")
         )
         added = [_staged_file(table, p) for p in _list_parquet(data_dir)]
+    if correction.release is not None:
+        correction.release()
+    clock.lap("inserts")
     deletes: list[StagedFile] = []
     if correction.retractions:
         path = posixpath.join(data_dir, f"deletes-{uuid.uuid4().hex}.parquet")
@@ -260,6 +285,8 @@ def run_write(
         created_at_ms=batch.created_at_ms,
     )
     write_manifest(staged, manifest)
+    clock.lap("deletes+manifest")
+    log.info("write job phases (s): %s", clock.summary())
     return WriteReport(
         STATUS_STAGED,
         desc.id,
