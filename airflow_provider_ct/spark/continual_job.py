@@ -1,0 +1,443 @@
+"""The continual-task job: run a task's statements for each input time of a batch.
+
+A plain PySpark program with a CLI, like :mod:`.write_job`. For a batch
+``[lower, upper)`` of the output it
+
+1. refuses to work if the output's head is no longer the description's base;
+2. finds the input's times in the batch (its snapshots there) and, for each
+   time ``t`` in order, reads only the rows *inserted* at ``t`` (an
+   incremental read between the snapshot before ``t`` and the one at ``t``;
+   the input is never scanned in full after the first tick, except across
+   non-append snapshots, see docs/continual-tasks.md);
+3. runs the statements in order: the output name sees the output as of
+   ``t - 1`` plus the earlier statements' changes, references are pinned at
+   ``t``; DELETEs retract rows, INSERTs add rows;
+4. stages, per time, the inserted rows (Parquet) and the retracted positions
+   (a position-delete file, which may point into files staged for earlier
+   times of the same batch), and writes one manifest for the whole batch.
+
+The AppendOperator then lands all times in one compare-and-append.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import posixpath
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from sqlglot import exp
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.continual import NOW_FUNCTIONS, ContinualTaskDef, parse_continual_task
+from airflow_provider_ct.core.deletes import write_position_deletes
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.frontier import now_ms
+from airflow_provider_ct.core.staging import (
+    STATE_STAGED,
+    STATE_WRITING,
+    StagedBatch,
+    StagedFile,
+    StagedTime,
+    batch_data_dir,
+    manifest_path,
+    write_manifest,
+)
+from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.exceptions import ConfigurationError, CTError
+from airflow_provider_ct.spark.write_job import (
+    STATUS_OUTDATED,
+    STATUS_STAGED,
+    WriteReport,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("airflow_provider_ct.continual_job")
+
+#: Table property recording the task's initial as-of (its first tick time).
+AS_OF_PROPERTY = "ct.as-of"
+SELF_VIEW, INPUT_VIEW, REF_VIEW = "__ct_self", "__ct_input", "__ct_ref_"
+FILE_COL, POS_COL = "__ct_file", "__ct_pos"
+
+
+@dataclass
+class _State:
+    """The output as the batch has changed it so far."""
+
+    base: DataFrame | None  # output at the base snapshot, with FILE_COL/POS_COL
+    written: list[dict[str, Any]] = field(default_factory=list)  # rows staged this batch
+    deleted: set[tuple[str, int]] = field(default_factory=set)
+
+
+def input_times(timeline: Timeline, lower: int, upper: int, as_of: int) -> list[int]:
+    """Times at which the input changed, within ``[lower, upper)`` and after the as-of."""
+    times = sorted({t for t, _ in timeline.data_times() if lower <= t < upper and t > as_of})
+    return times
+
+
+def _rename_tables(tree: Any, mapping: dict[str, str]) -> Any:
+    tree = tree.copy()
+    for table in list(tree.find_all(exp.Table)):
+        name = f"{table.db}.{table.name}".lower() if table.db else table.name.lower()
+        if name in mapping:
+            alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+            table.replace(exp.Table(this=exp.to_identifier(mapping[name]), alias=alias))
+    return tree
+
+
+def _with_time(tree: Any, time: int) -> Any:
+    for call in list(tree.find_all(exp.Anonymous)):
+        if str(call.this).lower() in NOW_FUNCTIONS:
+            call.replace(exp.Literal.number(time))
+    return tree
+
+
+def _inserted_rows(
+    spark: SparkSession, config: CatalogConfig, name: str, timeline: Timeline, time: int
+) -> DataFrame:
+    """Rows inserted into the input at ``time``: between the snapshots at t-1 and t."""
+    table = f"{config.name}.{name}"
+    current = timeline.snapshot_at(time)
+    previous = timeline.snapshot_at(time - 1) if time > 0 else None
+    if current is None:
+        return spark.table(table).limit(0)
+    if previous is None:
+        return spark.read.option("snapshot-id", str(current)).table(table)
+    between = _snapshots_between(timeline, previous, current)
+    if all(op == "append" for op in between):
+        return (
+            spark.read.format("iceberg")
+            .option("start-snapshot-id", str(previous))
+            .option("end-snapshot-id", str(current))
+            .load(table)
+        )
+    log.info(
+        "input %s changed by %s at %s: computing its inserts by difference",
+        name,
+        sorted(set(between)),
+        time,
+    )
+    after = spark.read.option("snapshot-id", str(current)).table(table)
+    before = spark.read.option("snapshot-id", str(previous)).table(table)
+    return after.exceptAll(before)
+
+
+def _snapshots_between(timeline: Timeline, previous: int, current: int) -> list[str]:
+    ops: list[str] = []
+    inside = False
+    for entry in timeline.entries:
+        if inside:
+            ops.append(entry.summary.get("operation", "") or "")
+        if entry.snapshot_id == previous:
+            inside = True
+        if entry.snapshot_id == current:
+            break
+    return ops or ["unknown"]
+
+
+def _state_frame(spark: SparkSession, task: ContinualTaskDef, state: _State) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    ddl = f"{task.spark_schema_ddl()}, `{FILE_COL}` string, `{POS_COL}` long"
+    frames = []
+    if state.base is not None:
+        base = state.base
+        if state.deleted:
+            gone = spark.createDataFrame(
+                sorted(state.deleted), f"`{FILE_COL}` string, `{POS_COL}` long"
+            )
+            base = base.join(F.broadcast(gone), [FILE_COL, POS_COL], "left_anti")
+        frames.append(base)
+    if state.written:
+        live = [r for r in state.written if (r[FILE_COL], r[POS_COL]) not in state.deleted]
+        if live:
+            frames.append(spark.createDataFrame(live, ddl))
+    if not frames:
+        return spark.createDataFrame([], ddl)
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _run_time(
+    spark: SparkSession,
+    config: CatalogConfig,
+    task: ContinualTaskDef,
+    state: _State,
+    time: int,
+    inserts: DataFrame,
+    references: dict[str, Timeline],
+) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
+    """Run the statements at ``time``; returns (rows added, persisted rows retracted)."""
+    from pyspark.sql import functions as F
+
+    inserts.select(*[F.col(f"`{c}`") for c in inserts.columns]).createOrReplaceTempView(INPUT_VIEW)
+    mapping = {task.name: SELF_VIEW, task.input: INPUT_VIEW}
+    for index, name in enumerate(sorted(references)):
+        snapshot = references[name].snapshot_at(time)
+        view = f"{REF_VIEW}{index}"
+        table = f"{config.name}.{name}"
+        frame = (
+            spark.table(table).limit(0)
+            if snapshot is None
+            else spark.read.option("snapshot-id", str(snapshot)).table(table)
+        )
+        frame.createOrReplaceTempView(view)
+        mapping[name] = view
+    pending: list[dict[str, Any]] = []  # added at this time, not yet staged
+    next_pending = 0
+    retracted: list[tuple[str, int]] = []
+    names = task.column_names
+    ddl = task.spark_schema_ddl()
+    for statement in task.statements:
+        current = _state_frame(spark, task, state)
+        if pending:
+            current = current.unionByName(
+                spark.createDataFrame(pending, f"{ddl}, `{FILE_COL}` string, `{POS_COL}` long")
+            )
+        current.createOrReplaceTempView(SELF_VIEW)
+        tree = _with_time(_rename_tables(statement.expression, mapping), time)
+        if statement.kind == "delete":
+            where = tree.args.get("where")
+            select = exp.select(exp.column(FILE_COL), exp.column(POS_COL)).from_(tree.this)
+            if where is not None:
+                select = select.where(where.this)
+            hit = [(str(r[0]), int(r[1])) for r in spark.sql(select.sql(dialect="spark")).collect()]
+            for key in hit:
+                if key[0].startswith("pending:"):
+                    pending = [p for p in pending if (p[FILE_COL], p[POS_COL]) != key]
+                else:
+                    state.deleted.add(key)
+                    retracted.append(key)
+        else:
+            result = spark.sql(tree.expression.sql(dialect="spark"))
+            targets = list(statement.columns) or names
+            if len(result.columns) != len(targets):
+                raise CTError(
+                    f"an INSERT of task {task.name} produces {len(result.columns)} columns, "
+                    f"the task declares {len(targets)}"
+                )
+            renamed = result.toDF(*targets)
+            typed = renamed.select(
+                *[
+                    (F.col(f"`{c}`") if c in targets else F.lit(None)).cast(t).alias(c)
+                    for c, t in task.columns
+                ]
+            )
+            for row in typed.collect():
+                record = row.asDict()
+                record[FILE_COL] = f"pending:{time}"
+                record[POS_COL] = next_pending
+                next_pending += 1
+                pending.append(record)
+    return pending, retracted
+
+
+def run_continual(
+    spark: SparkSession,
+    config: CatalogConfig,
+    task_sql: str,
+    default_namespace: str,
+    description: BatchDescription,
+) -> WriteReport:
+    """Compute and stage one batch of a continual task."""
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyspark.sql import functions as F
+
+    task = parse_continual_task(
+        task_sql, default_namespace=default_namespace, catalog_name=config.name
+    )
+    desc = description
+    if desc.target != task.name:
+        raise CTError(f"description {desc.id} is for {desc.target}, not for task {task.name}")
+    catalog = config.load()
+    try:
+        table = catalog.load_table(task.name)
+    except NoSuchTableError:
+        table = None
+    head = None if table is None else table.metadata.current_snapshot()
+    head_id = None if head is None else head.snapshot_id
+    if head_id != desc.base_snapshot_id:
+        reason = f"output {task.name} moved on: head {head_id}, base {desc.base_snapshot_id}"
+        return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
+    first = table is None or AS_OF_PROPERTY not in table.metadata.properties
+    if table is None:
+        schema = pa.schema([pa.field(c, _arrow_type(spark, t)) for c, t in task.columns])
+        table = create_managed_table(
+            catalog, task.name, schema, properties={AS_OF_PROPERTY: str(desc.time)}
+        )
+        if table.metadata.current_snapshot() is not None:
+            return WriteReport(
+                STATUS_OUTDATED,
+                desc.id,
+                desc.target,
+                reason="output was created and written concurrently",
+            )
+    as_of = int(table.metadata.properties.get(AS_OF_PROPERTY, desc.time))
+    input_tl = Timeline.of(catalog.load_table(task.input))
+    references = {n: Timeline.of(catalog.load_table(n)) for n in task.references}
+    lower, upper = int(desc.lower.time or 0), int(desc.upper.time or 0)
+    times = input_times(input_tl, lower, upper, as_of)
+    snapshot_time = as_of if first and task.snapshot and lower <= as_of < upper else None
+
+    state = _State(base=None)
+    if desc.base_snapshot_id is not None:
+        state.base = (
+            spark.read.option("snapshot-id", str(desc.base_snapshot_id))
+            .table(f"{config.name}.{task.name}")
+            .select(
+                *[F.col(f"`{c}`") for c in task.column_names],
+                F.col("_file").alias(FILE_COL),
+                F.col("_pos").alias(POS_COL),
+            )
+        )
+    data_dir = batch_data_dir(table.location(), desc.id)
+    manifest = manifest_path(table.location(), desc.id, table.metadata.properties)
+    batch = StagedBatch(
+        batch_id=desc.id,
+        target=task.name,
+        lower=desc.lower,
+        upper=desc.upper,
+        base_snapshot_id=desc.base_snapshot_id,
+        data_dir=data_dir,
+        description=desc.to_json(),
+        inputs=dict(desc.inputs),
+        state=STATE_WRITING,
+        created_at_ms=now_ms(),
+    )
+    write_manifest(batch, manifest)
+    staged_times: list[StagedTime] = []
+    all_times = ([snapshot_time] if snapshot_time is not None else []) + times
+    total_in, total_out = 0, 0
+    for time in all_times:
+        if time == snapshot_time:
+            snap = input_tl.snapshot_at(time)
+            inserts = (
+                spark.table(f"{config.name}.{task.input}").limit(0)
+                if snap is None
+                else spark.read.option("snapshot-id", str(snap)).table(
+                    f"{config.name}.{task.input}"
+                )
+            )
+        else:
+            inserts = _inserted_rows(spark, config, task.input, input_tl, time)
+        added, retracted = _run_time(spark, config, task, state, time, inserts, references)
+        staged = _stage_time(table, data_dir, task, time, added, retracted, state)
+        if staged is not None:
+            staged_times.append(staged)
+            total_in += sum(f.record_count for f in staged.add)
+            total_out += staged.removed_record_count
+    final = StagedBatch(
+        batch_id=batch.batch_id,
+        target=batch.target,
+        lower=batch.lower,
+        upper=batch.upper,
+        base_snapshot_id=batch.base_snapshot_id,
+        data_dir=data_dir,
+        times=tuple(staged_times),
+        description=batch.description,
+        inputs=batch.inputs,
+        state=STATE_STAGED,
+        created_at_ms=batch.created_at_ms,
+    )
+    write_manifest(final, manifest)
+    log.info(
+        "continual task %s: %d input time(s) in [%s, %s): +%d -%d rows",
+        task.name,
+        len(all_times),
+        lower,
+        upper,
+        total_in,
+        total_out,
+    )
+    return WriteReport(
+        STATUS_STAGED,
+        desc.id,
+        desc.target,
+        rows_to_insert=total_in,
+        rows_to_delete=total_out,
+        manifest=manifest,
+        staged_bytes=final.added_bytes,
+        extra={"input_times": all_times},
+    )
+
+
+def _arrow_type(spark: SparkSession, spark_type: str) -> pa.DataType:
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import _parse_datatype_string
+
+    return to_arrow_type(_parse_datatype_string(spark_type))
+
+
+def _stage_time(
+    table: Any,
+    data_dir: str,
+    task: ContinualTaskDef,
+    time: int,
+    added: list[dict[str, Any]],
+    retracted: list[tuple[str, int]],
+    state: _State,
+) -> StagedTime | None:
+    """Write one time's files; added rows become addressable (file, pos) for later times."""
+    if not added and not retracted:
+        return None
+    adds: tuple[StagedFile, ...] = ()
+    if added:
+        schema = table.schema().as_arrow()
+        path = posixpath.join(data_dir, f"part-t{time}-{uuid.uuid4().hex}.parquet")
+        rows = [{c: r[c] for c in task.column_names} for r in added]
+        with table.io.new_output(path).create(overwrite=True) as out:
+            pq.write_table(pa.Table.from_pylist(rows, schema), out)
+        adds = (StagedFile(path, len(rows), len(table.io.new_input(path))),)
+        for pos, row in enumerate(added):
+            state.written.append({**row, FILE_COL: path, POS_COL: pos})
+    deletes: tuple[StagedFile, ...] = ()
+    if retracted:
+        path = posixpath.join(data_dir, f"deletes-t{time}-{uuid.uuid4().hex}.parquet")
+        size = write_position_deletes(table.io, path, retracted)
+        deletes = (StagedFile(path, len(retracted), size),)
+    return StagedTime(time, adds, (), deletes, len(retracted))
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    parser = argparse.ArgumentParser(prog="ct-continual-job")
+    parser.add_argument("--catalog", required=True)
+    parser.add_argument("--description", required=True)
+    parser.add_argument("--task", required=True, help="CREATE CONTINUAL TASK text, or @file")
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--report", required=True)
+    args = parser.parse_args(argv)
+
+    def arg(value: str) -> str:
+        return Path(value[1:]).read_text() if value.startswith("@") else value
+
+    try:
+        config = CatalogConfig(**json.loads(arg(args.catalog)))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"--catalog is not a catalog configuration: {exc}") from None
+    description = BatchDescription.from_json(arg(args.description))
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"ct-continual-{description.target}").getOrCreate()
+    try:
+        report = run_continual(spark, config, arg(args.task), args.namespace, description)
+    finally:
+        spark.stop()
+    Path(args.report).write_text(json.dumps(report.to_json()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
