@@ -20,6 +20,9 @@ _LAZY = {
     "AppendOperator": "airflow_provider_ct.operators.append",
     "IcebergCatalogHook": "airflow_provider_ct.hooks.iceberg",
     "materialized_view": "airflow_provider_ct.views",
+    "continual_task": "airflow_provider_ct.continual",
+    "ContinualMintOperator": "airflow_provider_ct.operators.continual",
+    "ContinualWriteOperator": "airflow_provider_ct.operators.continual",
     "view_asset": "airflow_provider_ct.views",
 }
 

@@ -193,6 +193,37 @@ def test_racing_duplicate_runs_and_retried_appends_never_write_a_time_twice(
         assert staged.manifest is None or not local_path(staged.manifest).exists()
 
 
+RETENTION = """
+CREATE CONTINUAL TASK recent (key INT, ts INT8) ON INPUT events WITH (SNAPSHOT = true) AS (
+    DELETE FROM recent WHERE ts < mz_now() - 100;
+    INSERT INTO recent SELECT key, ts FROM events;
+)
+"""
+
+
+def test_retention_window_relative_to_each_input_time(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    ns = "ct_retention"
+    catalog = spark_catalog_config.load()
+    schema = pa.schema([("key", pa.int32()), ("ts", pa.int64())])
+    events = create_managed_table(catalog, f"{ns}.events", schema)
+    append_rows(events, 50, [(1, 0), (2, 45)], schema)
+    advance(events, 60)
+    # First tick at 60: SNAPSHOT = true, so the input's contents at 60 count as inserts.
+    ct_tick(spark, spark_catalog_config, RETENTION, ns, 60)
+    recent = catalog.load_table(f"{ns}.recent")
+    assert rows_of(recent) == Counter({(1, 0): 1, (2, 45): 1})
+    append_rows(events, 120, [(3, 110)], schema)  # at 120 the window drops ts < 20
+    append_rows(events, 160, [(4, 150)], schema)  # at 160 it drops ts < 60
+    out = ct_tick(spark, spark_catalog_config, RETENTION, ns, 160)
+    assert out["report"].extra["input_times"] == [120, 160]
+    recent = catalog.load_table(f"{ns}.recent")
+    assert rows_of(recent) == Counter({(3, 110): 1, (4, 150): 1})
+    timeline = Timeline.of(recent)
+    assert rows_of(recent, timeline.snapshot_at(130)) == Counter({(2, 45): 1, (3, 110): 1})
+
+
 @pytest.mark.parametrize(
     ("sql", "message"),
     [

@@ -176,3 +176,57 @@ def test_mint_fails_before_spark_for_a_missing_input(
     op = MintOperator(task_id="m", target="ns.v", sql="SELECT * FROM ns.missing", time=5)
     with pytest.raises(ConfigurationError, match="'ns.missing' does not exist"):
         op.execute({})
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_continual_task_example_dag_runs_through_airflow(
+    airflow_db: None, default_catalog: CatalogConfig
+) -> None:
+    """The upsert, audit-log and retention tasks through dag.test() and spark-submit."""
+    sys.path.insert(0, str(ROOT / "dags_examples"))
+    import continual_tasks
+
+    catalog = default_catalog.load()
+    runs = [datetime(2026, 5, 1, 0, m, tzinfo=UTC) for m in (0, 10, 20)]
+    for logical in runs:
+        run = continual_tasks.dag.test(logical_date=logical)
+        assert run.state == "success", run.state
+    events = catalog.load_table("events.append_only").scan().to_arrow().to_pylist()
+    assert events, "the feed appended nothing"
+    # Model of each task over the input's snapshots (rows inserted per time).
+    by_time: dict[int, list[dict[str, Any]]] = {}
+    table = catalog.load_table("events.append_only")
+    timeline = Timeline.of(table)
+    for time, snapshot in timeline.data_times():
+        rows = table.scan(snapshot_id=snapshot).to_arrow().to_pylist()
+        by_time[time] = rows
+    times = sorted(by_time)
+    inserted = {
+        t: [r for r in by_time[t] if r not in (by_time[p] if (p := _prev(times, t)) else [])]
+        for t in times
+    }
+    upsert: dict[int, int] = {}
+    audit: list[tuple[Any, ...]] = []
+    for t in times[1:]:  # the first tick is the tasks' as-of: no writes at it
+        batch = inserted[t]
+        for key in {r["key"] for r in batch}:
+            upsert[key] = max(r["val"] for r in batch if r["key"] == key)
+        audit += [(r["key"], r["val"], r["ts"]) for r in batch if r["anomaly"]]
+    assert rows_of(catalog.load_table("events.upsert")) == {(k, v): 1 for k, v in upsert.items()}
+    from collections import Counter
+
+    assert rows_of(catalog.load_table("events.audit_log")) == Counter(audit)
+    # Retention with SNAPSHOT = true: everything at the as-of counts, minus > 1 h old.
+    last = times[-1]
+    recent = Counter(
+        (r["key"], r["val"], r["ts"])
+        for r in by_time[last]
+        if r["ts"] >= min(last, max(times)) - 3_600_000
+    )
+    assert rows_of(catalog.load_table("events.recent_events")) == recent
+
+
+def _prev(times: list[int], t: int) -> int | None:
+    earlier = [x for x in times if x < t]
+    return earlier[-1] if earlier else None

@@ -68,8 +68,7 @@ class MintOperator(BaseOperator):
         hook = IcebergCatalogHook(self.iceberg_conn_id)
         catalog_name = hook.get_config().name
         target = normalize_table_name(self.target, catalog_name)
-        parsed = parse_query(self.sql, target=target, catalog_name=catalog_name)
-        inputs = timelines(hook, parsed.inputs, self.input_upper_policies)
+        inputs = timelines(hook, self._inputs(target, catalog_name), self.input_upper_policies)
         time = tick_time(context, self.time)
         decision = mint(
             target=target,
@@ -84,6 +83,10 @@ class MintOperator(BaseOperator):
             raise AirflowSkipException(decision.reason)
         log.info("%s: %s", target, decision.reason)
         return decision.description.to_json()
+
+    def _inputs(self, target: str, catalog_name: str) -> list[str]:
+        """Tables the target is computed from (parsing fails before any Spark job)."""
+        return list(parse_query(self.sql, target=target, catalog_name=catalog_name).inputs)
 
     def _previous(self, context: Any) -> BatchDescription | None:
         """The description this task minted last (prior runs), to check lowers only rise."""

@@ -99,6 +99,24 @@ class WriteOperator(BaseOperator):
                 raise DescriptionError(f"task {self.description_task_id} returned no description")
         return BatchDescription.from_json(load_json_object(value, "batch description"))
 
+    def _check_before_spark(
+        self, hook: IcebergCatalogHook, desc: BatchDescription, target: str
+    ) -> None:
+        parsed = parse_query(self.sql, target=target, catalog_name=hook.get_config().name)
+        timelines(hook, parsed.inputs)  # inputs exist
+        missing = [t for t in parsed.inputs if t not in desc.inputs]
+        if missing:
+            raise DescriptionError(f"description {desc.id} does not pin inputs {missing}")
+
+    def _application(self) -> str:
+        """The PySpark program to submit."""
+        return str(write_job.__file__)
+
+    def _job_args(self, folder: Path) -> list[str]:
+        """Program-specific arguments (files go into ``folder``)."""
+        (folder / "query.sql").write_text(self.sql)
+        return ["--sql", f"@{folder / 'query.sql'}", *(["--dry-run"] if self.report_only else [])]
+
     def execute(self, context: Any) -> dict[str, Any]:
         hook = IcebergCatalogHook(self.iceberg_conn_id)
         config = hook.get_config()
@@ -109,14 +127,9 @@ class WriteOperator(BaseOperator):
                 f"description {desc.id} is for {desc.target}, not for this task's target {target}"
             )
         # Everything checkable without a JVM is checked before Spark starts.
-        parsed = parse_query(self.sql, target=target, catalog_name=config.name)
-        timelines(hook, parsed.inputs)  # inputs exist
-        missing = [t for t in parsed.inputs if t not in desc.inputs]
-        if missing:
-            raise DescriptionError(f"description {desc.id} does not pin inputs {missing}")
+        self._check_before_spark(hook, desc, target)
         with tempfile.TemporaryDirectory(prefix="ct-write-") as tmp:
             folder = Path(tmp)
-            (folder / "query.sql").write_text(self.sql)
             (folder / "description.json").write_text(json.dumps(desc.to_json()))
             (folder / "catalog.json").write_text(json.dumps(asdict(config)))
             report_path = folder / "report.json"
@@ -125,13 +138,10 @@ class WriteOperator(BaseOperator):
                 f"@{folder / 'catalog.json'}",
                 "--description",
                 f"@{folder / 'description.json'}",
-                "--sql",
-                f"@{folder / 'query.sql'}",
                 "--report",
                 str(report_path),
+                *self._job_args(folder),
             ]
-            if self.report_only:
-                args.append("--dry-run")
             conf = hook.get_spark_conf(include_jars=False)
             conf.update({"spark.sql.shuffle.partitions": "8", **self.spark_conf})
             bin_dir = os.path.dirname(sys.executable)
@@ -151,7 +161,7 @@ class WriteOperator(BaseOperator):
                 verbose=False,
             )
             log.info("submitting the write job for %s (description %s)", target, desc.id)
-            submit.submit(application=write_job.__file__)
+            submit.submit(application=self._application())
             if not report_path.exists():
                 raise CTError(f"the write job for {target} finished without a report")
             report: dict[str, Any] = json.loads(report_path.read_text())

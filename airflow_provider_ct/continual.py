@@ -1,0 +1,76 @@
+"""``continual_task``: the sensor -> mint -> write -> append group for one task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import TaskGroup
+
+from airflow_provider_ct.core.continual import parse_continual_task
+from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.operators.append import AppendOperator
+from airflow_provider_ct.operators.continual import ContinualMintOperator, ContinualWriteOperator
+from airflow_provider_ct.operators.write import DEFAULT_LOCAL_MASTER
+from airflow_provider_ct.sensors.frontier import FrontierSensor
+from airflow_provider_ct.views import view_asset
+
+
+def continual_task(
+    *,
+    definition: str,
+    namespace: str,
+    group_id: str | None = None,
+    time: int | str | None = None,
+    iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+    spark_conn_id: str | None = None,
+    spark_master: str = DEFAULT_LOCAL_MASTER,
+    deferrable: bool | None = None,
+    poke_interval: float = 10.0,
+    sensor_timeout: float = 3600.0,
+    read_only: bool | None = None,
+    catalog_name: str = "ct",
+    **group_kwargs: Any,
+) -> TaskGroup:
+    """A TaskGroup that runs a continual task for every input time up to each tick.
+
+    :param definition: ``CREATE CONTINUAL TASK name (col type, ...) ON INPUT input
+        [WITH (SNAPSHOT = true)] AS ( stmt; ... )``, as in Materialize.
+    :param namespace: namespace of unqualified table names.
+    """
+    task = parse_continual_task(definition, default_namespace=namespace, catalog_name=catalog_name)
+    gid = group_id or f"ct_{task.name.replace('.', '_')}"
+    with TaskGroup(group_id=gid, **group_kwargs) as group:
+        sensor = FrontierSensor(
+            task_id="wait_for_inputs",
+            tables=[task.input, *task.references],
+            time=time,
+            iceberg_conn_id=iceberg_conn_id,
+            deferrable=deferrable,
+            poke_interval=poke_interval,
+            timeout=sensor_timeout,
+        )
+        mint = ContinualMintOperator(
+            task_id="mint",
+            definition=definition,
+            namespace=namespace,
+            time=time,
+            read_only=read_only,
+            iceberg_conn_id=iceberg_conn_id,
+        )
+        write = ContinualWriteOperator(
+            task_id="write",
+            definition=definition,
+            namespace=namespace,
+            description_task_id=mint.task_id,
+            spark_conn_id=spark_conn_id,
+            spark_master=spark_master,
+            iceberg_conn_id=iceberg_conn_id,
+        )
+        append = AppendOperator(
+            task_id="append",
+            write_task_id=write.task_id,
+            iceberg_conn_id=iceberg_conn_id,
+            outlets=[view_asset(task.name, catalog_name)],
+        )
+        sensor >> mint >> write >> append
+    return group

@@ -1,0 +1,81 @@
+"""Operators for continual tasks: mint and write, reusing the view machinery.
+
+The append is the ordinary :class:`~airflow_provider_ct.operators.append.AppendOperator`:
+a continual task's batch is a manifest with one change per input time, all
+landing in one compare-and-append.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_ct.core.continual import parse_continual_task
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.exceptions import DescriptionError, QueryError
+from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.operators._common import timelines
+from airflow_provider_ct.operators.mint import MintOperator
+from airflow_provider_ct.operators.write import WriteOperator
+from airflow_provider_ct.spark import continual_job
+
+
+class ContinualMintOperator(MintOperator):
+    """Mint a continual task's batch: from the output's upper to T + 1.
+
+    The input and every reference must be complete through T.
+
+    :param definition: ``CREATE CONTINUAL TASK ...`` text.
+    :param namespace: namespace of unqualified table names in the definition.
+    """
+
+    template_fields = ("definition", "namespace", "time")
+
+    def __init__(self, *, definition: str, namespace: str, **kwargs: Any) -> None:
+        self.definition = definition
+        self.namespace = namespace
+        task = parse_continual_task(definition, default_namespace=namespace)
+        super().__init__(target=task.name, sql=definition, **kwargs)
+
+    def _inputs(self, target: str, catalog_name: str) -> list[str]:
+        task = parse_continual_task(
+            self.definition, default_namespace=self.namespace, catalog_name=catalog_name
+        )
+        if task.name != target:
+            raise QueryError(f"the definition's output {task.name} is not {target}")
+        return [task.input, *task.references]
+
+
+class ContinualWriteOperator(WriteOperator):
+    """Run the continual-task Spark job for a description (stages every input time).
+
+    :param definition: ``CREATE CONTINUAL TASK ...`` text.
+    :param namespace: namespace of unqualified table names in the definition.
+    """
+
+    template_fields = ("definition", "namespace", "description")
+
+    def __init__(self, *, definition: str, namespace: str, **kwargs: Any) -> None:
+        self.definition = definition
+        self.namespace = namespace
+        task = parse_continual_task(definition, default_namespace=namespace)
+        super().__init__(target=task.name, sql=definition, **kwargs)
+
+    def _check_before_spark(
+        self, hook: IcebergCatalogHook, desc: BatchDescription, target: str
+    ) -> None:
+        task = parse_continual_task(
+            self.definition, default_namespace=self.namespace, catalog_name=hook.get_config().name
+        )
+        tables = [task.input, *task.references]
+        timelines(hook, tables)  # all exist
+        missing = [t for t in tables if t not in desc.inputs]
+        if missing:
+            raise DescriptionError(f"description {desc.id} does not pin {missing}")
+
+    def _application(self) -> str:
+        return str(continual_job.__file__)
+
+    def _job_args(self, folder: Path) -> list[str]:
+        (folder / "task.sql").write_text(self.definition)
+        return ["--task", f"@{folder / 'task.sql'}", "--namespace", self.namespace]
