@@ -84,7 +84,10 @@ def test_upsert_over_an_append_only_input_matches_the_seed(
     assert rows_of(catalog.load_table(f"{ns}.upsert")) == Counter({(1, 2): 1})
 
     append_rows(source, 300, [(1, 3), (2, 4)], KV)
-    assert ct_tick(spark, spark_catalog_config, UPSERT, ns, 300)["appended"]
+    out = ct_tick(spark, spark_catalog_config, UPSERT, ns, 300)
+    assert out["appended"]
+    # Only the new files were read: an incremental read, not a full input scan.
+    assert out["report"].extra["input_reads"] == {"incremental": 1}
     output = catalog.load_table(f"{ns}.upsert")
     assert rows_of(output) == Counter({(1, 3): 1, (2, 4): 1})
     timeline = Timeline.of(output)

@@ -57,6 +57,8 @@ class TimelineEntry:
     batch_id: str | None = None
     inputs: dict[str, int | None] | None = None
     summary: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: The Iceberg snapshot operation: append, overwrite, delete or replace.
+    operation: str = ""
 
 
 class UpperPolicy(Protocol):
@@ -89,6 +91,12 @@ class SummaryKeyUpper:
                     value, key=self.key, where=f"snapshot {entry.snapshot_id}"
                 )
         return Frontier.minimum()
+
+
+def _operation_of(snapshot: Snapshot) -> str:
+    if snapshot.summary is None:
+        return ""
+    return str(snapshot.summary.operation.value)
 
 
 def _summary_of(snapshot: Snapshot) -> dict[str, str]:
@@ -137,6 +145,7 @@ def _managed_entry(snapshot: Snapshot) -> TimelineEntry:
         batch_id=summary.get(SummaryKeys.BATCH_ID),
         inputs=None if inputs_value is None else _parse_inputs(inputs_value, where),
         summary=summary,
+        operation=_operation_of(snapshot),
     )
     if entry.time is not None and entry.upper is not None and not entry.upper.seals(entry.time):
         raise MalformedSummaryError(
@@ -154,6 +163,7 @@ def _external_entry(snapshot: Snapshot) -> TimelineEntry:
         committed_at_ms=snapshot.timestamp_ms,
         time=snapshot.timestamp_ms,
         summary=_summary_of(snapshot),
+        operation=_operation_of(snapshot),
     )
 
 
