@@ -20,10 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
-from airflow_provider_ct.core.commit import compare_and_append  # noqa: E402
 from airflow_provider_ct.core.continual import parse_continual_task  # noqa: E402
 from airflow_provider_ct.core.mint import mint  # noqa: E402
-from airflow_provider_ct.core.staging import forget, read_manifest  # noqa: E402
+from airflow_provider_ct.core.staging import append_batch, forget, read_manifest  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline, WallClockUpper  # noqa: E402
 from airflow_provider_ct.spark.conf import local_session  # noqa: E402
 from airflow_provider_ct.spark.continual_job import run_continual  # noqa: E402
@@ -52,14 +51,7 @@ def tick(spark: Any, config: CatalogConfig, task_sql: str) -> tuple[float, dict]
     report = run_continual(spark, config, task_sql, "bench", decision.description)
     batch = read_manifest(report.manifest) if report.manifest else None
     if batch is not None:
-        result = compare_and_append(
-            catalog.load_table(task.name),
-            expected_upper=batch.lower,
-            new_upper=batch.upper,
-            batch_id=batch.batch_id,
-            changes=batch.changes(),
-            expected_head=batch.base_snapshot_id,
-        )
+        result = append_batch(catalog.load_table(batch.target), batch)
         assert result.landed, result
         forget(report.manifest)  # type: ignore[arg-type]
     return time.perf_counter() - start, report.to_json()

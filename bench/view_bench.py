@@ -31,9 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
-from airflow_provider_ct.core.commit import compare_and_append  # noqa: E402
 from airflow_provider_ct.core.mint import mint  # noqa: E402
-from airflow_provider_ct.core.staging import forget, read_manifest  # noqa: E402
+from airflow_provider_ct.core.staging import append_batch, forget, read_manifest  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline, WallClockUpper  # noqa: E402
 from airflow_provider_ct.spark.conf import local_session  # noqa: E402
 from airflow_provider_ct.spark.write_job import run_write  # noqa: E402
@@ -156,14 +155,7 @@ def tick(spark: Any, config: CatalogConfig, catalog: Any, t: int) -> int:
     if report.manifest is None:
         return 0
     batch = read_manifest(report.manifest)
-    result = compare_and_append(
-        catalog.load_table("bench.view"),
-        expected_upper=batch.lower,
-        new_upper=batch.upper,
-        batch_id=batch.batch_id,
-        changes=batch.changes(),
-        expected_head=batch.base_snapshot_id,
-    )
+    result = append_batch(catalog.load_table(batch.target), batch)
     assert result.landed, result
     forget(report.manifest)
     return report.staged_bytes

@@ -15,6 +15,7 @@ from airflow_provider_ct.core.staging import (
     StagedBatch,
     StagedFile,
     StagedTime,
+    append_batch,
     batch_data_dir,
     manifest_path,
     read_manifest,
@@ -116,14 +117,7 @@ def test_core_commits_what_spark_staged(spark: Any, spark_catalog_config: Catalo
     path = manifest_path(table.location(), batch_id)
     write_manifest(staged, path)
     batch = read_manifest(path)
-    result = compare_and_append(
-        table,
-        expected_upper=batch.lower,
-        new_upper=batch.upper,
-        batch_id=batch.batch_id,
-        changes=batch.changes(),
-        expected_head=batch.base_snapshot_id,
-    )
+    result = append_batch(table, batch)
     assert result.landed
     expected = Counter({(2, "keep"): 1, (3, "new"): 2, (4, None): 1})
     assert rows_of(table) == expected

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.staging import (
     StagedBatch,
     StagedFile,
     StagedTime,
+    append_batch,
     batch_data_dir,
     cleanup_staged,
     manifest_path,
@@ -93,13 +93,7 @@ def test_cleanup_keeps_landed_files_and_removes_what_can_never_land(
     table = create_managed_table(sqlite_catalog_config.load(), "ns.t", SCHEMA)
     landed, landed_path = _batch(table, "landed", 0, 10, [(1, "a")])
     loser, loser_path = _batch(table, "loser", 0, 10, [(2, "b")])
-    result = compare_and_append(
-        table,
-        expected_upper=landed.lower,
-        new_upper=landed.upper,
-        batch_id=landed.batch_id,
-        changes=landed.changes(),
-    )
+    result = append_batch(table, landed)
     assert result.landed
     pending, pending_path = _batch(table, "pending", 10, 20, [(3, "c")])
     crashed, crashed_path = _batch(

@@ -17,20 +17,26 @@ crashed writer always leaves a manifest behind that names its folder, and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import posixpath
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
-from airflow_provider_ct.core.commit import TimedChange
+from airflow_provider_ct.core.commit import AppendResult, TimedChange, compare_and_append
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import StagingError
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from airflow_provider_ct.core.description import BatchDescription
 
 log = logging.getLogger(__name__)
 
@@ -332,3 +338,58 @@ def cleanup_staged(
         else:
             kept.append(batch.batch_id)
     return CleanupReport(tuple(landed), tuple(discarded), tuple(kept), files)
+
+
+# -- the life of one staged batch ------------------------------------------------
+def outdated_reason(table: Table | None, description: BatchDescription) -> str | None:
+    """Why a description can no longer be written (its base is not the head), or None."""
+    head = None if table is None else table.metadata.current_snapshot()
+    head_id = None if head is None else head.snapshot_id
+    if head_id == description.base_snapshot_id:
+        return None
+    return (
+        f"target {description.target} moved on: head is {head_id}, the description was "
+        f"minted against {description.base_snapshot_id}; staging nothing"
+    )
+
+
+def begin_batch(table: Table, description: BatchDescription) -> tuple[StagedBatch, str]:
+    """Write the write-ahead manifest of a description's batch; returns it and its path.
+
+    Written before any data file, so a crashed writer leaves a findable folder.
+    """
+    batch = StagedBatch(
+        batch_id=description.id,
+        target=description.target,
+        lower=description.lower,
+        upper=description.upper,
+        base_snapshot_id=description.base_snapshot_id,
+        data_dir=batch_data_dir(table.location(), description.id),
+        description=description.to_json(),
+        inputs=dict(description.inputs),
+        state=STATE_WRITING,
+        created_at_ms=now_ms(),
+    )
+    path = manifest_path(table.location(), description.id, table.metadata.properties)
+    write_manifest(batch, path)
+    return batch, path
+
+
+def finish_batch(batch: StagedBatch, path: str, times: Iterable[StagedTime]) -> StagedBatch:
+    """Record the batch's staged files; from now on it can be appended."""
+    staged = dataclasses.replace(batch, times=tuple(times), state=STATE_STAGED)
+    write_manifest(staged, path)
+    return staged
+
+
+def append_batch(table: Table, batch: StagedBatch) -> AppendResult:
+    """Compare-and-append a staged batch at its lower, against its base snapshot."""
+    return compare_and_append(
+        table,
+        expected_upper=batch.lower,
+        new_upper=batch.upper,
+        batch_id=batch.batch_id,
+        changes=batch.changes(),
+        expected_head=batch.base_snapshot_id,
+        inputs=batch.inputs,
+    )

@@ -8,8 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_ct.core.commit import compare_and_append
-from airflow_provider_ct.core.staging import discard, forget, read_manifest
+from airflow_provider_ct.core.staging import append_batch, discard, forget, read_manifest
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import DescriptionError, StagingError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
@@ -80,15 +79,7 @@ class AppendOperator(BaseOperator):
             # (or after cleanup) decides from the table's own history.
             return self._without_manifest(hook, report, manifest)
         table = hook.load_table(batch.target)
-        result = compare_and_append(
-            table,
-            expected_upper=batch.lower,
-            new_upper=batch.upper,
-            batch_id=batch.batch_id,
-            changes=batch.changes(),
-            expected_head=batch.base_snapshot_id,
-            inputs=batch.inputs,
-        )
+        result = append_batch(table, batch)
         if result.landed:
             forget(manifest)
             log.info(

@@ -39,16 +39,12 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.continual import NOW_FUNCTIONS, ContinualTaskDef, parse_continual_task
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.staging import (
-    STATE_STAGED,
-    STATE_WRITING,
-    StagedBatch,
     StagedFile,
     StagedTime,
-    batch_data_dir,
-    manifest_path,
-    write_manifest,
+    begin_batch,
+    finish_batch,
+    outdated_reason,
 )
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
@@ -271,10 +267,8 @@ def run_continual(
         table = catalog.load_table(task.name)
     except NoSuchTableError:
         table = None
-    head = None if table is None else table.metadata.current_snapshot()
-    head_id = None if head is None else head.snapshot_id
-    if head_id != desc.base_snapshot_id:
-        reason = f"output {task.name} moved on: head {head_id}, base {desc.base_snapshot_id}"
+    reason = outdated_reason(table, desc)
+    if reason is not None:
         return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
     first = table is None or AS_OF_PROPERTY not in table.metadata.properties
     if table is None:
@@ -307,21 +301,8 @@ def run_continual(
                 F.col("_pos").alias(POS_COL),
             )
         )
-    data_dir = batch_data_dir(table.location(), desc.id)
-    manifest = manifest_path(table.location(), desc.id, table.metadata.properties)
-    batch = StagedBatch(
-        batch_id=desc.id,
-        target=task.name,
-        lower=desc.lower,
-        upper=desc.upper,
-        base_snapshot_id=desc.base_snapshot_id,
-        data_dir=data_dir,
-        description=desc.to_json(),
-        inputs=dict(desc.inputs),
-        state=STATE_WRITING,
-        created_at_ms=now_ms(),
-    )
-    write_manifest(batch, manifest)
+    batch, manifest = begin_batch(table, desc)
+    data_dir = batch.data_dir
     staged_times: list[StagedTime] = []
     all_times = ([snapshot_time] if snapshot_time is not None else []) + times
     total_in, total_out = 0, 0
@@ -345,20 +326,7 @@ def run_continual(
             staged_times.append(staged)
             total_in += sum(f.record_count for f in staged.add)
             total_out += staged.removed_record_count
-    final = StagedBatch(
-        batch_id=batch.batch_id,
-        target=batch.target,
-        lower=batch.lower,
-        upper=batch.upper,
-        base_snapshot_id=batch.base_snapshot_id,
-        data_dir=data_dir,
-        times=tuple(staged_times),
-        description=batch.description,
-        inputs=batch.inputs,
-        state=STATE_STAGED,
-        created_at_ms=batch.created_at_ms,
-    )
-    write_manifest(final, manifest)
+    final = finish_batch(batch, manifest, staged_times)
     log.info(
         "continual task %s: %d input time(s) in [%s, %s): +%d -%d rows",
         task.name,

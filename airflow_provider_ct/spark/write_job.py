@@ -38,17 +38,13 @@ import pyarrow.parquet as pq
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query
 from airflow_provider_ct.core.staging import (
-    STATE_STAGED,
-    STATE_WRITING,
-    StagedBatch,
     StagedFile,
     StagedTime,
-    batch_data_dir,
-    manifest_path,
-    write_manifest,
+    begin_batch,
+    finish_batch,
+    outdated_reason,
 )
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import ConfigurationError, CTError
@@ -172,13 +168,8 @@ def run_write(
         table = catalog.load_table(desc.target)
     except NoSuchTableError:
         table = None
-    head = None if table is None else table.metadata.current_snapshot()
-    head_id = None if head is None else head.snapshot_id
-    if head_id != desc.base_snapshot_id:
-        reason = (
-            f"target {desc.target} moved on: head is {head_id}, the description was minted "
-            f"against {desc.base_snapshot_id}; staging nothing"
-        )
+    reason = outdated_reason(table, desc)
+    if reason is not None:
         log.info("%s", reason)
         return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
 
@@ -241,21 +232,8 @@ def run_write(
             rows_to_delete=correction.retract_count,
         )
 
-    data_dir = batch_data_dir(table.location(), desc.id)
-    manifest = manifest_path(table.location(), desc.id, table.metadata.properties)
-    batch = StagedBatch(
-        batch_id=desc.id,
-        target=desc.target,
-        lower=desc.lower,
-        upper=desc.upper,
-        base_snapshot_id=desc.base_snapshot_id,
-        data_dir=data_dir,
-        description=desc.to_json(),
-        inputs=dict(desc.inputs),
-        state=STATE_WRITING,
-        created_at_ms=now_ms(),
-    )
-    write_manifest(batch, manifest)  # write-ahead: a crash leaves a findable folder
+    batch, manifest = begin_batch(table, desc)
+    data_dir = batch.data_dir
     added: list[StagedFile] = []
     if correction.insert_count:
         files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
@@ -271,20 +249,10 @@ def run_write(
         path = posixpath.join(data_dir, f"deletes-{uuid.uuid4().hex}.parquet")
         size = write_position_deletes(table.io, path, correction.retractions)
         deletes.append(StagedFile(path, len(correction.retractions), size))
-    staged = StagedBatch(
-        batch_id=batch.batch_id,
-        target=batch.target,
-        lower=batch.lower,
-        upper=batch.upper,
-        base_snapshot_id=batch.base_snapshot_id,
-        data_dir=data_dir,
-        times=(StagedTime(desc.time, tuple(added), (), tuple(deletes), correction.retract_count),),
-        description=batch.description,
-        inputs=batch.inputs,
-        state=STATE_STAGED,
-        created_at_ms=batch.created_at_ms,
+    retractions = correction.retract_count
+    finish_batch(
+        batch, manifest, [StagedTime(desc.time, tuple(added), (), tuple(deletes), retractions)]
     )
-    write_manifest(staged, manifest)
     clock.lap("deletes+manifest")
     log.info("write job phases (s): %s", clock.summary())
     return WriteReport(
