@@ -122,3 +122,20 @@ def oracle(
     duck_sql = parsed.pinned_sql(views, dialect="duckdb")
     rows = con.execute(duck_sql).fetchall()
     return Counter(tuple(r) for r in rows)
+
+
+def mint_view_tick(catalog: Any, target: str, sql: str, time: int) -> Any:
+    """Mint a view's description for tick ``time`` from the catalog's current state."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from airflow_provider_ct.core.mint import mint
+    from airflow_provider_ct.core.query import parse_query
+    from airflow_provider_ct.core.timeline import Timeline
+
+    parsed = parse_query(sql, target=target)
+    inputs = {n: Timeline.of(catalog.load_table(n)) for n in parsed.inputs}
+    try:
+        target_tl = Timeline.of(catalog.load_table(target))
+    except NoSuchTableError:
+        target_tl = None
+    return mint(target=target, target_timeline=target_tl, time=time, inputs=inputs)

@@ -10,13 +10,11 @@ from typing import Any
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.mint import mint
-from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.write import WriteOperator
 from tests.conftest import _pg_config, connection_json, sqlite_config
-from tests.helpers import oracle, rows_of
+from tests.helpers import mint_view_tick, oracle, rows_of
 from tests.sparkcluster import running_spark_cluster
 from tests.test_view_correctness import DETAIL_SQL, Shop
 
@@ -33,13 +31,7 @@ def _tick(
 ) -> Counter[tuple[Any, ...]]:
     """Mint, write through spark-submit, append; returns the oracle's rows for T."""
     catalog = config.load()
-    parsed = parse_query(sql, target=target)
-    inputs = {n: Timeline.of(catalog.load_table(n)) for n in parsed.inputs}
-    try:
-        target_tl = Timeline.of(catalog.load_table(target))
-    except Exception:
-        target_tl = None
-    desc = mint(target=target, target_timeline=target_tl, time=time, inputs=inputs).description
+    desc = mint_view_tick(catalog, target, sql, time).description
     assert desc is not None
     report = WriteOperator(
         task_id="w",

@@ -20,7 +20,14 @@ from airflow_provider_ct.exceptions import SchemaMismatchError
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.spark.write_job import run_write
 from tests.conftest import SPARK_CATALOG_CONN as CONN
-from tests.helpers import advance, local_path, oracle, replace_contents, rows_of
+from tests.helpers import (
+    advance,
+    local_path,
+    mint_view_tick,
+    oracle,
+    replace_contents,
+    rows_of,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -113,15 +120,7 @@ def _sql(sql: str, ns: str) -> str:
 def tick(spark: Any, config: CatalogConfig, target: str, sql: str, time: int) -> dict[str, Any]:
     """Mint, write (in-process Spark) and append one tick; returns the append's XCom."""
     catalog = config.load()
-    from airflow_provider_ct.core.query import parse_query
-
-    parsed = parse_query(sql, target=target)
-    inputs = {n: Timeline.of(catalog.load_table(n)) for n in parsed.inputs}
-    try:
-        target_tl = Timeline.of(catalog.load_table(target))
-    except Exception:
-        target_tl = None
-    decision = mint(target=target, target_timeline=target_tl, time=time, inputs=inputs)
+    decision = mint_view_tick(catalog, target, sql, time)
     assert decision.description is not None, decision.reason
     report = run_write(spark, config, sql, decision.description)
     append = AppendOperator(task_id="append", report=report.to_json(), iceberg_conn_id=CONN)
