@@ -255,3 +255,39 @@ def test_retention_window_relative_to_each_input_time(
 def test_bad_definitions_fail_before_spark(sql: str, message: str) -> None:
     with pytest.raises(QueryError, match=message):
         parse_continual_task(sql, default_namespace="ns")
+
+
+ENRICH = """
+CREATE CONTINUAL TASK enriched (order_id INT, name STRING) ON INPUT orders AS (
+    INSERT INTO enriched SELECT o.key, c.name FROM orders o JOIN names c ON o.val = c.id;
+)
+"""
+
+
+def test_output_does_not_change_when_references_change_later(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    ns = "ct_refs"
+    catalog = spark_catalog_config.load()
+    names_schema = pa.schema([("id", pa.int32()), ("name", pa.string())])
+    orders = create_managed_table(catalog, f"{ns}.orders", KV)
+    names = create_managed_table(catalog, f"{ns}.names", names_schema)
+    append_rows(names, 5, [(1, "Ada")], names_schema)
+    advance(orders, 5)
+    ct_tick(spark, spark_catalog_config, ENRICH, ns, 5)
+    append_rows(orders, 10, [(100, 1)], KV)  # order 100 by customer 1, named Ada at t=10
+    advance(names, 10)
+    ct_tick(spark, spark_catalog_config, ENRICH, ns, 10)
+    from tests.helpers import replace_contents
+
+    replace_contents(names, 20, pa.Table.from_pylist([{"id": 1, "name": "Grace"}], names_schema))
+    advance(orders, 20)
+    out = ct_tick(spark, spark_catalog_config, ENRICH, ns, 20)  # only the reference changed
+    assert out["report"].extra["input_times"] == []
+    enriched = catalog.load_table(f"{ns}.enriched")
+    assert rows_of(enriched) == Counter({(100, "Ada"): 1})  # unlike a view: not rewritten
+    append_rows(orders, 30, [(101, 1)], KV)
+    advance(names, 30)
+    ct_tick(spark, spark_catalog_config, ENRICH, ns, 30)
+    enriched = catalog.load_table(f"{ns}.enriched")
+    assert rows_of(enriched) == Counter({(100, "Ada"): 1, (101, "Grace"): 1})
