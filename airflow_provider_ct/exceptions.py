@@ -15,7 +15,12 @@ our refusals apart from bugs in libraries underneath::
     ├── StagingError              a staged batch is malformed or inconsistent
     ├── DescriptionError          a batch description (XCom) is malformed
     ├── QueryError                SQL is unusable (syntax, not a SELECT, tables)
-    └── SchemaMismatchError       a query's schema no longer matches its table
+    ├── SchemaMismatchError       a query's schema no longer matches its table
+    └── CollectionError           a managed-collection operation is refused
+        ├── NotACollectionError       the table is not a registered collection (of that kind)
+        ├── ReadOnlyError             writes are refused in read-only mode
+        ├── CollectionClosedError     the collection is closed (its upper is empty)
+        └── RetractionError           a retraction names rows the collection does not hold
 
 An upper mismatch in :func:`~airflow_provider_ct.core.commit.compare_and_append`
 is *not* an exception: losing a race is a normal outcome and is reported in
@@ -83,3 +88,27 @@ class QueryError(CTError):
 
 class SchemaMismatchError(CTError):
     """A query's result schema no longer matches its target table."""
+
+
+class CollectionError(CTError):
+    """A managed-collection operation is refused (see :mod:`airflow_provider_ct.collections`)."""
+
+
+class NotACollectionError(CollectionError):
+    """The table is not a registered collection, or not one of the kind asked for."""
+
+
+class ReadOnlyError(CollectionError):
+    """A write was refused because the collection or the deployment is read-only.
+
+    Only blind writes raise it: differential writes keep their desired state
+    and land it once writes are allowed again.
+    """
+
+
+class CollectionClosedError(CollectionError):
+    """The collection is closed (its upper is the empty frontier): nothing may be written."""
+
+
+class RetractionError(CollectionError):
+    """A retraction (a row with diff -1) names a row the collection does not hold."""

@@ -243,6 +243,17 @@ def _commit_once(table: Table, tx: Transaction, expected_head: int | None) -> No
     table.catalog.commit_table(table, tuple(requirements), tx._updates)
 
 
+def commit_once(table: Table, tx: Transaction, expected_head: int | None) -> None:
+    """Commit ``tx``'s updates in one catalog call that asserts ``main`` is ``expected_head``.
+
+    For commits that are not appends (snapshot expiry, compaction): the same
+    single, non-rebasing catalog commit :func:`compare_and_append` makes, so a
+    concurrent commit makes this one fail with PyIceberg's
+    ``CommitFailedException`` instead of being rebased over.
+    """
+    _commit_once(table, tx, expected_head)
+
+
 def _discard_producers(producers: Sequence[Any]) -> None:
     for producer in producers:
         clean = getattr(producer, "_clean_all_uncommitted", None)

@@ -1,0 +1,117 @@
+"""Storage-managed collections: append-only and differential, ticking, maintenance.
+
+Materialize keeps its own small collections (introspection, catalog state)
+in persist shards it writes itself; these are the same for Iceberg tables
+written through compare-and-append (DESIGN.md section 5, docs/collections.md):
+
+* :class:`AppendOnlyCollection`: blind writes that always land, batched;
+* :class:`DifferentialCollection`: state the desired contents, the table is
+  corrected to match;
+* :func:`tick_collections` / :class:`Ticker`: advance every collection's upper
+  to now; :func:`close_collection` seals one for good;
+* read-only mode per collection (:func:`set_read_only`) or deployment
+  (``CT_READ_ONLY``);
+* :func:`maintain`: compaction and snapshot expiry that honour read holds
+  (:func:`register_reader`).
+
+Nothing here imports Airflow; the operators are in
+:mod:`airflow_provider_ct.operators.collections`.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_ct.collections.append_only import (
+    DEFAULT_BATCH_INTERVAL_MS,
+    AppendOnlyCollection,
+    WriteReceipt,
+    blind_write,
+)
+from airflow_provider_ct.collections.differential import (
+    DifferentialCollection,
+    PendingDesired,
+    SyncResult,
+)
+from airflow_provider_ct.collections.holds import (
+    HoldTime,
+    ReadHold,
+    hold_time,
+    read_holds,
+    register_reader,
+    release_reader,
+)
+from airflow_provider_ct.collections.maintenance import (
+    DEFAULT_RETENTION_MS,
+    CompactionReport,
+    ExpiryPlan,
+    ExpiryReport,
+    MaintenanceReport,
+    MaintenanceSettings,
+    compact,
+    expire_snapshots,
+    maintain,
+    plan_expiry,
+    readable_since,
+)
+from airflow_provider_ct.collections.registry import (
+    READ_ONLY_ENV,
+    CollectionInfo,
+    CollectionKeys,
+    CollectionKind,
+    close_collection,
+    deployment_read_only,
+    list_collections,
+    load_collection,
+    register_collection,
+    set_read_only,
+)
+from airflow_provider_ct.collections.ticker import (
+    DEFAULT_TICK_INTERVAL_MS,
+    Ticker,
+    TickOutcome,
+    TickReport,
+    tick_collections,
+    tick_table,
+)
+
+__all__ = [
+    "DEFAULT_BATCH_INTERVAL_MS",
+    "DEFAULT_RETENTION_MS",
+    "DEFAULT_TICK_INTERVAL_MS",
+    "READ_ONLY_ENV",
+    "AppendOnlyCollection",
+    "CollectionInfo",
+    "CollectionKeys",
+    "CollectionKind",
+    "CompactionReport",
+    "DifferentialCollection",
+    "ExpiryPlan",
+    "ExpiryReport",
+    "HoldTime",
+    "MaintenanceReport",
+    "MaintenanceSettings",
+    "PendingDesired",
+    "ReadHold",
+    "SyncResult",
+    "TickOutcome",
+    "TickReport",
+    "Ticker",
+    "WriteReceipt",
+    "blind_write",
+    "close_collection",
+    "compact",
+    "deployment_read_only",
+    "expire_snapshots",
+    "hold_time",
+    "list_collections",
+    "load_collection",
+    "maintain",
+    "plan_expiry",
+    "read_holds",
+    "readable_since",
+    "register_collection",
+    "register_reader",
+    "release_reader",
+    "set_read_only",
+    "tick_collections",
+    "tick_table",
+]

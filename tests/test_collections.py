@@ -1,0 +1,399 @@
+"""Managed collections on real catalogs: registry, blind writes, desired state, ticks, read-only."""
+
+from __future__ import annotations
+
+import threading
+import time as _time
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_ct.collections import (
+    AppendOnlyCollection,
+    CollectionKind,
+    DifferentialCollection,
+    Ticker,
+    close_collection,
+    list_collections,
+    register_collection,
+    set_read_only,
+    tick_collections,
+)
+from airflow_provider_ct.collections.differential import list_pending
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.commit import compare_and_append
+from airflow_provider_ct.core.frontier import Frontier, now_ms
+from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.exceptions import (
+    CollectionClosedError,
+    CollectionError,
+    NotACollectionError,
+    ReadOnlyError,
+    RetractionError,
+)
+from tests.conftest import SCHEMA
+from tests.helpers import rows_of, stage_rows
+
+LOG, STATE = "col.log", "col.state"
+
+
+def _setup(config: CatalogConfig) -> Any:
+    catalog = config.load()
+    register_collection(catalog, LOG, SCHEMA, CollectionKind.APPEND_ONLY)
+    register_collection(catalog, STATE, SCHEMA, "differential")
+    return catalog
+
+
+def _fresh(catalog: Any, name: str) -> Any:
+    return catalog.load_table(name)
+
+
+# -- registry -------------------------------------------------------------------------------
+def test_registration_is_idempotent_and_kinds_are_listed(catalog_config: CatalogConfig) -> None:
+    catalog = _setup(catalog_config)
+    register_collection(catalog, LOG, SCHEMA, "append-only")  # again: fine
+    create_managed_table(catalog, "col.view_like", SCHEMA)  # managed, not a collection
+    found = {c.name: c.kind for c in list_collections(catalog)}
+    assert found == {LOG: CollectionKind.APPEND_ONLY, STATE: CollectionKind.DIFFERENTIAL}
+    with pytest.raises(NotACollectionError, match="already a append-only collection"):
+        register_collection(catalog, LOG, SCHEMA, "differential")
+    with pytest.raises(NotACollectionError, match="not a registered collection"):
+        AppendOnlyCollection.open(catalog, "col.view_like")
+    with pytest.raises(NotACollectionError, match="not append-only"):
+        AppendOnlyCollection.open(catalog, STATE)
+
+
+def test_unmanaged_table_is_not_adopted(sqlite_catalog_config: CatalogConfig) -> None:
+    catalog = sqlite_catalog_config.load()
+    catalog.create_namespace("ext")
+    table = catalog.create_table("ext.t", schema=SCHEMA)
+    table.append(pa.table({"k": [1], "v": ["a"]}, schema=SCHEMA))
+    with pytest.raises(NotACollectionError, match="not managed"):
+        register_collection(catalog, "ext.t", SCHEMA, "append-only")
+
+
+# -- append-only ------------------------------------------------------------------------------
+def test_blind_writes_land_at_or_after_the_upper_with_retractions(
+    catalog_config: CatalogConfig,
+) -> None:
+    catalog = _setup(catalog_config)
+    table = _fresh(catalog, LOG)
+    # Someone sealed the future: a blind write must still land, at the upper.
+    far = now_ms() + 3_600_000
+    assert compare_and_append(
+        table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(far), batch_id="seal"
+    ).landed
+    with AppendOnlyCollection.open(catalog, LOG, batch_interval_ms=0) as writer:
+        first = writer.blind_write([{"k": 1, "v": "a"}, {"k": 2, "v": "b"}, (2, "b")])
+        assert first.time == far and first.upper == Frontier.at(far + 1)
+        second = writer.blind_write([(2, "b"), (3, None)], diffs=[-1, 1])
+        assert second.time == far + 1
+        with pytest.raises(RetractionError, match="does not hold"):
+            writer.blind_write([(9, "never")], diffs=[-1])
+        cancelled = writer.blind_write([(5, "x"), (5, "x")], diffs=[1, -1])
+        assert cancelled.time is None  # nothing to commit
+    table.refresh()
+    assert rows_of(table) == Counter({(1, "a"): 1, (2, "b"): 1, (3, None): 1})
+    timeline = Timeline.of(table)
+    assert rows_of(table, timeline.snapshot_at(far)) == Counter(
+        {(1, "a"): 1, (2, "b"): 2}
+    )  # history is intact: the retraction landed later, at its own time
+    assert timeline.upper == Frontier.at(far + 2)
+
+
+def test_bad_rows_are_refused_before_queueing(sqlite_catalog_config: CatalogConfig) -> None:
+    catalog = _setup(sqlite_catalog_config)
+    with AppendOnlyCollection.open(catalog, LOG) as writer:
+        with pytest.raises(CollectionError, match="unknown column"):
+            writer.submit([{"k": 1, "nope": 2}])
+        with pytest.raises(CollectionError, match="2 column"):
+            writer.submit([(1,)])
+        with pytest.raises(CollectionError, match="do not fit"):
+            writer.submit([{"k": "not a number", "v": "a"}])
+    assert _fresh(catalog, LOG).metadata.current_snapshot() is None
+
+
+def test_close_writes_together_are_batched_one_commit_per_interval(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    catalog = _setup(sqlite_catalog_config)
+    interval_ms = 400
+    receipts = []
+    started = _time.monotonic()
+    with AppendOnlyCollection.open(catalog, LOG, batch_interval_ms=interval_ms) as writer:
+        futures = []
+        for burst in range(3):
+            futures += [writer.submit([(burst * 100 + i, "w")]) for i in range(15)]
+            _time.sleep(0.05)
+        receipts = [f.result(timeout=60) for f in futures]
+    elapsed_ms = (_time.monotonic() - started) * 1000
+    batches = {r.batch_id for r in receipts}
+    assert len(batches) < len(receipts) / 3  # really batched
+    # At most one commit per interval (plus the first).
+    assert len(batches) <= elapsed_ms // interval_ms + 1
+    table = _fresh(catalog, LOG)
+    times = [e.time for e in Timeline.of(table).entries if e.time is not None]
+    assert len(times) == len(batches)
+    assert sum(rows_of(table).values()) == 45
+
+
+class _SealBeforeCommit:
+    """A real catalog wrapper: before our commit, another writer moves the upper (once each)."""
+
+    def __init__(self, real: Any, name: str, times: int) -> None:
+        self._real, self._name, self._left = real, name, times
+
+    def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
+        if self._left > 0:
+            self._left -= 1
+            other = self._real.load_table(self._name)
+            upper = Timeline.of(other).upper
+            assert compare_and_append(
+                other,
+                expected_upper=upper,
+                new_upper=Frontier.at(int(upper.time) + 1000),
+                batch_id=f"interloper-{self._left}",
+            ).landed
+        return self._real.commit_table(table, requirements, updates)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_contention_is_retried_at_a_new_time_never_reported(
+    catalog_config: CatalogConfig,
+) -> None:
+    catalog = _setup(catalog_config)
+    table = _fresh(catalog, LOG)
+    table.catalog = _SealBeforeCommit(catalog, LOG, times=3)
+    writer = AppendOnlyCollection(table, batch_interval_ms=0)
+    receipt = writer.blind_write([(1, "once")])
+    writer.shutdown()
+    assert receipt.attempts == 4
+    fresh = _fresh(catalog, LOG)
+    assert rows_of(fresh) == Counter({(1, "once"): 1})  # not duplicated by the retries
+    timeline = Timeline.of(fresh)
+    assert [e.batch_id for e in timeline.entries].count(receipt.batch_id) == 1
+    assert timeline.entry(timeline.snapshot_at(receipt.time)).batch_id == receipt.batch_id
+
+
+# -- differential -----------------------------------------------------------------------------
+def test_replace_and_update_correct_the_table_with_a_multiset_diff(
+    catalog_config: CatalogConfig,
+) -> None:
+    catalog = _setup(catalog_config)
+    writer = DifferentialCollection.open(catalog, STATE)
+    first = writer.replace([(1, "a"), (2, "b"), (2, "b")])
+    assert first.landed and (first.inserted, first.retracted) == (3, 0)
+    again = writer.replace([(2, "b"), (1, "a"), (2, "b")])  # same multiset: nothing to do
+    assert again.status == "in-sync"
+    upd = writer.update(retract=[(2, "b")], insert=[(3, "c")])
+    assert upd.landed and (upd.inserted, upd.retracted) == (1, 1)
+    table = _fresh(catalog, STATE)
+    assert rows_of(table) == Counter({(1, "a"): 1, (2, "b"): 1, (3, "c"): 1})
+    with pytest.raises(RetractionError):
+        writer.update(retract=[(7, "zz")])
+    # A fresh writer (another task) applies its update to the table's head.
+    other = DifferentialCollection.open(catalog, STATE)
+    other.update(retract=[(1, "a")], insert=[(1, "a2")])
+    table.refresh()
+    assert rows_of(table) == Counter({(1, "a2"): 1, (2, "b"): 1, (3, "c"): 1})
+    timeline = Timeline.of(table)
+    assert rows_of(table, timeline.snapshot_at(first.time)) == Counter({(1, "a"): 1, (2, "b"): 2})
+    # Corrections rewrite files instead of writing delete files.
+    assert all(not t.delete_files for t in table.scan().plan_files())
+
+
+def test_conflicting_commit_makes_the_writer_resync_to_the_table(
+    catalog_config: CatalogConfig,
+) -> None:
+    catalog = _setup(catalog_config)
+    writer = DifferentialCollection.open(catalog, STATE)
+    writer.replace([(1, "a"), (2, "b")])
+
+    class _Drift:
+        """Right before our commit, a foreign writer adds a row (real commit)."""
+
+        def __init__(self, real: Any) -> None:
+            self._real, self._done = real, False
+
+        def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
+            if not self._done:
+                self._done = True
+                other = self._real.load_table(STATE)
+                upper = Timeline.of(other).upper
+                files = stage_rows(other, "foreign", [(99, "foreign")])
+                assert compare_and_append(
+                    other,
+                    expected_upper=upper,
+                    new_upper=Frontier.at(int(upper.time) + 5),
+                    batch_id="foreign",
+                    add_files=files,
+                ).landed
+            return self._real.commit_table(table, requirements, updates)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+    writer.table.catalog = _Drift(catalog)
+    result = writer.replace([(1, "a"), (3, "c")])
+    assert result.landed and result.attempts == 2
+    table = _fresh(catalog, STATE)
+    # The re-sync retracted the foreign row too: the table holds the desired state.
+    assert rows_of(table) == Counter({(1, "a"): 1, (3, "c"): 1})
+    # And a remembered desired state corrects later drift on sync().
+    upper = Timeline.of(table).upper
+    compare_and_append(
+        table,
+        expected_upper=upper,
+        new_upper=Frontier.at(int(upper.time) + 5),
+        batch_id="drift2",
+        add_files=stage_rows(table, "drift2", [(42, "drift")]),
+    )
+    assert writer.sync().landed
+    assert rows_of(_fresh(catalog, STATE)) == Counter({(1, "a"): 1, (3, "c"): 1})
+
+
+# -- ticking and closing ----------------------------------------------------------------------
+def test_tick_advances_every_collection_best_effort(catalog_config: CatalogConfig) -> None:
+    catalog = _setup(catalog_config)
+    create_managed_table(catalog, "col.not_a_collection", SCHEMA)
+    report = tick_collections(catalog, now=1_000)
+    assert report.statuses() == {LOG: "advanced", STATE: "advanced"}
+    for name in (LOG, STATE):
+        timeline = Timeline.of(_fresh(catalog, name))
+        assert timeline.upper == Frontier.at(1_000)
+        assert timeline.entries[-1].time is None  # frontier-only: vouches for no time
+    assert _fresh(catalog, "col.not_a_collection").metadata.current_snapshot() is None
+    # A second ticker at the same time finds the work done.
+    assert tick_collections(catalog, now=1_000).statuses() == {LOG: "current", STATE: "current"}
+    # Another ticker that read the old upper loses the race, which is fine.
+    stale = _fresh(catalog, LOG)
+    tick_collections(catalog, now=2_000)
+    lost = compare_and_append(
+        stale, expected_upper=Frontier.at(1_000), new_upper=Frontier.at(1_500), batch_id="late"
+    )
+    assert not lost.landed and lost.upper == Frontier.at(2_000)
+
+
+def test_collection_left_alone_stays_readable_at_recent_times(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    catalog = _setup(sqlite_catalog_config)
+    with AppendOnlyCollection.open(catalog, LOG) as writer:
+        landed = writer.blind_write([(1, "only write")])
+    interval_ms = 500
+    ticker = Ticker(catalog, interval_ms=interval_ms)
+    durations: list[float] = []
+    original = ticker.tick
+
+    def timed_tick() -> Any:
+        started = _time.monotonic()
+        try:
+            return original()
+        finally:
+            durations.append((_time.monotonic() - started) * 1000)
+
+    ticker.tick = timed_tick  # type: ignore[method-assign]
+    stop = threading.Event()
+    thread = threading.Thread(target=ticker.run, args=(stop,))
+    thread.start()
+    staleness: list[int] = []
+    try:
+        _time.sleep(1.0)
+        for _ in range(8):  # several intervals, sampled at arbitrary moments
+            _time.sleep(0.37)
+            table = _fresh(catalog, LOG)
+            now = now_ms()
+            timeline = Timeline.of(table)
+            staleness.append(now - int(timeline.upper.time))
+            # Readable at a recent time: sealed, and it is the only write.
+            recent = int(timeline.upper.time) - 1
+            assert timeline.snapshot_at(recent) is not None
+            assert rows_of(table, timeline.snapshot_at(recent)) == Counter({(1, "only write"): 1})
+    finally:
+        stop.set()
+        thread.join()
+    assert len(durations) >= 4
+    assert max(staleness) <= interval_ms + max(durations) + 100, (staleness, durations)
+    assert Timeline.of(_fresh(catalog, LOG)).upper.time > int(landed.time) + 2 * interval_ms
+
+
+def test_closed_collection_refuses_writes_and_ticks_skip_it(
+    catalog_config: CatalogConfig,
+) -> None:
+    catalog = _setup(catalog_config)
+    DifferentialCollection.open(catalog, STATE).replace([(1, "a")])
+    assert close_collection(catalog, LOG).is_empty
+    assert close_collection(catalog, LOG).is_empty  # idempotent
+    close_collection(catalog, STATE)
+    with (
+        AppendOnlyCollection.open(catalog, LOG) as writer,
+        pytest.raises(CollectionClosedError, match="closed"),
+    ):
+        writer.blind_write([(1, "late")])
+    with pytest.raises(CollectionClosedError, match="closed"):
+        DifferentialCollection.open(catalog, STATE).replace([(2, "b")])
+    assert tick_collections(catalog, now=now_ms()).statuses() == {LOG: "closed", STATE: "closed"}
+    assert rows_of(_fresh(catalog, STATE)) == Counter({(1, "a"): 1})
+
+
+# -- read-only mode ---------------------------------------------------------------------------
+def test_read_only_deployment_writes_nothing_then_desired_state_lands(
+    catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = _setup(catalog_config)
+    DifferentialCollection.open(catalog, STATE).replace([(1, "before")])
+    with AppendOnlyCollection.open(catalog, LOG) as writer:
+        writer.blind_write([(1, "before")])
+    locations = {n: _fresh(catalog, n).metadata_location for n in (LOG, STATE)}
+
+    monkeypatch.setenv("CT_READ_ONLY", "true")
+    with (
+        AppendOnlyCollection.open(catalog, LOG) as writer,
+        pytest.raises(ReadOnlyError, match="read-only"),
+    ):
+        writer.blind_write([(2, "during")])
+    stated = DifferentialCollection.open(catalog, STATE)
+    assert stated.replace([(1, "before"), (2, "during")]).status == "pending"
+    # A second, separate task updates the desired state while still read-only.
+    other = DifferentialCollection.open(catalog, STATE)
+    assert other.update(retract=[(1, "before")], insert=[(3, "later")]).status == "pending"
+    assert set(tick_collections(catalog).statuses().values()) == {"read-only"}
+    with pytest.raises(ReadOnlyError):
+        close_collection(catalog, LOG)
+    # Nothing was committed: not a snapshot, not a property.
+    assert {n: _fresh(catalog, n).metadata_location for n in (LOG, STATE)} == locations
+    assert rows_of(_fresh(catalog, STATE)) == Counter({(1, "before"): 1})
+
+    monkeypatch.delenv("CT_READ_ONLY")
+    report = tick_collections(catalog)
+    assert report.statuses() == {LOG: "advanced", STATE: "current"}
+    assert report.outcomes[1].synced == "landed"
+    table = _fresh(catalog, STATE)
+    assert rows_of(table) == Counter({(2, "during"): 1, (3, "later"): 1})
+    assert list_pending(table) == []
+
+
+def test_read_only_collection_switch_is_per_collection(catalog_config: CatalogConfig) -> None:
+    catalog = _setup(catalog_config)
+    set_read_only(catalog, STATE, True)
+    head = _fresh(catalog, STATE).metadata.current_snapshot()
+    pending = DifferentialCollection.open(catalog, STATE).replace([(5, "wanted")])
+    assert pending.status == "pending"
+    assert tick_collections(catalog, now=10).statuses() == {LOG: "advanced", STATE: "read-only"}
+    assert _fresh(catalog, STATE).metadata.current_snapshot() == head
+    set_read_only(catalog, STATE, False)
+    report = tick_collections(catalog, now=20)
+    # The pending state landed at the tick's time, which sealed it already.
+    assert report.statuses()[STATE] == "current"
+    assert report.outcomes[1].synced == "landed"
+    table = _fresh(catalog, STATE)
+    assert rows_of(table) == Counter({(5, "wanted"): 1})
+    assert Timeline.of(table).upper == Frontier.at(21)  # landed at 20, sealed through it
+    entries = Timeline.of(table).entries
+    assert entries[-1].summary[SummaryKeys.TIME] == "20"
