@@ -172,7 +172,7 @@ def main() -> int:
         ),
         manifest_path(table.location(), "stale-writer"),
     )
-    report = cleanup_staged(Timeline.of(table), table.location())
+    report = cleanup_staged(Timeline.of(table), table.location(), table=table)
     print(f"cleanup: discarded {list(report.discarded)} ({report.files_deleted} staged file(s))")
     # An empty tick still advances the frontier: the table stays readable at recent times.
     empty = compare_and_append(

@@ -1,20 +1,25 @@
-"""Staged-batch manifests and the cleanup of what writers leave behind."""
+"""Staged-batch manifests and the cleanup of what writers leave behind (real SQLite catalog)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.frontier import Frontier, now_ms
+from airflow_provider_ct.core.commit import TimedChange, compare_and_append
+from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.staging import (
+    MANIFEST_FORMAT,
+    STATE_STAGED,
+    STATE_WRITING,
     StagedBatch,
     StagedFile,
     StagedTime,
-    append_batch,
     batch_data_dir,
     cleanup_staged,
     manifest_path,
@@ -27,94 +32,420 @@ from airflow_provider_ct.exceptions import StagingError
 from tests.conftest import SCHEMA
 from tests.helpers import local_path, rows_of, stage_rows
 
+IDENT = "ns.t"
+#: A fixed "now" for cleanup, so ages are exact.
+NOW = 1_800_000_000_000
+GRACE = 3_600_000
 
-def _batch(
-    table: Any, batch_id: str, lower: int, upper: int, rows: list[Any], created: int | None = None
+
+def _table(config: CatalogConfig, properties: dict[str, str] | None = None) -> Any:
+    return create_managed_table(config.load(), IDENT, SCHEMA, properties=properties)
+
+
+def _stage(
+    table: Any,
+    batch_id: str,
+    lower: int,
+    upper: int,
+    rows: list[tuple[int, str | None]],
+    *,
+    created: int = NOW,
+    state: str = STATE_STAGED,
 ) -> tuple[StagedBatch, str]:
+    """Write a batch's data file and manifest as a writer would; returns it and its path."""
     files = stage_rows(table, batch_id, rows)
+    head = table.metadata.current_snapshot()
     batch = StagedBatch(
         batch_id=batch_id,
-        target="ns.t",
+        target=IDENT,
         lower=Frontier.at(lower),
         upper=Frontier.at(upper),
-        base_snapshot_id=table.metadata.current_snapshot().snapshot_id
-        if table.metadata.current_snapshot()
-        else None,
+        base_snapshot_id=None if head is None else head.snapshot_id,
         data_dir=batch_data_dir(table.location(), batch_id),
         times=(StagedTime(upper - 1, tuple(StagedFile(f, len(rows), 1) for f in files)),),
         description={"id": batch_id},
-        inputs={"ns.in": 7},
-        created_at_ms=now_ms() if created is None else created,
+        state=state,
+        created_at_ms=created,
     )
-    path = manifest_path(table.location(), batch_id)
+    path = manifest_path(table.location(), batch_id, table.metadata.properties)
     write_manifest(batch, path)
     return batch, path
 
 
-def test_manifest_round_trip_and_changes(sqlite_catalog_config: CatalogConfig) -> None:
-    table = create_managed_table(sqlite_catalog_config.load(), "ns.t", SCHEMA)
-    batch, path = _batch(table, "b1", 0, 10, [(1, "a"), (2, "b")])
-    again = read_manifest(path)
-    assert again == batch
-    [change] = again.changes()
-    assert change.time == 9 and list(change.add_files) == batch.added_files
-    assert again.added_record_count == 2
+def _land(table: Any, batch: StagedBatch) -> None:
+    result = compare_and_append(
+        table,
+        expected_upper=batch.lower,
+        new_upper=batch.upper,
+        batch_id=batch.batch_id,
+        changes=batch.changes(),
+    )
+    assert result.landed, result
+
+
+def _exists(batch: StagedBatch) -> bool:
+    return local_path(batch.data_dir).is_dir() and all(
+        local_path(f).is_file() for f in batch.staged_files
+    )
+
+
+def _full_batch(root: Path) -> StagedBatch:
+    """A batch using every manifest field, with two times."""
+    return StagedBatch(
+        batch_id="b-1",
+        target="ns.target",
+        lower=Frontier.at(100),
+        upper=Frontier.empty(),
+        base_snapshot_id=1234567890123,
+        data_dir=str(root / "data" / "ct-batch=b-1"),
+        times=(
+            StagedTime(
+                time=100,
+                add=(StagedFile(str(root / "a1.parquet"), 3, 300),),
+                remove=(str(root / "old.parquet"),),
+                deletes=(StagedFile(str(root / "d1.parquet"), 2, 50),),
+                removed_record_count=2,
+            ),
+            StagedTime(
+                time=250,
+                add=(
+                    StagedFile(str(root / "a2.parquet"), 4, 400),
+                    StagedFile(str(root / "a3.parquet"), 5, 500),
+                ),
+            ),
+        ),
+        description={"id": "b-1", "nested": {"x": [1, 2]}},
+        inputs={"ns.in": 42, "ns.empty": None},
+        state=STATE_WRITING,
+        created_at_ms=1_700_000_000_000,
+    )
+
+
+# -- manifests ------------------------------------------------------------------------
+def test_manifest_round_trip(tmp_path: Path) -> None:
+    batch = _full_batch(tmp_path)
+    path = str(tmp_path / "ct-staging" / "b-1.json")
+    write_manifest(batch, path)
+    on_disk = json.loads(Path(path).read_text())
+    assert on_disk["format"] == MANIFEST_FORMAT
+    assert on_disk["upper"] is None  # the empty frontier
+    assert on_disk["state"] == STATE_WRITING
+    assert read_manifest(path) == batch
+    # Only the manifest is left behind (no temporary file).
+    assert sorted(p.name for p in (tmp_path / "ct-staging").iterdir()) == ["b-1.json"]
+
+
+def test_manifest_round_trip_of_a_file_uri(tmp_path: Path) -> None:
+    batch = StagedBatch("b", "ns.t", Frontier.minimum(), Frontier.at(1), None, "/x")
+    uri = (tmp_path / "staging" / "b.json").as_uri()
+    write_manifest(batch, uri)
+    assert (tmp_path / "staging" / "b.json").is_file()
+    assert read_manifest(uri) == batch
+
+
+def test_rewriting_a_manifest_replaces_it(tmp_path: Path) -> None:
+    writing = StagedBatch("b", "ns.t", Frontier.at(5), Frontier.at(9), 7, "/x", state=STATE_WRITING)
+    path = str(tmp_path / "b.json")
+    write_manifest(writing, path)
+    staged = StagedBatch(
+        "b",
+        "ns.t",
+        Frontier.at(5),
+        Frontier.at(9),
+        7,
+        "/x",
+        times=(StagedTime(8, (StagedFile("/x/p.parquet", 1, 10),)),),
+        state=STATE_STAGED,
+    )
+    write_manifest(staged, path)
+    assert read_manifest(path) == staged
+    assert [p.name for p in tmp_path.iterdir()] == ["b.json"]
+
+
+def test_changes_map_times_and_files(tmp_path: Path) -> None:
+    batch = _full_batch(tmp_path)
+    assert batch.changes() == [
+        TimedChange(
+            100,
+            (str(tmp_path / "a1.parquet"),),
+            (str(tmp_path / "old.parquet"),),
+            (str(tmp_path / "d1.parquet"),),
+        ),
+        TimedChange(250, (str(tmp_path / "a2.parquet"), str(tmp_path / "a3.parquet")), (), ()),
+    ]
+    assert batch.added_files == [str(tmp_path / f"a{i}.parquet") for i in (1, 2, 3)]
+    assert batch.staged_files == [
+        str(tmp_path / "a1.parquet"),
+        str(tmp_path / "d1.parquet"),
+        str(tmp_path / "a2.parquet"),
+        str(tmp_path / "a3.parquet"),
+    ]
+    assert batch.added_record_count == 12
+    assert batch.added_bytes == 1200
+    assert batch.deleted_record_count == 2
+    assert StagedBatch("e", "ns.t", Frontier.at(1), Frontier.at(2), None, "/x").changes() == []
+
+
+def _without(key: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda d: {k: v for k, v in d.items() if k != key}
+
+
+def _first_time(**fields: Any) -> Callable[[dict[str, Any]], Any]:
+    return lambda d: {**d, "times": [{**d["times"][0], **fields}, *d["times"][1:]]}
 
 
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: "{not json", "not JSON"),
-        (lambda d: {**d, "format": 99}, "unknown manifest format"),
-        (lambda d: {k: v for k, v in d.items() if k != "times"}, "times"),
-        (lambda d: {**d, "base_snapshot_id": "12"}, "base_snapshot_id"),
-        (lambda d: {**d, "state": "half-done"}, "unknown state"),
-        (lambda d: [1, 2], "not a JSON object"),
+        pytest.param(lambda d: "{not json", "is not JSON", id="not-json"),
+        pytest.param(lambda d: "", "is not JSON", id="empty-file"),
+        pytest.param(lambda d: [d], "not a JSON object", id="a-list"),
+        pytest.param(lambda d: {**d, "format": 2}, "unknown manifest format 2", id="format-2"),
+        pytest.param(
+            lambda d: {**d, "format": "1"}, "unknown manifest format '1'", id="format-str"
+        ),
+        pytest.param(_without("format"), "unknown manifest format None", id="no-format"),
+        pytest.param(_without("batch_id"), "'batch_id'", id="no-batch-id"),
+        pytest.param(_without("target"), "'target'", id="no-target"),
+        pytest.param(_without("lower"), "'lower'", id="no-lower"),
+        pytest.param(_without("upper"), "'upper'", id="no-upper"),
+        pytest.param(_without("base_snapshot_id"), "'base_snapshot_id'", id="no-base"),
+        pytest.param(_without("data_dir"), "'data_dir'", id="no-data-dir"),
+        pytest.param(_without("state"), "'state'", id="no-state"),
+        pytest.param(_without("times"), "'times'", id="no-times"),
+        pytest.param(_first_time(add=None), "not iterable", id="add-null"),
+        pytest.param(
+            lambda d: {**d, "base_snapshot_id": "12"}, "base_snapshot_id must be", id="base-str"
+        ),
+        pytest.param(
+            lambda d: {**d, "created_at_ms": "5"}, "created_at_ms must be", id="created-str"
+        ),
+        pytest.param(
+            lambda d: {**d, "created_at_ms": True}, "created_at_ms must be", id="created-bool"
+        ),
+        pytest.param(_first_time(time="100"), "time must be an integer", id="time-str"),
+        pytest.param(_first_time(time=1.5), "time must be an integer", id="time-float"),
+        pytest.param(
+            _first_time(add=[{"path": "/p", "record_count": "3", "size_bytes": 1}]),
+            "record_count must be",
+            id="record-count-str",
+        ),
+        pytest.param(_first_time(removed_record_count="2"), "removed must be", id="removed-str"),
+        pytest.param(lambda d: {**d, "state": "half-done"}, "unknown state", id="bad-state"),
+        pytest.param(
+            lambda d: {**d, "lower": "100"},
+            "lower",
+            id="lower-str",
+        ),
+        pytest.param(
+            lambda d: {**d, "upper": -1},
+            "upper",
+            id="upper-negative",
+        ),
     ],
 )
-def test_malformed_manifests_name_the_path(
-    tmp_path: Path, sqlite_catalog_config: CatalogConfig, mutate: Any, message: str
+def test_malformed_manifests_raise_staging_error_naming_the_path(
+    tmp_path: Path, mutate: Callable[[dict[str, Any]], Any], message: str
 ) -> None:
-    table = create_managed_table(sqlite_catalog_config.load(), "ns.t", SCHEMA)
-    batch, _ = _batch(table, "b1", 0, 10, [(1, "a")])
-    broken = mutate(batch.to_json())
+    broken = mutate(_full_batch(tmp_path).to_json())
     path = tmp_path / "broken.json"
     path.write_text(broken if isinstance(broken, str) else json.dumps(broken))
-    with pytest.raises(StagingError, match=message) as info:
+    with pytest.raises(StagingError) as info:
         read_manifest(str(path))
-    assert str(path) in str(info.value)
-    with pytest.raises(StagingError, match="does not exist"):
-        read_manifest(str(tmp_path / "missing.json"))
+    assert f"staged-batch manifest {path}" in str(info.value)
+    assert message in str(info.value)
 
 
-def test_cleanup_keeps_landed_files_and_removes_what_can_never_land(
+def test_a_manifest_of_binary_garbage_raises_staging_error(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.json"
+    path.write_bytes(b"\x80\x81\xfe\xff")
+    with pytest.raises(StagingError, match="is not JSON"):
+        read_manifest(str(path))
+
+
+def test_a_missing_manifest_raises_staging_error_naming_the_path(tmp_path: Path) -> None:
+    path = str(tmp_path / "missing.json")
+    with pytest.raises(StagingError, match=f"manifest {path} does not exist"):
+        read_manifest(path)
+
+
+# -- cleanup --------------------------------------------------------------------------
+def test_cleanup_forgets_a_landed_batch_but_keeps_its_files(
     sqlite_catalog_config: CatalogConfig,
 ) -> None:
-    table = create_managed_table(sqlite_catalog_config.load(), "ns.t", SCHEMA)
-    landed, landed_path = _batch(table, "landed", 0, 10, [(1, "a")])
-    loser, loser_path = _batch(table, "loser", 0, 10, [(2, "b")])
-    result = append_batch(table, landed)
-    assert result.landed
-    pending, pending_path = _batch(table, "pending", 10, 20, [(3, "c")])
-    crashed, crashed_path = _batch(
-        table, "crashed", 10, 20, [(4, "d")], created=now_ms() - 7_200_000
-    )
-    kept, kept_path = _batch(table, "kept", 10, 20, [(5, "e")], created=0)
+    table = _table(sqlite_catalog_config)
+    batch, path = _stage(table, "landed", 0, 10, [(1, "a"), (2, "b")])
+    _land(table, batch)
 
-    report = cleanup_staged(Timeline.of(table), table.location(), keep=["kept"])
+    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
     assert report.landed == ("landed",)
-    assert set(report.discarded) == {"loser", "crashed"}
-    assert set(report.kept) == {"pending", "kept"}
+    assert report.discarded == () and report.kept == ()
+    assert report.files_deleted == 0
+    assert not local_path(path).exists()
+    assert _exists(batch)  # the table's files now
+    reloaded = sqlite_catalog_config.load().load_table(IDENT)
+    assert rows_of(reloaded) == {(1, "a"): 1, (2, "b"): 1}
+
+
+def test_cleanup_discards_an_outdated_batch(sqlite_catalog_config: CatalogConfig) -> None:
+    table = _table(sqlite_catalog_config)
+    winner, _ = _stage(table, "winner", 0, 10, [(1, "a")])
+    loser, loser_path = _stage(table, "loser", 0, 10, [(2, "b")])
+    stage_rows(table, "loser", [(3, "c")])  # a second file in the loser's folder
+    _land(table, winner)
+    # The loser could never land now.
+    lost = compare_and_append(
+        table,
+        expected_upper=loser.lower,
+        new_upper=loser.upper,
+        batch_id=loser.batch_id,
+        changes=loser.changes(),
+    )
+    assert not lost.landed
+
+    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    assert report.discarded == ("loser",)
+    assert report.landed == ("winner",)
     assert report.files_deleted == 2
-    # Landed: manifest gone, data files stay (they are the table's files now).
-    assert not local_path(landed_path).exists()
-    assert all(local_path(f).exists() for f in landed.added_files)
+    assert not local_path(loser_path).exists()
+    assert not local_path(loser.data_dir).exists()
+    assert _exists(winner)
     assert rows_of(table) == {(1, "a"): 1}
-    # Never-landing batches: folder and manifest gone.
-    for batch, path in ((loser, loser_path), (crashed, crashed_path)):
-        assert not local_path(path).exists()
+
+
+def test_cleanup_keeps_a_fresh_pending_batch(sqlite_catalog_config: CatalogConfig) -> None:
+    table = _table(sqlite_catalog_config)
+    first, _ = _stage(table, "first", 0, 10, [(1, "a")])
+    _land(table, first)
+    pending, path = _stage(table, "pending", 10, 20, [(15, "b")], created=NOW)
+    writing, writing_path = _stage(
+        table, "writing", 10, 20, [(16, "c")], created=NOW - GRACE, state=STATE_WRITING
+    )
+
+    report = cleanup_staged(Timeline.of(table), table.location(), grace_ms=GRACE, now=NOW)
+    assert sorted(report.kept) == ["pending", "writing"]
+    assert report.discarded == () and report.files_deleted == 0
+    for batch, manifest in ((pending, path), (writing, writing_path)):
+        assert local_path(manifest).is_file()
+        assert _exists(batch)
+    # It still lands afterwards.
+    _land(table, pending)
+    assert rows_of(table) == {(1, "a"): 1, (15, "b"): 1}
+
+
+def test_cleanup_keeps_a_fresh_batch_on_an_empty_table(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    table = _table(sqlite_catalog_config)
+    batch, path = _stage(table, "b", 0, 10, [(1, "a")], created=NOW - 5)
+    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    assert report.kept == ("b",)
+    assert local_path(path).is_file() and _exists(batch)
+
+
+def test_cleanup_discards_a_pending_batch_older_than_the_grace(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    table = _table(sqlite_catalog_config)
+    old, old_path = _stage(table, "old", 0, 10, [(1, "a")], created=NOW - GRACE - 1)
+    crashed, crashed_path = _stage(
+        table, "crashed", 0, 10, [(2, "b")], created=0, state=STATE_WRITING
+    )
+    report = cleanup_staged(Timeline.of(table), table.location(), grace_ms=GRACE, now=NOW)
+    assert sorted(report.discarded) == ["crashed", "old"]
+    assert report.files_deleted == 2
+    for batch, manifest in ((old, old_path), (crashed, crashed_path)):
+        assert not local_path(manifest).exists()
         assert not local_path(batch.data_dir).exists()
-    # Pending and kept batches untouched.
-    for batch, path in ((pending, pending_path), (kept, kept_path)):
-        assert local_path(path).exists()
-        assert all(local_path(f).exists() for f in batch.added_files)
+    # A shorter grace discards what a longer one kept.
+    young, _ = _stage(table, "young", 0, 10, [(3, "c")], created=NOW - 1_000)
+    assert cleanup_staged(Timeline.of(table), table.location(), grace_ms=GRACE, now=NOW).kept == (
+        "young",
+    )
+    assert _exists(young)
+    again = cleanup_staged(Timeline.of(table), table.location(), grace_ms=999, now=NOW)
+    assert again.discarded == ("young",)
+    assert not local_path(young.data_dir).exists()
+
+
+def test_cleanup_respects_keep(sqlite_catalog_config: CatalogConfig) -> None:
+    table = _table(sqlite_catalog_config)
+    landed, landed_path = _stage(table, "landed", 0, 10, [(1, "a")])
+    outdated, outdated_path = _stage(table, "outdated", 0, 10, [(2, "b")])
+    ancient, ancient_path = _stage(table, "ancient", 10, 20, [(12, "c")], created=0)
+    _land(table, landed)
+
+    keep = ["landed", "outdated", "ancient"]
+    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW, keep=keep)
+    assert sorted(report.kept) == sorted(keep)
+    assert report.landed == () and report.discarded == () and report.files_deleted == 0
+    for batch, manifest in (
+        (landed, landed_path),
+        (outdated, outdated_path),
+        (ancient, ancient_path),
+    ):
+        assert local_path(manifest).is_file()
+        assert _exists(batch)
+    # Without keep the same cleanup removes them.
+    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    assert report.landed == ("landed",)
+    assert sorted(report.discarded) == ["ancient", "outdated"]
+
+
+def test_cleanup_skips_unreadable_manifests(sqlite_catalog_config: CatalogConfig) -> None:
+    table = _table(sqlite_catalog_config)
+    outdated, _ = _stage(table, "outdated", 0, 10, [(1, "a")], created=0)
+    broken = Path(local_path(manifest_path(table.location(), "broken")))
+    broken.write_text("{not json")
+    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    assert report.discarded == ("outdated",)
+    assert report.kept == () and report.landed == ()
+    assert not local_path(outdated.data_dir).exists()
+    assert broken.read_text() == "{not json"
+
+
+def test_cleanup_uses_the_tables_staging_dir(sqlite_catalog_config: CatalogConfig) -> None:
+    table = _table(sqlite_catalog_config, {TableKeys.STAGING_DIR: "my-staging"})
+    batch, path = _stage(table, "old", 0, 10, [(1, "a")], created=0)
+    assert "/my-staging/" in path
+    # Looking in the default folder finds nothing.
+    default = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    assert default == type(default)()
+    assert _exists(batch)
+    report = cleanup_staged(
+        Timeline.of(table), table.location(), properties=table.metadata.properties, now=NOW
+    )
+    assert report.discarded == ("old",)
+    assert not local_path(path).exists() and not local_path(batch.data_dir).exists()
+
+
+def test_cleanup_of_a_table_without_staged_batches(sqlite_catalog_config: CatalogConfig) -> None:
+    table = _table(sqlite_catalog_config)
+    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    assert (report.landed, report.discarded, report.kept, report.files_deleted) == (
+        (),
+        (),
+        (),
+        0,
+    )
+
+
+def test_cleanup_never_deletes_files_of_a_landed_batch_whose_snapshot_expired(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    table = _table(sqlite_catalog_config)
+    batch, _ = _stage(table, "landed", 0, 10, [(1, "a")])
+    _land(table, batch)
+    landed_snapshot = Timeline.of(table).find_batch("landed")
+    assert landed_snapshot is not None
+    tick = compare_and_append(
+        table, expected_upper=Frontier.at(10), new_upper=Frontier.at(20), batch_id="tick"
+    )
+    assert tick.landed
+    table.maintenance.expire_snapshots().by_id(landed_snapshot.snapshot_id).commit()
+    table.refresh()
+    assert rows_of(table) == {(1, "a"): 1}  # the data is still live in the head
+
+    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW, table=table)
+    assert "landed" not in report.discarded
+    assert all(local_path(f).exists() for f in batch.added_files)

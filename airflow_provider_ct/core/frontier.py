@@ -167,7 +167,8 @@ def parse_summary_timestamp(value: str, *, key: str, where: str = "") -> int:
     """Parse a decimal epoch-ms summary value, naming the key and snapshot on failure."""
     location = f" in {where}" if where else ""
     text = value.strip() if isinstance(value, str) else value
-    if not isinstance(text, str) or not text.isdigit():
+    # ASCII digits only: str.isdigit() also accepts "²" or Arabic-Indic digits.
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit():
         raise MalformedSummaryError(
             f"snapshot-summary key {key!r}{location} has value {value!r}; "
             "expected a non-negative integer of epoch milliseconds"

@@ -31,7 +31,7 @@ from airflow_provider_ct.core.commit import AppendResult, TimedChange, compare_a
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import StagingError
+from airflow_provider_ct.exceptions import FrontierError, StagingError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -180,8 +180,8 @@ class StagedBatch:
             return cls(
                 batch_id=str(data["batch_id"]),
                 target=str(data["target"]),
-                lower=Frontier.from_json(data["lower"]),
-                upper=Frontier.from_json(data["upper"]),
+                lower=_frontier(data["lower"], "lower"),
+                upper=_frontier(data["upper"], "upper"),
                 base_snapshot_id=None if base is None else _int(base, "base_snapshot_id"),
                 data_dir=str(data["data_dir"]),
                 times=times,
@@ -192,6 +192,13 @@ class StagedBatch:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StagingError(f"{where} is malformed: {exc!s}") from None
+
+
+def _frontier(value: Any, what: str) -> Frontier:
+    try:
+        return Frontier.from_json(value)
+    except FrontierError as exc:
+        raise ValueError(f"{what}: {exc}") from None
 
 
 def _int(value: Any, what: str) -> int:
@@ -243,7 +250,7 @@ def read_manifest(path: str) -> StagedBatch:
         raise StagingError(f"staged-batch manifest {path} does not exist") from None
     try:
         data = json.loads(raw)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise StagingError(f"staged-batch manifest {path} is not JSON: {exc}") from None
     return StagedBatch.from_json(data, where=f"staged-batch manifest {path}")
 
@@ -291,6 +298,18 @@ def forget(manifest: str) -> None:
         fs.delete_file(local)
 
 
+def live_files(table: Table) -> set[str]:
+    """Every data and delete file the table's current snapshot references."""
+    snapshot = table.metadata.current_snapshot()
+    if snapshot is None:
+        return set()
+    return {
+        entry.data_file.file_path
+        for manifest in snapshot.manifests(io=table.io)
+        for entry in manifest.fetch_manifest_entry(io=table.io, discard_deleted=True)
+    }
+
+
 @dataclass(frozen=True)
 class CleanupReport:
     landed: tuple[str, ...] = ()
@@ -307,6 +326,7 @@ def cleanup_staged(
     grace_ms: int = 3_600_000,
     now: int | None = None,
     keep: Sequence[str] = (),
+    table: Table | None = None,
 ) -> CleanupReport:
     """Remove what staged batches left behind.
 
@@ -314,9 +334,12 @@ def cleanup_staged(
     * a batch whose lower is below the current upper can never land (the CAS
       would fail forever): delete its files;
     * any other batch older than ``grace_ms`` is assumed crashed: delete.
-    Batches named in ``keep`` are left alone.
+    Batches named in ``keep`` are left alone. Pass ``table`` so that a batch
+    whose snapshot was expired but whose files are still live is recognised as
+    landed (without it, only the batch ids on ``main`` tell).
     """
     current = now_ms() if now is None else now
+    live = None if table is None else live_files(table)
     landed: list[str] = []
     discarded: list[str] = []
     kept: list[str] = []
@@ -329,7 +352,11 @@ def cleanup_staged(
             continue
         if batch.batch_id in keep:
             kept.append(batch.batch_id)
-        elif timeline.find_batch(batch.batch_id) is not None:
+        elif timeline.find_batch(batch.batch_id) is not None or (
+            live is not None and any(f in live for f in batch.staged_files)
+        ):
+            # On main, or its snapshot expired but its files are still table
+            # files: either way the data folder belongs to the table now.
             forget(path)
             landed.append(batch.batch_id)
         elif batch.lower < timeline.upper or current - batch.created_at_ms > grace_ms:

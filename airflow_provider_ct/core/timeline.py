@@ -152,6 +152,11 @@ def _managed_entry(snapshot: Snapshot) -> TimelineEntry:
             f"{where} has {SummaryKeys.TIME}={entry.time} not below its "
             f"{SummaryKeys.UPPER}={entry.upper.to_summary()}"
         )
+    if entry.time is not None and entry.lower is not None and entry.lower.seals(entry.time):
+        raise MalformedSummaryError(
+            f"{where} has {SummaryKeys.TIME}={entry.time} below its "
+            f"{SummaryKeys.LOWER}={entry.lower.to_summary()}: it would rewrite a sealed time"
+        )
     if entry.time is not None and entry.upper is None:
         raise MalformedSummaryError(f"{where} has {SummaryKeys.TIME} but no {SummaryKeys.UPPER}")
     return entry
