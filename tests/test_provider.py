@@ -170,3 +170,12 @@ def test_bad_catalog_configs_are_refused(kwargs: dict[str, str], message: str) -
 def test_unsupported_sql_dialect_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="only sqlite and postgresql"):
         CatalogConfig(uri="mysql://h/db").jdbc_url()
+
+
+def test_every_public_name_resolves() -> None:
+    import airflow_provider_ct
+
+    for name in airflow_provider_ct.__all__:
+        assert getattr(airflow_provider_ct, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = airflow_provider_ct.Nope
