@@ -65,6 +65,7 @@ from airflow_provider_ct.collections.registry import (
     set_read_only,
 )
 from airflow_provider_ct.collections.ticker import (
+    DEFAULT_CHECKPOINT_MS,
     DEFAULT_TICK_INTERVAL_MS,
     Ticker,
     TickOutcome,
@@ -75,6 +76,7 @@ from airflow_provider_ct.collections.ticker import (
 
 __all__ = [
     "DEFAULT_BATCH_INTERVAL_MS",
+    "DEFAULT_CHECKPOINT_MS",
     "DEFAULT_RETENTION_MS",
     "DEFAULT_TICK_INTERVAL_MS",
     "READ_ONLY_ENV",

@@ -12,6 +12,10 @@ mode nothing is ticked. A differential collection with a pending desired
 state (stated in read-only mode) gets it landed first, once writes are
 allowed again.
 
+A quiet collection's newest contents are restated now and then (a
+*checkpoint*: the tick carries ``ct.time``), so that snapshot expiry can drop
+the ticks before it; see :func:`tick_collections`.
+
 Ticks create a snapshot per collection per interval; run
 :func:`~airflow_provider_ct.collections.maintenance.maintain` along (the tick
 DAG does) so expiry bounds them.
@@ -54,6 +58,9 @@ log = logging.getLogger(__name__)
 
 #: Default tick interval: every minute (the tick DAG's schedule).
 DEFAULT_TICK_INTERVAL_MS = 60_000
+#: Default checkpoint interval: a quiet collection's contents are restated
+#: every ten minutes, so expiry can bound its history (retention + this).
+DEFAULT_CHECKPOINT_MS = 600_000
 
 ADVANCED = "advanced"
 CURRENT = "current"
@@ -115,8 +122,40 @@ class TickReport:
         }
 
 
-def tick_table(table: Table, *, now: int, read_only: bool | None = None) -> TickOutcome:
-    """Advance one collection's upper to ``now`` (best-effort, one attempt)."""
+def _checkpoint_time(timeline: Timeline, checkpoint_ms: int | None) -> int | None:
+    """The ``ct.time`` a tick should vouch for, or ``None`` for a frontier-only tick.
+
+    A checkpoint restates the head as the contents at the current upper. It
+    is only made when the newest data snapshot is ``checkpoint_ms`` older than
+    the upper and every snapshot after it is one of ours (ticks, compaction:
+    they carry ``ct.upper`` and change no contents), so the head's contents
+    are exactly the collection's; after a foreign commit (drift) the tick
+    stays frontier-only.
+    """
+    if checkpoint_ms is None or timeline.upper.time is None:
+        return None
+    data = [i for i, e in enumerate(timeline.entries) if e.time is not None]
+    if not data:
+        return None  # never written: frontier-only ticks expire on their own
+    last = timeline.entries[data[-1]]
+    if timeline.upper.time - int(last.time) < checkpoint_ms:  # type: ignore[arg-type]
+        return None
+    if any(e.upper is None for e in timeline.entries[data[-1] + 1 :]):
+        return None
+    return timeline.upper.time
+
+
+def tick_table(
+    table: Table,
+    *,
+    now: int,
+    read_only: bool | None = None,
+    checkpoint_ms: int | None = None,
+) -> TickOutcome:
+    """Advance one collection's upper to ``now`` (best-effort, one attempt).
+
+    :param checkpoint_ms: see :func:`tick_collections`.
+    """
     check_timestamp(now, "tick time")
     name = table_name(table)
     table.refresh()
@@ -133,17 +172,20 @@ def tick_table(table: Table, *, now: int, read_only: bool | None = None) -> Tick
         return TickOutcome(name, CLOSED, upper, synced)
     if upper.time is not None and upper.time >= now:  # nothing new to seal
         return TickOutcome(name, CURRENT, upper, synced)
+    checkpoint = _checkpoint_time(timeline, checkpoint_ms)
     try:
         result = compare_and_append(
             table,
             expected_upper=upper,
             new_upper=Frontier.at(now),
             batch_id=f"tick-{now}-{uuid.uuid4().hex[:12]}",
+            time=checkpoint,
         )
     except CommitStateUnknownError as exc:
         return TickOutcome(name, UNKNOWN, upper, synced, str(exc))
     if result.landed:
-        return TickOutcome(name, ADVANCED, result.upper, synced)
+        detail = "" if checkpoint is None else f"checkpoint at {checkpoint}"
+        return TickOutcome(name, ADVANCED, result.upper, synced, detail)
     log.debug("tick of %s lost (%s): someone else advanced it", name, result.reason)
     return TickOutcome(name, CONTENDED, result.upper, synced, result.reason)
 
@@ -156,11 +198,16 @@ def tick_collections(
     read_only: bool | None = None,
     maintenance: MaintenanceSettings | None = None,
     extra_tables: Iterable[str] = (),
+    checkpoint_ms: int | None = DEFAULT_CHECKPOINT_MS,
 ) -> TickReport:
     """Tick every registered collection in ``namespaces`` (default: all).
 
     :param now: the tick's time (epoch ms); default the wall clock. All
         collections advance to the same time.
+    :param checkpoint_ms: when a collection's newest contents are this much
+        older than its upper, the tick also vouches for them at the upper
+        (``ct.time``); without that, expiry would have to keep every tick
+        since the last write. ``None``: ticks are always frontier-only.
     :param read_only: the deployment's mode; ``None`` reads ``CT_READ_ONLY``.
     :param maintenance: also compact and expire the collections (and
         ``extra_tables``, e.g. views) with these settings.
@@ -170,7 +217,9 @@ def tick_collections(
     collections = list_collections(catalog, namespaces)
     for info in collections:
         try:
-            outcomes.append(tick_table(info.table, now=time, read_only=read_only))
+            outcomes.append(
+                tick_table(info.table, now=time, read_only=read_only, checkpoint_ms=checkpoint_ms)
+            )
         except Exception as exc:
             log.exception("tick of %s failed", info.name)
             outcomes.append(TickOutcome(info.name, ERROR, detail=f"{type(exc).__name__}: {exc}"))
@@ -202,6 +251,7 @@ class Ticker:
         clock: Callable[[], int] = now_ms,
         maintenance: MaintenanceSettings | None = None,
         maintenance_every: int = 0,
+        checkpoint_ms: int | None = DEFAULT_CHECKPOINT_MS,
     ) -> None:
         self.catalog = catalog
         self.interval_s = interval_ms / 1000
@@ -210,6 +260,7 @@ class Ticker:
         self.clock = clock
         self.maintenance = maintenance
         self.maintenance_every = maintenance_every
+        self.checkpoint_ms = checkpoint_ms
         #: The most recent reports (a long-lived ticker keeps only these).
         self.reports: deque[TickReport] = deque(maxlen=100)
         self._count = 0
@@ -227,6 +278,7 @@ class Ticker:
             now=self.clock(),
             read_only=self.read_only,
             maintenance=self.maintenance if run_maintenance else None,
+            checkpoint_ms=self.checkpoint_ms,
         )
         self.reports.append(report)
         return report
