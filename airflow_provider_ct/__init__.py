@@ -24,6 +24,14 @@ _LAZY = {
     "ContinualMintOperator": "airflow_provider_ct.operators.continual",
     "ContinualWriteOperator": "airflow_provider_ct.operators.continual",
     "view_asset": "airflow_provider_ct.views",
+    "RegisterCollectionOperator": "airflow_provider_ct.operators.collections",
+    "BlindWriteOperator": "airflow_provider_ct.operators.collections",
+    "DifferentialWriteOperator": "airflow_provider_ct.operators.collections",
+    "TickCollectionsOperator": "airflow_provider_ct.operators.collections",
+    "MaintainTablesOperator": "airflow_provider_ct.operators.collections",
+    "CloseCollectionOperator": "airflow_provider_ct.operators.collections",
+    "RegisterReaderOperator": "airflow_provider_ct.operators.collections",
+    "collections_dag": "airflow_provider_ct.tick_dag",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]
