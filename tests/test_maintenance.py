@@ -68,9 +68,17 @@ def test_expiry_keeps_every_snapshot_a_registered_view_still_needs(
 
     register_reader(catalog, VIEW, [INPUT])
     assert [h.reader for h in read_holds(catalog.load_table(INPUT))] == [VIEW]
+    files_at = {
+        t: {f.file.file_path for f in table.scan(snapshot_id=at[t]).plan_files()} for t in TIMES
+    }
 
     report = expire_snapshots(catalog, INPUT, retention_ms=0)
     assert report.status == "expired" and report.since == 4_000
+    # Files only the expired snapshots used are deleted; the held ones' stay. (The
+    # 3000 file is still named, as removed, by the 4000 snapshot: it goes with it.)
+    assert report.files_deleted > 0
+    assert not any(_local(p).exists() for t in TIMES[:2] for p in files_at[t])
+    assert all(_local(p).exists() for t in TIMES[3:] for p in files_at[t])
     fresh = catalog.load_table(INPUT)
     kept = {s.snapshot_id for s in fresh.metadata.snapshots}
     # The view's next tick reads the input at times >= 4000: all of them are still there...

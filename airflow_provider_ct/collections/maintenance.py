@@ -43,7 +43,7 @@ from airflow_provider_ct.collections.rows import arrow_schema, delete_files, wri
 from airflow_provider_ct.core.commit import commit_once
 from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.keys import SummaryKeys
-from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.core.timeline import Timeline, main_ancestry
 from airflow_provider_ct.exceptions import CommitStateUnknownError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -189,16 +189,33 @@ def _files_of(snapshot: Snapshot, io: FileIO, cache: dict[str, set[str]]) -> set
     return files
 
 
-def _delete_unreachable(table: Table, before: TableMetadata, expired: Iterable[int]) -> int:
+def _retained_snapshots(table: Table, before: TableMetadata, plan: ExpiryPlan) -> list[Snapshot]:
+    """The snapshots whose files must survive: all left, or just the oldest kept on main.
+
+    On a table whose only ref is ``main`` and whose expired snapshots were all
+    older ``main`` ancestors, a file an expired snapshot referenced and some
+    kept snapshot still needs is referenced by the oldest kept one: files and
+    manifests are never re-added once dropped, so their lifetimes along a
+    linear history are contiguous. That saves reading every kept snapshot's
+    manifest list on each run (a ticking collection keeps many).
+    """
+    main_ids = {s.snapshot_id for s in main_ancestry(before)}
+    oldest = before.snapshot_by_id(plan.keep_from) if plan.keep_from is not None else None
+    if set(before.refs) == {"main"} and set(plan.expire) <= main_ids and oldest is not None:
+        return [oldest]
+    return list(table.metadata.snapshots)
+
+
+def _delete_unreachable(table: Table, before: TableMetadata, plan: ExpiryPlan) -> int:
     """Delete the files only expired snapshots referenced (an entry of any status references)."""
     cache: dict[str, set[str]] = {}
     gone: set[str] = set()
-    for snapshot_id in expired:
+    for snapshot_id in plan.expire:
         snapshot = before.snapshot_by_id(snapshot_id)
         if snapshot is not None:
             gone |= _files_of(snapshot, table.io, cache)
     kept: set[str] = set()
-    for snapshot in table.metadata.snapshots:
+    for snapshot in _retained_snapshots(table, before, plan):
         kept |= _files_of(snapshot, table.io, cache)
     return delete_files(table, sorted(gone - kept))
 
@@ -248,7 +265,7 @@ def expire_snapshots(
         log.info("expiry of %s raced another expiry (%s); next run retries", name, exc)
         return ExpiryReport(name, "contended", since=plan.since, holds=held)
     table.refresh()
-    deleted = _delete_unreachable(table, before, plan.expire) if delete_unreferenced else 0
+    deleted = _delete_unreachable(table, before, plan) if delete_unreferenced else 0
     log.info(
         "expired %d snapshot(s) of %s (since %d, %d kept, %d file(s) deleted, holds %s)",
         len(plan.expire),
@@ -376,7 +393,9 @@ def compact(
     try:
         commit_once(table, tx, timeline.head_snapshot_id)
     except CommitFailedException as exc:
-        producer._clean_all_uncommitted()
+        clean = getattr(producer, "_clean_all_uncommitted", None)  # its manifests
+        if clean is not None:
+            clean()
         delete_files(table, written)
         log.info("compaction of %s lost to a concurrent commit (%s)", name, exc)
         return CompactionReport(name, "contended")
