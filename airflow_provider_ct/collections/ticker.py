@@ -162,13 +162,18 @@ def tick_table(
     if is_read_only(table, read_only):
         return TickOutcome(name, READ_ONLY)
     synced: str | None = None
-    if collection_kind(table) == CollectionKind.DIFFERENTIAL and list_pending(table):
+    differential = collection_kind(table) == CollectionKind.DIFFERENTIAL
+    if Timeline.of(table).upper.is_empty:
+        if differential and list_pending(table):
+            log.warning("collection %s is closed: its pending desired state can never land", name)
+        return TickOutcome(name, CLOSED, Frontier.empty())
+    if differential and list_pending(table):
         writer = DifferentialCollection(table, read_only=read_only, clock=lambda: now)
         synced = writer.sync().status
         table.refresh()
     timeline = Timeline.of(table)
     upper = timeline.upper
-    if upper.is_empty:
+    if upper.is_empty:  # closed while we synced
         return TickOutcome(name, CLOSED, upper, synced)
     if upper.time is not None and upper.time >= now:  # nothing new to seal
         return TickOutcome(name, CURRENT, upper, synced)
