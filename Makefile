@@ -28,6 +28,7 @@ unit: setup
 
 bench: setup
 	$(PY) bench/view_bench.py
+	$(PY) bench/ct_bench.py
 
 clean:
 	rm -rf $(VENV) .demo build *.egg-info .mypy_cache .ruff_cache .pytest_cache
