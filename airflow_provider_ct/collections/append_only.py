@@ -40,6 +40,7 @@ from airflow_provider_ct.collections.registry import (
 )
 from airflow_provider_ct.collections.rows import (
     RowBag,
+    append_change_now,
     arrow_schema,
     contents,
     delete_files,
@@ -47,7 +48,6 @@ from airflow_provider_ct.collections.rows import (
     signed_bags,
     stage_change,
 )
-from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
@@ -314,20 +314,9 @@ class AppendOnlyCollection:
             if not inserts and not retracts:
                 self._resolve(accepted, batch_id, None, timeline.upper, attempt, len(batch))
                 return
-            upper_time = int(timeline.upper.time)  # type: ignore[arg-type]
-            time = max(self._clock(), upper_time)
             change = stage_change(table, batch_id, files, inserts, retracts)
             try:
-                result = compare_and_append(
-                    table,
-                    expected_upper=timeline.upper,
-                    new_upper=Frontier.sealing(time),
-                    batch_id=batch_id,
-                    add_files=change.add_files,
-                    remove_files=change.remove_files,
-                    time=time,
-                    expected_head=timeline.head_snapshot_id,
-                )
+                result, time = append_change_now(table, timeline, batch_id, change, self._clock())
             except CommitStateUnknownError as exc:
                 log.warning("blind write %s to %s: %s; checking again", batch_id, self._name, exc)
                 in_flight = accepted

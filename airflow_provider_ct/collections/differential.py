@@ -48,6 +48,7 @@ from airflow_provider_ct.collections.registry import (
 )
 from airflow_provider_ct.collections.rows import (
     RowBag,
+    append_change_now,
     arrow_schema,
     contents,
     delete_files,
@@ -56,7 +57,6 @@ from airflow_provider_ct.collections.rows import (
     stage_change,
     to_arrow,
 )
-from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
@@ -337,21 +337,10 @@ class DifferentialCollection:
             if not inserts and not retracts:
                 self._desired = desired
                 return SyncResult(self._name, IN_SYNC, timeline.upper, attempts=attempt)
-            upper_time = int(timeline.upper.time)  # type: ignore[arg-type]
-            time = max(self._clock(), upper_time)
             batch_id = f"desired-{uuid.uuid4().hex}"
             change = stage_change(table, batch_id, files, inserts, retracts)
             try:
-                result = compare_and_append(
-                    table,
-                    expected_upper=timeline.upper,
-                    new_upper=Frontier.sealing(time),
-                    batch_id=batch_id,
-                    add_files=change.add_files,
-                    remove_files=change.remove_files,
-                    time=time,
-                    expected_head=timeline.head_snapshot_id,
-                )
+                result, time = append_change_now(table, timeline, batch_id, change, self._clock())
             except CommitStateUnknownError as exc:
                 # Re-reading settles it: if it landed, the next correction is empty.
                 log.warning("correction of %s: %s; re-syncing", self._name, exc)

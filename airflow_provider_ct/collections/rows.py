@@ -27,11 +27,15 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from airflow_provider_ct.core.commit import AppendResult, compare_and_append
+from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.exceptions import CollectionError, RetractionError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+
+    from airflow_provider_ct.core.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -347,3 +351,28 @@ def stage_change(
         inserted=len(inserts),
         retracted=len(retracts),
     )
+
+
+def append_change_now(
+    table: Any, timeline: Timeline, batch_id: str, change: StagedChange, now: int
+) -> tuple[AppendResult, int]:
+    """Land a staged change at time ``max(now, upper)``, against the head the timeline read.
+
+    Returns the result and the time used.
+
+    Shared by blind writes and differential corrections: both write "now or
+    at the frontier, whichever is later", and both must lose (not rebase) when
+    anything committed since they read the table.
+    """
+    time = max(now, int(timeline.upper.time))  # type: ignore[arg-type]
+    result = compare_and_append(
+        table,
+        expected_upper=timeline.upper,
+        new_upper=Frontier.sealing(time),
+        batch_id=batch_id,
+        add_files=change.add_files,
+        remove_files=change.remove_files,
+        time=time,
+        expected_head=timeline.head_snapshot_id,
+    )
+    return result, time

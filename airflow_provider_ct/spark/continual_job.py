@@ -48,11 +48,13 @@ from airflow_provider_ct.core.staging import (
 )
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import ConfigurationError, CTError
+from airflow_provider_ct.exceptions import CTError
 from airflow_provider_ct.spark.write_job import (
     STATUS_OUTDATED,
     STATUS_STAGED,
     WriteReport,
+    arg_text,
+    job_inputs,
 )
 
 if TYPE_CHECKING:
@@ -394,20 +396,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--report", required=True)
     args = parser.parse_args(argv)
-
-    def arg(value: str) -> str:
-        return Path(value[1:]).read_text() if value.startswith("@") else value
-
-    try:
-        config = CatalogConfig(**json.loads(arg(args.catalog)))
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"--catalog is not a catalog configuration: {exc}") from None
-    description = BatchDescription.from_json(arg(args.description))
+    config, description = job_inputs(args.catalog, args.description)
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"ct-continual-{description.target}").getOrCreate()
     try:
-        report = run_continual(spark, config, arg(args.task), args.namespace, description)
+        report = run_continual(spark, config, arg_text(args.task), args.namespace, description)
     finally:
         spark.stop()
     Path(args.report).write_text(json.dumps(report.to_json()))

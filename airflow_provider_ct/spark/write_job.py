@@ -276,23 +276,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _arg(value: str) -> str:
+def arg_text(value: str) -> str:
+    """A CLI value, or the text of the file it names with a leading ``@``."""
     return Path(value[1:]).read_text() if value.startswith("@") else value
+
+
+def job_inputs(catalog_arg: str, description_arg: str) -> tuple[CatalogConfig, BatchDescription]:
+    """The catalog and description every job CLI receives (JSON or ``@file``)."""
+    try:
+        config = CatalogConfig(**json.loads(arg_text(catalog_arg)))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"--catalog is not a catalog configuration: {exc}") from None
+    return config, BatchDescription.from_json(arg_text(description_arg))
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = _parser().parse_args(argv)
-    try:
-        config = CatalogConfig(**json.loads(_arg(args.catalog)))
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"--catalog is not a catalog configuration: {exc}") from None
-    description = BatchDescription.from_json(_arg(args.description))
+    config, description = job_inputs(args.catalog, args.description)
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"ct-write-{description.target}").getOrCreate()
     try:
-        report = run_write(spark, config, _arg(args.sql), description, dry_run=args.dry_run)
+        report = run_write(spark, config, arg_text(args.sql), description, dry_run=args.dry_run)
     finally:
         spark.stop()
     Path(args.report).write_text(json.dumps(report.to_json()))
