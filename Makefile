@@ -5,14 +5,21 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# e.g. make demo DEMO_ARGS=--keep-running
+DEMO_ARGS ?=
 
-.PHONY: setup demo test lint unit bench clean
+.PHONY: setup demo walkthrough test lint unit e2e bench clean
 
 setup:
 	@scripts/bootstrap.sh
 
+# The example DAGs on a real local Airflow: backfill, ticks, frontiers; stops it after.
 demo: setup
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py $(DEMO_ARGS)
+
+# The frontier core alone (no Airflow): compare-and-append on a real Iceberg table.
+walkthrough: setup
+	$(PY) scripts/core_walkthrough.py
 
 lint: setup
 	$(VENV)/bin/ruff check airflow_provider_ct tests scripts bench dags_examples
@@ -25,6 +32,10 @@ test: lint
 # Fast subset: no JVM, no PostgreSQL server.
 unit: setup
 	$(PY) -m pytest -m "not spark and not postgres and not e2e" $(PYTEST_ARGS)
+
+# Only the end-to-end suite (real Airflow, Spark cluster, PostgreSQL, Chromium).
+e2e: setup
+	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) bench/view_bench.py

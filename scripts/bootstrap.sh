@@ -11,7 +11,8 @@ VENV="${VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 UV_VERSION="0.13.8"
 PYSPARK_VERSION="3.5.9"
-DEBS=(default-jre-headless zip unzip libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java postgresql)
+# chromium + chromium-driver: the end-to-end test clicks through the Airflow UI.
+DEBS=(default-jre-headless zip unzip libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java postgresql chromium chromium-driver)
 
 missing=()
 for deb in "${DEBS[@]}"; do

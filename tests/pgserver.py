@@ -10,18 +10,15 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from airflow_provider_ct.devstack import free_port
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["PgServer", "free_port", "running_postgres"]
 
 
 def _pg_bin(name: str) -> str:
