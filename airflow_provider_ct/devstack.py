@@ -140,7 +140,7 @@ class Api:
             if len(runs) >= count and all(r["state"] in TERMINAL_RUN_STATES for r in runs):
                 return runs
             if time.monotonic() > deadline:
-                states = [(r["run_id"], r["state"]) for r in runs]
+                states = [(r["dag_run_id"], r["state"]) for r in runs]
                 raise DevStackError(f"{dag_id}: runs did not finish in {timeout:.0f} s: {states}")
             time.sleep(poll)
 

@@ -38,7 +38,7 @@ GROUP BY c.id, c.name, c.country
 
 with DAG(
     dag_id="revenue_per_customer",
-    schedule=timedelta(hours=1),
+    schedule="@hourly",  # ticks at :00; a run's tick time is its logical date
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,  # ticks land in order

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
 from airflow_provider_ct.core.frontier import format_timestamp  # noqa: E402
+from airflow_provider_ct.core.tables import iter_tables  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
 from airflow_provider_ct.devstack import Api, LocalAirflow  # noqa: E402
 
@@ -43,11 +44,16 @@ VIEW_TABLE = "shop.revenue_per_customer"
 NAMESPACES = ("shop", "events", "ops")
 #: Do not start a backfill this close to the next hourly run: that run would
 #: tick the view at a later time first and seal the hours still being filled.
-HOUR_TURN_MARGIN = timedelta(minutes=5)
+HOUR_TURN_MARGIN = timedelta(minutes=8)
 
 
 def say(text: str = "") -> None:
     print(text, flush=True)
+
+
+def live_rows(summary: Any) -> int:
+    """Rows a reader sees: records minus position-deleted ones (we write no equality deletes)."""
+    return int(summary.get("total-records", "0")) - int(summary.get("total-position-deletes", "0"))
 
 
 class Watcher:
@@ -59,17 +65,8 @@ class Watcher:
         self.view_rows: list[tuple[Any, ...]] | None = None
 
     def tables(self) -> dict[str, Any]:
-        catalog = self.config.load()
-        found = {}
-        for namespace in NAMESPACES:
-            try:
-                names = catalog.list_tables(namespace)
-            except Exception:
-                continue
-            for ident in names:
-                name = ".".join(ident)
-                found[name] = catalog.load_table(name)
-        return dict(sorted(found.items()))
+        namespaces = [(namespace,) for namespace in NAMESPACES]
+        return dict(sorted(iter_tables(self.config.load(), namespaces)))
 
     def frontier_rows(self) -> list[tuple[str, str, str, int, int]]:
         rows = []
@@ -78,9 +75,11 @@ class Watcher:
             times = timeline.data_times()
             newest = format_timestamp(times[-1][0]) if times else "-"
             snapshot = table.metadata.current_snapshot()
-            count = int(snapshot.summary.get("total-records", "0")) if snapshot else 0
+            count = live_rows(snapshot.summary) if snapshot else 0
             upper = "closed" if timeline.upper.is_empty else timeline.upper.to_summary()
-            if upper.isdigit():
+            if upper == "0":
+                upper = "0 (nothing sealed yet)"
+            elif upper.isdigit():
                 upper = format_timestamp(int(upper))
             rows.append((name, upper, newest, count, len(timeline.entries)))
         return rows
@@ -135,29 +134,40 @@ def wait(api: Api, watcher: Watcher, done: Callable[[], bool], timeout: float, w
 
 def finished(api: Api, dag_id: str, run_ids: list[str]) -> Callable[[], bool]:
     def check() -> bool:
-        states = {r["run_id"]: r["state"] for r in api.runs(dag_id)}
+        states = {r["dag_run_id"]: r["state"] for r in api.runs(dag_id)}
         return all(states.get(run_id) in ("success", "failed") for run_id in run_ids)
 
     return check
 
 
+def latest_scheduled_run(api: Api) -> datetime:
+    """The newest logical date the scheduler would create a run for on unpausing.
+
+    That is the DAG's ``next_dagrun`` (possibly computed a while ago) or, with
+    ``catchup=False``, the newest hour that has started, whichever is later.
+    """
+    value = api.call("GET", f"/dags/{VIEW_DAG}")["next_dagrun_logical_date"]
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    return max(datetime.fromisoformat(value), hour) if value else hour
+
+
 def backfill_view(api: Api, watcher: Watcher, hours: int) -> list[str]:
     """Backfills ``hours`` past hours and the current one, before any scheduled tick.
 
-    The backfill includes the hour the scheduler would run on unpausing
-    (``next_dagrun``), so the scheduler creates no run of its own for it.
+    The backfill includes every hour the scheduler would run on unpausing, so
+    it creates no run of its own before the next hour: a later tick landing
+    first would seal the hours being filled (their runs would be no-ops).
     """
-    next_run = api.call("GET", f"/dags/{VIEW_DAG}")["next_dagrun_logical_date"]
-    latest = datetime.fromisoformat(next_run)
+    latest = latest_scheduled_run(api)
+    if datetime.now(UTC) + HOUR_TURN_MARGIN > latest + timedelta(hours=1):
+        say("   the hour is about to turn: waiting for it, so the next hourly run cannot overtake")
     while datetime.now(UTC) + HOUR_TURN_MARGIN > latest + timedelta(hours=1):
-        say("  the hour is about to turn; waiting so the next hourly run cannot overtake")
-        time.sleep(30)
-        latest = datetime.fromisoformat(
-            api.call("GET", f"/dags/{VIEW_DAG}")["next_dagrun_logical_date"]
-        )
+        time.sleep(10)
+        latest = latest_scheduled_run(api)
     first = latest - timedelta(hours=hours)
     say(f"== backfill {VIEW_DAG} from {iso(first)} to {iso(latest)} (POST /api/v2/backfills)")
-    api.create_backfill(VIEW_DAG, iso(first), iso(latest))
+    # Exact datetimes: the backfill must hold the scheduler's next run itself.
+    api.create_backfill(VIEW_DAG, first.isoformat(), latest.isoformat())
     for dag_id in EXAMPLE_DAGS:
         api.set_paused(dag_id, False)
     say(f"   unpaused {', '.join(EXAMPLE_DAGS)}")
@@ -166,7 +176,7 @@ def backfill_view(api: Api, watcher: Watcher, hours: int) -> list[str]:
         if time.monotonic() > deadline:
             raise TimeoutError("the scheduler did not create the backfill's runs")
         time.sleep(2)
-    run_ids = [r["run_id"] for r in runs]
+    run_ids = [r["dag_run_id"] for r in runs]
     wait(api, watcher, finished(api, VIEW_DAG, run_ids), 1800, "the backfill")
     return run_ids
 

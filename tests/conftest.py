@@ -96,6 +96,23 @@ def connection_json(config: CatalogConfig) -> str:
     )
 
 
+@pytest.fixture(scope="module")
+def airflow_db() -> None:
+    """A fresh Airflow metadata database (SQLite under the test run's home)."""
+    from airflow.utils import db
+
+    db.resetdb()
+
+
+@pytest.fixture
+def default_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CatalogConfig:
+    """Point the default Iceberg connection at a fresh catalog (writable deployment)."""
+    config = sqlite_config(tmp_path)
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT", connection_json(config))
+    monkeypatch.delenv("CT_READ_ONLY", raising=False)
+    return config
+
+
 #: Connection id under which the session's Spark catalog is known to Airflow code.
 SPARK_CATALOG_CONN = "ct_spark_catalog"
 

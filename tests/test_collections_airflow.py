@@ -20,27 +20,11 @@ from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CollectionClosedError, ReadOnlyError
-from tests.conftest import SCHEMA, connection_json, sqlite_config
+from tests.conftest import SCHEMA
 from tests.helpers import live_data_files, rows_of
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.airflow]
-
-
-@pytest.fixture(scope="module")
-def airflow_db() -> None:
-    from airflow.utils import db
-
-    db.resetdb()
-
-
-@pytest.fixture
-def default_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CatalogConfig:
-    """Point the default Iceberg connection at a fresh catalog."""
-    config = sqlite_config(tmp_path)
-    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT", connection_json(config))
-    monkeypatch.delenv("CT_READ_ONLY", raising=False)
-    return config
 
 
 def _dag(module: str) -> Any:

@@ -16,26 +16,11 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.frontier import Frontier, timestamp_from_datetime
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
-from tests.conftest import SCHEMA, connection_json, sqlite_config
+from tests.conftest import SCHEMA
 from tests.helpers import advance, oracle, rows_of
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.airflow]
-
-
-@pytest.fixture(scope="module")
-def airflow_db() -> None:
-    from airflow.utils import db
-
-    db.resetdb()
-
-
-@pytest.fixture
-def default_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CatalogConfig:
-    """Point the default Iceberg connection at a fresh catalog."""
-    config = sqlite_config(tmp_path)
-    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT", connection_json(config))
-    return config
 
 
 def test_example_dags_import_cleanly() -> None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
-from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.tables import create_managed_table, iter_tables
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
     CommitError,
@@ -214,28 +214,16 @@ def list_collections(
     deployment_read_only: bool | None = None,
 ) -> list[CollectionInfo]:
     """Every registered collection in ``namespaces`` (default: all), sorted by name."""
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
     out: list[CollectionInfo] = []
-    for namespace in _namespaces(catalog, namespaces):
+    for name, table in iter_tables(catalog, _namespaces(catalog, namespaces)):
         try:
-            identifiers = catalog.list_tables(namespace)
-        except NoSuchNamespaceError:
+            kind = collection_kind(table)
+        except NotACollectionError as exc:
+            log.warning("skipping %s: %s", name, exc)
             continue
-        for identifier in identifiers:
-            name = ".".join(identifier)
-            try:
-                table = catalog.load_table(identifier)
-            except NoSuchTableError:  # dropped while we listed
-                continue
-            try:
-                kind = collection_kind(table)
-            except NotACollectionError as exc:
-                log.warning("skipping %s: %s", name, exc)
-                continue
-            if kind is None:
-                continue
-            out.append(CollectionInfo(name, kind, is_read_only(table, deployment_read_only), table))
+        if kind is None:
+            continue
+        out.append(CollectionInfo(name, kind, is_read_only(table, deployment_read_only), table))
     return sorted(out, key=lambda c: c.name)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from airflow_provider_ct.core.keys import TableKeys
@@ -77,3 +78,26 @@ def ensure_name_mapping(table: Table) -> None:
     mapping = table.metadata.schema().name_mapping.model_dump_json()
     with table.transaction() as tx:
         tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+
+
+def iter_tables(
+    catalog: Catalog, namespaces: Iterable[tuple[str, ...]]
+) -> Iterator[tuple[str, Table]]:
+    """``(name, table)`` for every table in ``namespaces``, sorted by name per namespace.
+
+    Namespaces that do not exist (yet) and tables dropped while listing are
+    skipped: callers list while other processes create and drop.
+    """
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    for namespace in namespaces:
+        try:
+            identifiers = sorted(catalog.list_tables(namespace))
+        except NoSuchNamespaceError:
+            continue
+        for identifier in identifiers:
+            try:
+                table = catalog.load_table(identifier)
+            except NoSuchTableError:
+                continue
+            yield ".".join(identifier), table
