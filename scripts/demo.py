@@ -32,7 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
-from airflow_provider_ct.core.frontier import format_timestamp  # noqa: E402
+from airflow_provider_ct.core.frontier import (  # noqa: E402
+    format_timestamp,
+    timestamp_from_datetime,
+)
 from airflow_provider_ct.core.tables import iter_tables  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
 from airflow_provider_ct.devstack import Api, LocalAirflow  # noqa: E402
@@ -122,7 +125,7 @@ def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def wait(api: Api, watcher: Watcher, done: Callable[[], bool], timeout: float, what: str) -> None:
+def wait(watcher: Watcher, done: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not done():
         watcher.poll()
@@ -151,7 +154,7 @@ def latest_scheduled_run(api: Api) -> datetime:
     return max(datetime.fromisoformat(value), hour) if value else hour
 
 
-def backfill_view(api: Api, watcher: Watcher, hours: int) -> list[str]:
+def backfill_view(api: Api, watcher: Watcher, hours: int) -> bool:
     """Backfills ``hours`` past hours and the current one, before any scheduled tick.
 
     The backfill includes every hour the scheduler would run on unpausing, so
@@ -177,8 +180,16 @@ def backfill_view(api: Api, watcher: Watcher, hours: int) -> list[str]:
             raise TimeoutError("the scheduler did not create the backfill's runs")
         time.sleep(2)
     run_ids = [r["dag_run_id"] for r in runs]
-    wait(api, watcher, finished(api, VIEW_DAG, run_ids), 1800, "the backfill")
-    return run_ids
+    wait(watcher, finished(api, VIEW_DAG, run_ids), 1800, "the backfill")
+    # Each backfilled hour must be its own snapshot, at its own time.
+    table = watcher.config.load().load_table(VIEW_TABLE)
+    landed = [tick_ms for tick_ms, _ in Timeline.of(table).data_times()]
+    wanted = [timestamp_from_datetime(first + timedelta(hours=h)) for h in range(hours + 1)]
+    if landed[: len(wanted)] != wanted:
+        say(f"   the backfill did not land one snapshot per hour: {landed} (wanted {wanted})")
+        return False
+    say(f"   backfill done: one snapshot per hour, ct.time {iso(first)} ... {iso(latest)}")
+    return True
 
 
 def tick(api: Api, watcher: Watcher, dag_ids: list[str]) -> list[tuple[str, str]]:
@@ -187,7 +198,7 @@ def tick(api: Api, watcher: Watcher, dag_ids: list[str]) -> list[tuple[str, str]
     started = [(dag_id, api.trigger(dag_id, iso(now))["dag_run_id"]) for dag_id in dag_ids]
     say(f"== tick at {iso(now)}: triggered {', '.join(d for d, _ in started)}")
     for dag_id, run_id in started:
-        wait(api, watcher, finished(api, dag_id, [run_id]), 900, f"{dag_id} {run_id}")
+        wait(watcher, finished(api, dag_id, [run_id]), 900, f"{dag_id} {run_id}")
     return started
 
 
@@ -238,12 +249,12 @@ def main() -> int:
         say(f"   UI:    {airflow.url}   login: {airflow.username} / {airflow.password}")
         say(f"   CLI:   AIRFLOW_HOME={args.home} {sys.executable.rsplit('/', 1)[0]}/airflow ...")
         watcher = Watcher(CatalogConfig.embedded(args.home))
-        backfill_view(api, watcher, args.backfill_hours)
+        backfilled = backfill_view(api, watcher, args.backfill_hours)
         for _ in range(args.ticks):
             tick(api, watcher, [VIEW_DAG, CT_DAG])
         say("== frontiers")
         watcher.print_frontiers()
-        ok = summarize(api)
+        ok = summarize(api) and backfilled
         if args.screenshot:
             screenshot(airflow, args.screenshot)
         say(
