@@ -16,7 +16,8 @@ DEBS=(default-jre-headless zip unzip libjarjar-java libxerial-sqlite-jdbc-java l
 
 missing=()
 for deb in "${DEBS[@]}"; do
-  dpkg -s "$deb" >/dev/null 2>&1 || missing+=("$deb")
+  # "install ok installed": a removed package keeps a status entry (config files).
+  dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q "install ok installed" || missing+=("$deb")
 done
 # A JDK already on PATH satisfies Spark; do not pull a second one.
 if command -v java >/dev/null 2>&1; then
