@@ -1,0 +1,58 @@
+"""The same backfill with Airflow's metadata database on PostgreSQL (docs/deployment.md).
+
+A second, separate Airflow (its own home, ports and embedded Iceberg catalog)
+keeps its metadata in a fresh PostgreSQL database instead of SQLite; the
+REST backfill must give the same result: one snapshot per interval, each
+equal to DuckDB over the pinned inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.devstack import LocalAirflow
+from tests.e2e.checks import FROM_DATE, INTERVALS, TO_DATE, check_backfilled_view, iso
+from tests.e2e_dags.e2e_dags import VIEWS
+from tests.pgserver import PgServer
+
+pytestmark = [
+    pytest.mark.timeout(2400),
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.postgres,
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+DAG_ID = "revenue_backfill_rest"
+
+
+def _metadata_database(server: PgServer) -> str:
+    conn = psycopg2.connect(
+        host="127.0.0.1",
+        port=server.port,
+        user=server.user,
+        password=server.password,
+        dbname="postgres",
+    )
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE airflow_meta")
+    conn.close()
+    return server.sqlalchemy_url().rsplit("/", 1)[0] + "/airflow_meta"
+
+
+def test_backfill_with_the_metadata_db_on_postgres(tmp_path: Path, pg_server: PgServer) -> None:
+    home = tmp_path / "airflow-home"
+    env = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": _metadata_database(pg_server)}
+    with LocalAirflow(home=home, dags_folder=ROOT / "tests" / "e2e_dags", env=env) as airflow:
+        api = airflow.start(list(VIEWS))
+        api.create_backfill(DAG_ID, iso(FROM_DATE), iso(TO_DATE))
+        api.set_paused(DAG_ID, False)
+        runs = api.wait_for_runs(DAG_ID, INTERVALS, timeout=1800)
+        assert not (home / "airflow.db").exists()  # nothing went to SQLite
+        check_backfilled_view(runs, CatalogConfig.embedded(home).load(), DAG_ID)
