@@ -220,6 +220,34 @@ def test_unmanaged_table_with_history_is_refused(sqlite_catalog_config: CatalogC
         )
 
 
+def test_empty_unflagged_table_starts_at_the_minimum_upper(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    """A table created by plain PyIceberg, still empty, can become managed by its first batch."""
+    catalog = sqlite_catalog_config.load()
+    catalog.create_namespace("ext")
+    table = catalog.create_table("ext.fresh", schema=SCHEMA)
+    late = compare_and_append(
+        table, expected_upper=Frontier.at(5), new_upper=Frontier.at(9), batch_id="wrong"
+    )
+    assert not late.landed and late.upper == Frontier.minimum()
+    files = stage_rows(table, "first", [(1, "a")])
+    result = compare_and_append(
+        table,
+        expected_upper=Frontier.minimum(),
+        new_upper=Frontier.at(11),
+        batch_id="first",
+        add_files=files,
+    )
+    assert result.landed, result
+    adopted = catalog.load_table("ext.fresh")
+    timeline = Timeline.of(adopted)
+    assert timeline.managed and timeline.upper == Frontier.at(11)
+    assert adopted.metadata.properties["ct.managed"] == "true"  # flag and data, one commit
+    assert len(adopted.metadata.snapshots) == 1
+    assert rows_of(table) == Counter({(1, "a"): 1})
+
+
 # -- races ---------------------------------------------------------------------
 def _racer(
     config: CatalogConfig, name: str, expected: int, new: int, barrier: Any, results: Any

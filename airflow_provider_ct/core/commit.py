@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.deletes import attach_delete_files, position_delete_data_file
@@ -261,6 +261,21 @@ def _discard_producers(producers: Sequence[Any]) -> None:
             clean()
 
 
+def _adoption_properties(table: Table) -> dict[str, str]:
+    """What an empty, unflagged table gets with its first batch, in the same commit.
+
+    The managed flag, and a name mapping so Parquet staged without field ids
+    can be read.
+    """
+    from pyiceberg.table import TableProperties
+
+    props = {TableKeys.MANAGED: "true"}
+    if TableProperties.DEFAULT_NAME_MAPPING not in table.metadata.properties:
+        mapping = table.metadata.schema().name_mapping.model_dump_json()
+        props[TableProperties.DEFAULT_NAME_MAPPING] = mapping
+    return props
+
+
 def compare_and_append(
     table: Table,
     *,
@@ -309,11 +324,20 @@ def compare_and_append(
     table.refresh()
     timeline = Timeline.of(table)
     table_name = timeline.table
-    if not timeline.managed and timeline.head_snapshot_id is not None:
-        raise CommitError(
-            f"table {table_name} is not managed by airflow-provider-ct (no {TableKeys.MANAGED} "
-            f"property and no {SummaryKeys.UPPER} on main); refusing to write its frontier"
-        )
+    if not timeline.managed:
+        if timeline.head_snapshot_id is not None:
+            raise CommitError(
+                f"table {table_name} is not managed by airflow-provider-ct (no "
+                f"{TableKeys.MANAGED} property and no {SummaryKeys.UPPER} on main); "
+                "refusing to write its frontier"
+            )
+        # Empty and unflagged (created by plain PyIceberg or Spark): nothing is
+        # sealed yet, so it starts at the minimum, and the first batch adopts it
+        # (below). Read as external, its upper would be the wall clock.
+        timeline = replace(timeline, managed=True, upper=Frontier.minimum())
+        adopt = True
+    else:
+        adopt = False
     mismatch = _check_preconditions(timeline, expected_upper, expected_head, batch_id)
     if mismatch is not None:
         return mismatch
@@ -328,6 +352,8 @@ def compare_and_append(
         inputs=inputs,
         extra_summary=extra_summary,
     )
+    if adopt:
+        tx.set_properties(_adoption_properties(table))
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
     try:

@@ -61,7 +61,7 @@ def test_ui_backfill_in_headless_chromium(stack: Stack, artifacts: Path) -> None
     from selenium.webdriver.common.by import By
 
     airflow = stack.airflow
-    with chromium() as driver:
+    with chromium(1600, 1250) as driver:  # tall enough to show the whole dialog
         log_in(driver, airflow.url, airflow.username, airflow.password)
         driver.get(f"{airflow.url}/dags/{DAG_ID}")
         wait_until(
