@@ -163,6 +163,36 @@ def test_mint_fails_before_spark_for_a_missing_input(
         op.execute({})
 
 
+def test_mint_holds_collection_inputs_once_and_only_those(
+    airflow_db: None, default_catalog: CatalogConfig
+) -> None:
+    """A view reading a managed collection registers its read hold when it mints."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_provider_ct import MintOperator
+    from airflow_provider_ct.collections.holds import read_holds
+    from airflow_provider_ct.collections.registry import register_collection
+
+    catalog = default_catalog.load()
+    register_collection(catalog, "ops.status", SCHEMA, "differential")
+    create_managed_table(catalog, "ops.plain", SCHEMA)
+    for name in ("ops.status", "ops.plain"):
+        advance(catalog.load_table(name), 20)
+    sql = "SELECT s.k, p.v FROM ops.status AS s JOIN ops.plain AS p ON s.k = p.k"
+
+    MintOperator(task_id="m", target="ops.view", sql=sql, time=5).execute({})
+    status = catalog.load_table("ops.status")
+    assert [(h.reader, h.since) for h in read_holds(status)] == [("ops.view", 5)]
+    assert read_holds(catalog.load_table("ops.plain")) == []  # not a collection: untouched
+    commits = len(status.metadata.metadata_log)
+    MintOperator(task_id="m", target="ops.view", sql=sql, time=6).execute({})
+    assert len(catalog.load_table("ops.status").metadata.metadata_log) == commits
+
+    with pytest.raises(AirflowSkipException):  # a read-only deployment writes nothing
+        MintOperator(task_id="r", target="ops.other", sql=sql, time=5, read_only=True).execute({})
+    assert [h.reader for h in read_holds(catalog.load_table("ops.status"))] == ["ops.view"]
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_continual_task_example_dag_runs_through_airflow(

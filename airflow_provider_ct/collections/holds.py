@@ -138,6 +138,34 @@ def register_reader(
     return holds
 
 
+def hold_collection_inputs(
+    catalog: Catalog, reader: str, inputs: Iterable[str], *, since: int
+) -> list[str]:
+    """Register ``reader`` on each input that is a managed collection, once.
+
+    Views and continual tasks call this when they mint, before pinning their
+    inputs, so collection expiry never drops a snapshot they still have to
+    read. Only collections get holds: their snapshots are what this package
+    expires, and other tables are not ours to change. An input that already
+    holds for ``reader`` is left alone (no metadata commit per tick).
+    Returns the inputs newly registered on.
+    """
+    from airflow_provider_ct.collections.registry import collection_kind
+
+    check_timestamp(since, "since")
+    key = CollectionKeys.READ_HOLD_PREFIX + reader
+    registered = []
+    for name in inputs:
+        if name == reader:
+            continue
+        table = catalog.load_table(name)
+        if collection_kind(table) is None or key in table.metadata.properties:
+            continue
+        register_reader(catalog, reader, [name], since=since)
+        registered.append(name)
+    return registered
+
+
 def release_reader(catalog: Catalog, reader: str, inputs: Iterable[str]) -> None:
     """Drop ``reader``'s holds on ``inputs`` (missing inputs are ignored)."""
     from pyiceberg.exceptions import NoSuchTableError

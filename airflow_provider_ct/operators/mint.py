@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_provider_ct.collections.holds import hold_collection_inputs
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.mint import mint
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
@@ -68,14 +69,22 @@ class MintOperator(BaseOperator):
         hook = IcebergCatalogHook(self.iceberg_conn_id)
         catalog_name = hook.get_config().name
         target = normalize_table_name(self.target, catalog_name)
-        inputs = timelines(hook, self._inputs(target, catalog_name), self.input_upper_policies)
+        names = self._inputs(target, catalog_name)
+        inputs = timelines(hook, names, self.input_upper_policies)  # all exist
         time = tick_time(context, self.time)
+        read_only = read_only_default(self.read_only)
+        if not read_only:
+            # Before the write job reads the pinned snapshots: collection
+            # expiry must keep what this reader still reads.
+            held = hold_collection_inputs(hook.get_catalog(), target, inputs, since=time)
+            if held:
+                log.info("%s now holds snapshots of %s from T=%s on", target, held, time)
         decision = mint(
             target=target,
             target_timeline=target_timeline(hook, target),
             time=time,
             inputs=inputs,
-            read_only=read_only_default(self.read_only),
+            read_only=read_only,
             previous=self._previous(context),
         )
         if decision.description is None:
