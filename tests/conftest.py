@@ -43,21 +43,7 @@ def pg_server() -> Iterator[PgServer]:
 
 
 def _pg_config(server: PgServer, root: Path) -> CatalogConfig:
-    import psycopg2
-
-    database = f"cat_{uuid.uuid4().hex[:10]}"
-    conn = psycopg2.connect(
-        host="127.0.0.1",
-        port=server.port,
-        user=server.user,
-        password=server.password,
-        dbname="postgres",
-    )
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {database}")
-    conn.close()
-    url = server.sqlalchemy_url().rsplit("/", 1)[0] + f"/{database}"
+    url = server.create_database(f"cat_{uuid.uuid4().hex[:10]}")
     return CatalogConfig(name="ct", uri=url, warehouse=(root / "warehouse").as_uri())
 
 

@@ -38,11 +38,28 @@ class PgServer:
     password: str
     database: str
 
-    def sqlalchemy_url(self) -> str:
+    def sqlalchemy_url(self, database: str | None = None) -> str:
         return (
             f"postgresql+psycopg2://{self.user}:{self.password}@127.0.0.1:{self.port}/"
-            f"{self.database}"
+            f"{database or self.database}"
         )
+
+    def create_database(self, name: str) -> str:
+        """Creates an empty database; returns its SQLAlchemy URL."""
+        import psycopg2
+
+        conn = psycopg2.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname=self.database,
+        )
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {name}")
+        conn.close()
+        return self.sqlalchemy_url(name)
 
 
 @contextlib.contextmanager

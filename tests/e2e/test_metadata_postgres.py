@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psycopg2
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
@@ -31,24 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DAG_ID = "revenue_backfill_rest"
 
 
-def _metadata_database(server: PgServer) -> str:
-    conn = psycopg2.connect(
-        host="127.0.0.1",
-        port=server.port,
-        user=server.user,
-        password=server.password,
-        dbname="postgres",
-    )
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute("CREATE DATABASE airflow_meta")
-    conn.close()
-    return server.sqlalchemy_url().rsplit("/", 1)[0] + "/airflow_meta"
-
-
 def test_backfill_with_the_metadata_db_on_postgres(tmp_path: Path, pg_server: PgServer) -> None:
     home = tmp_path / "airflow-home"
-    env = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": _metadata_database(pg_server)}
+    env = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_server.create_database("airflow_meta")}
     with LocalAirflow(home=home, dags_folder=ROOT / "tests" / "e2e_dags", env=env) as airflow:
         api = airflow.start(list(VIEWS))
         api.create_backfill(DAG_ID, iso(FROM_DATE), iso(TO_DATE))
