@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -214,15 +215,30 @@ class LocalAirflow:
         env.update(self.env)
         return env
 
+    @property
+    def env_file(self) -> Path:
+        """``source`` it to use the ``airflow`` CLI against this stack."""
+        return self.home / "env.sh"
+
+    def write_env_file(self, env: Mapping[str, str]) -> None:
+        lines = [
+            f"export {key}={shlex.quote(value)}"
+            for key, value in sorted(env.items())
+            if key.startswith("AIRFLOW") or key == "PATH"
+        ]
+        self.env_file.write_text("\n".join(lines) + "\n")
+
     def start(self, expect_dags: list[str], timeout: float = 300.0) -> Api:
         """Starts Airflow and waits until the API serves every DAG in ``expect_dags``."""
         self.home.mkdir(parents=True, exist_ok=True)
         if not self._passwords_file.exists():
             self._passwords_file.write_text(json.dumps({self.username: secrets.token_urlsafe(12)}))
+        env = self.environment()
+        self.write_env_file(env)
         self._log = self.log_path.open("ab")
         self._proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "airflow"), "standalone"],
-            env=self.environment(),
+            env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -247,7 +247,7 @@ def main() -> int:
         api = airflow.start(EXAMPLE_DAGS)
         say(f"   up in {time.monotonic() - started:.0f} s")
         say(f"   UI:    {airflow.url}   login: {airflow.username} / {airflow.password}")
-        say(f"   CLI:   AIRFLOW_HOME={args.home} {sys.executable.rsplit('/', 1)[0]}/airflow ...")
+        say(f"   CLI:   source {airflow.env_file}; airflow dags list")
         watcher = Watcher(CatalogConfig.embedded(args.home))
         backfilled = backfill_view(api, watcher, args.backfill_hours)
         for _ in range(args.ticks):
