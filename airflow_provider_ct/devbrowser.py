@@ -28,6 +28,13 @@ def chromium(width: int = 1600, height: int = 1000) -> Iterator[Any]:
         "--headless=new",
         "--no-sandbox",  # runs as root in CI containers
         "--disable-dev-shm-usage",
+        "--disable-gpu",
+        # No network here beyond localhost: without these Chromium keeps
+        # dialling Google's services and logs refused connections.
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
         f"--window-size={width},{height}",
     ):
         options.add_argument(arg)

@@ -162,6 +162,7 @@ class LocalAirflow:
     port: int = field(default_factory=free_port)
     ident: str = field(default_factory=lambda: uuid.uuid4().hex)
     _proc: subprocess.Popen[bytes] | None = None
+    _session: int | None = None  # the session id of every process it starts
     _log: Any = None
 
     @property
@@ -243,6 +244,7 @@ class LocalAirflow:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self._session = self._proc.pid
         api = Api(self.url, self.username, self.password)
         deadline = time.monotonic() + timeout
         missing: list[str] = list(expect_dags)
@@ -262,9 +264,12 @@ class LocalAirflow:
                 )
             time.sleep(2)
 
+    def survivors(self) -> list[int]:
+        """Pids of processes this stack started that are still alive."""
+        return stack_processes(self.ident, self._session)
+
     def stop(self) -> None:
         """Stops every process this stack started (idempotent)."""
-        session = self._proc.pid if self._proc is not None else None
         if self._proc is not None:
             try:
                 os.killpg(self._proc.pid, signal.SIGTERM)
@@ -277,13 +282,15 @@ class LocalAirflow:
             self._proc = None
         for sig in (signal.SIGTERM, signal.SIGKILL):
             # Components that outlive the group (the API server re-parents to init).
-            pids = stack_processes(self.ident, session)
+            pids = self.survivors()
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
             if not pids:
                 break
             time.sleep(3)
+        if leftover := self.survivors():
+            log.error("processes of the Airflow under %s survived SIGKILL: %s", self.home, leftover)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -295,14 +302,14 @@ class LocalAirflow:
         self.stop()
 
 
-def stack_processes(ident: str, session: int | None = None) -> list[int]:
-    """Pids of live processes in ``session`` or with ``MARKER=ident`` in their environment.
+def stack_processes(ident: str, session: int | None = None, marker: str = MARKER) -> list[int]:
+    """Pids of live processes in ``session`` or with ``marker=ident`` in their environment.
 
     Both are needed: processes that set their title (the API server) overwrite
     the memory ``/proc/<pid>/environ`` shows, and a process may start its own
     session.
     """
-    needle = f"{MARKER}={ident}".encode()
+    needle = f"{marker}={ident}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():

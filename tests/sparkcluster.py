@@ -11,21 +11,56 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
+from airflow_provider_ct.devstack import stack_processes
 from tests.pgserver import free_port
 
 
+@dataclass(frozen=True)
+class SparkCluster:
+    """A running cluster: its master URL and the master's web UI port."""
+
+    master: str
+    ui_port: int
+    ident: str  # SPARK_IDENT_STRING of its daemons (and their executors)
+
+    def processes(self) -> list[int]:
+        """Pids of the master, the worker and executors still alive."""
+        return stack_processes(self.ident, marker="SPARK_IDENT_STRING")
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        """``("spark://127.0.0.1", port)``: the ``host`` and ``port`` of a spark connection."""
+        host, port = self.master.rsplit(":", 1)
+        return host, int(port)
+
+    def state(self) -> dict[str, Any]:
+        """The master's own account (``/json/``): workers, active and completed apps."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as resp:
+            return dict(json.load(resp))
+
+    def app_names(self) -> list[str]:
+        """Names of every application the master ran or runs."""
+        state = self.state()
+        return [app["name"] for app in state.get("activeapps", []) + state.get("completedapps", [])]
+
+
 @contextlib.contextmanager
-def running_spark_cluster(worker_cores: int = 2, worker_memory: str = "2g") -> Iterator[str]:
-    """Yields the master URL ``spark://127.0.0.1:<port>``."""
+def running_spark_cluster(
+    worker_cores: int = 2, worker_memory: str = "2g"
+) -> Iterator[SparkCluster]:
+    """Yields the running cluster (master ``spark://127.0.0.1:<port>``); stops it on exit."""
     home = Path(pyspark.__file__).parent
     work = Path(tempfile.mkdtemp(prefix="ct-spark-cluster-"))
     ident = work.name
@@ -83,12 +118,11 @@ def running_spark_cluster(worker_cores: int = 2, worker_memory: str = "2g") -> I
             check=True,
             capture_output=True,
         )
+        cluster = SparkCluster(master, ui, ident)
         deadline = time.monotonic() + 90
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as resp:
-                    state = json.load(resp)
-                if state.get("aliveworkers", 0) >= 1:
+                if cluster.state().get("aliveworkers", 0) >= 1:
                     break
             except OSError:
                 pass
@@ -96,8 +130,21 @@ def running_spark_cluster(worker_cores: int = 2, worker_memory: str = "2g") -> I
                 logs = "\n".join(p.read_text()[-2000:] for p in (work / "logs").glob("*"))
                 raise RuntimeError(f"the Spark cluster did not come up:\n{logs}")
             time.sleep(0.5)
-        yield master
+        yield cluster
     finally:
         for cls in (worker_class, master_class):
             subprocess.run([daemon, "stop", cls, "1"], env=env, capture_output=True)
+        _wait_gone(ident)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _wait_gone(ident: str, grace: float = 30.0) -> None:
+    """``spark-daemon.sh stop`` only signals: wait for the JVMs to exit, then kill the rest."""
+    deadline = time.monotonic() + grace
+    while (alive := stack_processes(ident, marker="SPARK_IDENT_STRING")) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

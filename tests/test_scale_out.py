@@ -68,15 +68,17 @@ def test_write_job_on_a_standalone_cluster_matches_local_mode(
     local_table, local_expected = _two_ticks(
         sqlite_config(tmp_path / "local"), "ct_local_cat", None, monkeypatch
     )
-    with running_spark_cluster() as master:
-        host, port = master.rsplit(":", 1)
+    with running_spark_cluster() as cluster:
+        host, port = cluster.host_port
         monkeypatch.setenv(
             "AIRFLOW_CONN_CT_SPARK_CLUSTER",
-            json.dumps({"conn_type": "spark", "host": host, "port": int(port)}),
+            json.dumps({"conn_type": "spark", "host": host, "port": port}),
         )
         cluster_table, cluster_expected = _two_ticks(
             sqlite_config(tmp_path / "cluster"), "ct_cluster_cat", "ct_spark_cluster", monkeypatch
         )
+        # Both ticks' write jobs ran on the cluster, not in local mode.
+        assert cluster.app_names().count("ct-write-scale.view") == 2, cluster.app_names()
     assert local_expected == cluster_expected  # same deterministic inputs
     assert rows_of(cluster_table) == rows_of(local_table) == local_expected[-1]
     for table in (local_table, cluster_table):

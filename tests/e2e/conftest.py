@@ -1,9 +1,10 @@
 """One real Airflow for the end-to-end tests, with a Spark cluster and a PostgreSQL catalog.
 
 The session starts, on free ports: a PostgreSQL server (catalog of the
-``revenue_backfill_cluster`` DAG), a Spark standalone cluster (its write
-jobs), then ``airflow standalone`` reading ``tests/e2e_dags``. Everything is
-stopped at the end of the session, also when a test fails.
+``revenue_backfill_pg`` DAG), a Spark standalone cluster (write jobs of the
+``revenue_backfill_cluster`` DAG), then ``airflow standalone`` reading
+``tests/e2e_dags``. Everything is stopped at the end of the session, also
+when a test fails, and the teardown fails if any process survives.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.devstack import Api, LocalAirflow
 from tests.conftest import _pg_config, connection_json
 from tests.e2e_dags.e2e_dags import DEFERRAL_DAG, VIEWS
-from tests.sparkcluster import running_spark_cluster
+from tests.sparkcluster import SparkCluster, running_spark_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("CT_TEST_ARTIFACTS", ROOT / "test-artifacts"))
@@ -32,6 +33,7 @@ class Stack:
     api: Api
     embedded: CatalogConfig  # the default catalog under the stack's AIRFLOW_HOME
     postgres: CatalogConfig  # the ct_e2e_pg connection's catalog
+    spark: SparkCluster  # the ct_e2e_spark connection's cluster
 
     def log_tail(self) -> str:
         return self.airflow.log_path.read_text(errors="replace")[-4000:]
@@ -48,14 +50,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pg_server) -> Iterator[Stack
     root = tmp_path_factory.mktemp("e2e")
     postgres = _pg_config(pg_server, root / "pg")
     home = root / "airflow-home"
-    with running_spark_cluster(worker_cores=2, worker_memory="2g") as master:
-        host, port = master.rsplit(":", 1)
+    with running_spark_cluster(worker_cores=2, worker_memory="2g") as cluster:
+        host, port = cluster.host_port
+        spark_conn = {"conn_type": "spark", "host": host, "port": port}
         env = {
             "AIRFLOW_CONN_CT_E2E_PG": connection_json(postgres),
-            "AIRFLOW_CONN_CT_E2E_SPARK": json.dumps(
-                {"conn_type": "spark", "host": host, "port": int(port)}
-            ),
+            "AIRFLOW_CONN_CT_E2E_SPARK": json.dumps(spark_conn),
         }
-        with LocalAirflow(home=home, dags_folder=ROOT / "tests" / "e2e_dags", env=env) as airflow:
+        airflow = LocalAirflow(home=home, dags_folder=ROOT / "tests" / "e2e_dags", env=env)
+        with airflow:
             api = airflow.start([*VIEWS, DEFERRAL_DAG])
-            yield Stack(airflow, api, CatalogConfig.embedded(home), postgres)
+            yield Stack(airflow, api, CatalogConfig.embedded(home), postgres, cluster)
+        assert not airflow.survivors(), f"Airflow processes outlived stop(): {airflow.survivors()}"

@@ -1,13 +1,18 @@
 """DAGs for the end-to-end tests against a real Airflow.
 
-Three copies of the example view, each writing its own namespace, so each test
+Four copies of the example view, each writing its own namespace, so each test
 backfills a table no other test touches:
 
-- ``revenue_backfill_rest``: backfilled through ``POST /api/v2/backfills``;
+- ``revenue_backfill_rest``: backfilled through ``POST /api/v2/backfills``,
+  local Spark and the embedded SQLite catalog (the baseline);
 - ``revenue_backfill_ui``: backfilled by clicking through the web UI;
 - ``revenue_backfill_cluster``: the write job on a Spark standalone cluster
-  (connection ``ct_e2e_spark``) and the catalog on PostgreSQL (connection
-  ``ct_e2e_pg``), both started by the test.
+  (connection ``ct_e2e_spark``, started by the test), catalog as the baseline;
+- ``revenue_backfill_pg``: the catalog on PostgreSQL (connection ``ct_e2e_pg``,
+  started by the test), Spark as the baseline.
+
+Changing one component per copy lets a difference from the baseline name the
+component that caused it.
 
 Their ``end_date`` lies in the past, so unpausing creates no run for *now*:
 only the backfill's runs tick the views (a run for now would seal every
@@ -39,10 +44,12 @@ FROM {ns}.orders AS o JOIN {ns}.customers AS c ON o.customer_id = c.id
 GROUP BY c.id, c.name, c.country
 """
 #: dag id -> (namespace, iceberg connection id, spark connection id)
+EMBEDDED = IcebergCatalogHook.default_conn_name
 VIEWS: dict[str, tuple[str, str, str | None]] = {
-    "revenue_backfill_rest": ("e2e_rest", IcebergCatalogHook.default_conn_name, None),
-    "revenue_backfill_ui": ("e2e_ui", IcebergCatalogHook.default_conn_name, None),
-    "revenue_backfill_cluster": ("e2e_cluster", "ct_e2e_pg", "ct_e2e_spark"),
+    "revenue_backfill_rest": ("e2e_rest", EMBEDDED, None),
+    "revenue_backfill_ui": ("e2e_ui", EMBEDDED, None),
+    "revenue_backfill_cluster": ("e2e_cluster", EMBEDDED, "ct_e2e_spark"),
+    "revenue_backfill_pg": ("e2e_pg", "ct_e2e_pg", None),
 }
 DEFERRAL_DAG = "frontier_deferral_e2e"
 DEFERRAL_INPUT = "e2e_defer.events"
