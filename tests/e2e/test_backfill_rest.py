@@ -13,6 +13,7 @@ names its cause.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -31,10 +32,11 @@ pytestmark = [
 LOCAL = "revenue_backfill_rest"
 CLUSTER = "revenue_backfill_cluster"
 POSTGRES = "revenue_backfill_pg"
+Runs = dict[str, list[dict[str, Any]]]  # finished runs per DAG
 
 
 @pytest.fixture(scope="module")
-def backfilled(stack: Stack) -> dict[str, list[dict[str, object]]]:
+def backfilled(stack: Stack) -> Runs:
     """The three backfills, created at once; their finished runs per DAG."""
     api = stack.api
     for dag_id in (LOCAL, CLUSTER, POSTGRES):
@@ -47,7 +49,7 @@ def backfilled(stack: Stack) -> dict[str, list[dict[str, object]]]:
     }
 
 
-def _checked(stack: Stack, runs: dict[str, list[dict[str, object]]], dag_id: str) -> object:
+def _checked(stack: Stack, runs: Runs, dag_id: str) -> object:
     catalog = stack.postgres.load() if dag_id == POSTGRES else stack.embedded.load()
     try:
         return check_backfilled_view(runs[dag_id], catalog, dag_id)
@@ -55,13 +57,12 @@ def _checked(stack: Stack, runs: dict[str, list[dict[str, object]]], dag_id: str
         raise AssertionError(f"{exc}\n--- Airflow log tail ---\n{stack.log_tail()}") from exc
 
 
-def test_rest_backfill_in_local_mode_matches_duckdb(stack: Stack, backfilled) -> None:  # type: ignore[no-untyped-def]
+def test_rest_backfill_in_local_mode_matches_duckdb(stack: Stack, backfilled: Runs) -> None:
     _checked(stack, backfilled, LOCAL)
 
 
 def test_write_job_on_a_spark_cluster_gives_the_same_table_as_local_mode(
-    stack: Stack,
-    backfilled,  # type: ignore[no-untyped-def]
+    stack: Stack, backfilled: Runs
 ) -> None:
     cluster = _checked(stack, backfilled, CLUSTER)
     assert cluster == _checked(stack, backfilled, LOCAL)
@@ -72,8 +73,7 @@ def test_write_job_on_a_spark_cluster_gives_the_same_table_as_local_mode(
 
 
 def test_catalog_on_postgres_gives_the_same_table_as_on_sqlite(
-    stack: Stack,
-    backfilled,  # type: ignore[no-untyped-def]
+    stack: Stack, backfilled: Runs
 ) -> None:
     postgres = _checked(stack, backfilled, POSTGRES)
     assert postgres == _checked(stack, backfilled, LOCAL)
