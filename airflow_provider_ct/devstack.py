@@ -29,7 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -280,16 +280,8 @@ class LocalAirflow:
                 os.killpg(self._proc.pid, signal.SIGKILL)
                 self._proc.wait(timeout=30)
             self._proc = None
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            # Components that outlive the group (the API server re-parents to init).
-            pids = self.survivors()
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            if not pids:
-                break
-            time.sleep(3)
-        if leftover := self.survivors():
+        # Components that outlive the group (the API server re-parents to init).
+        if leftover := reap(self.survivors):
             log.error("processes of the Airflow under %s survived SIGKILL: %s", self.home, leftover)
         if self._log is not None:
             self._log.close()
@@ -300,6 +292,29 @@ class LocalAirflow:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def reap(find: Callable[[], list[int]], grace: float = 30.0) -> list[int]:
+    """Ends the processes ``find`` returns: SIGTERM, up to ``grace`` s to exit, then SIGKILL.
+
+    Returns the pids still alive after that (none, unless the kernel cannot
+    kill them), so callers can say so instead of leaving them behind.
+    """
+
+    def signal_all(pids: list[int], sig: signal.Signals) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    signal_all(find(), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while (alive := find()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if alive:
+        signal_all(alive, signal.SIGKILL)
+        time.sleep(1)
+        alive = find()
+    return alive
 
 
 def stack_processes(ident: str, session: int | None = None, marker: str = MARKER) -> list[int]:

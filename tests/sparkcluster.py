@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 import pyspark
 
-from airflow_provider_ct.devstack import stack_processes
+from airflow_provider_ct.devstack import reap, stack_processes
 from tests.pgserver import free_port
 
 
@@ -134,17 +133,6 @@ def running_spark_cluster(
     finally:
         for cls in (worker_class, master_class):
             subprocess.run([daemon, "stop", cls, "1"], env=env, capture_output=True)
-        _wait_gone(ident)
+        # spark-daemon.sh stop only signals: wait for the JVMs to exit.
+        reap(lambda: stack_processes(ident, marker="SPARK_IDENT_STRING"))
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _wait_gone(ident: str, grace: float = 30.0) -> None:
-    """``spark-daemon.sh stop`` only signals: wait for the JVMs to exit, then kill the rest."""
-    deadline = time.monotonic() + grace
-    while (alive := stack_processes(ident, marker="SPARK_IDENT_STRING")) and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.5)
-    for pid in alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.devstack import Api, LocalAirflow
 from tests.conftest import _pg_config, connection_json
-from tests.e2e_dags.e2e_dags import DEFERRAL_DAG, VIEWS
+from tests.e2e.checks import check_backfilled_view
+from tests.e2e_dags.e2e_dags import DEFERRAL_DAG, POSTGRES_CONN, SPARK_CONN, VIEWS
 from tests.sparkcluster import SparkCluster, running_spark_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,11 +35,20 @@ class Stack:
     airflow: LocalAirflow
     api: Api
     embedded: CatalogConfig  # the default catalog under the stack's AIRFLOW_HOME
-    postgres: CatalogConfig  # the ct_e2e_pg connection's catalog
-    spark: SparkCluster  # the ct_e2e_spark connection's cluster
+    postgres: CatalogConfig  # the POSTGRES_CONN connection's catalog
+    spark: SparkCluster  # the SPARK_CONN connection's cluster
 
     def log_tail(self) -> str:
         return self.airflow.log_path.read_text(errors="replace")[-4000:]
+
+    def check_view(self, runs: list[dict[str, Any]], dag_id: str) -> list[Counter[tuple[Any, ...]]]:
+        """``check_backfilled_view`` in the DAG's own catalog, with Airflow's log on failure."""
+        conn_id = VIEWS[dag_id][1]
+        config = self.postgres if conn_id == POSTGRES_CONN else self.embedded
+        try:
+            return check_backfilled_view(runs, config.load(), dag_id)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- Airflow log tail ---\n{self.log_tail()}") from exc
 
 
 @pytest.fixture(scope="session")
@@ -54,8 +66,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pg_server) -> Iterator[Stack
         host, port = cluster.host_port
         spark_conn = {"conn_type": "spark", "host": host, "port": port}
         env = {
-            "AIRFLOW_CONN_CT_E2E_PG": connection_json(postgres),
-            "AIRFLOW_CONN_CT_E2E_SPARK": json.dumps(spark_conn),
+            f"AIRFLOW_CONN_{POSTGRES_CONN.upper()}": connection_json(postgres),
+            f"AIRFLOW_CONN_{SPARK_CONN.upper()}": json.dumps(spark_conn),
         }
         airflow = LocalAirflow(home=home, dags_folder=ROOT / "tests" / "e2e_dags", env=env)
         with airflow:

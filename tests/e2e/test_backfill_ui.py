@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_ct.devbrowser import chromium, log_in, wait_until
-from tests.e2e.checks import FROM_DATE, INTERVALS, TO_DATE, check_backfilled_view
+from tests.e2e.checks import FROM_DATE, INTERVALS, TO_DATE
 from tests.e2e.conftest import Stack
 
 pytestmark = [
@@ -96,7 +96,4 @@ def test_ui_backfill_in_headless_chromium(stack: Stack, artifacts: Path) -> None
         driver.get(f"{airflow.url}/dags/{DAG_ID}/runs")
         time.sleep(5)  # let the runs list render
         driver.save_screenshot(str(artifacts / "ui-backfill-runs.png"))
-    try:
-        check_backfilled_view(runs, stack.embedded.load(), DAG_ID)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- Airflow log tail ---\n{stack.log_tail()}") from exc
+    stack.check_view(runs, DAG_ID)

@@ -45,11 +45,13 @@ GROUP BY c.id, c.name, c.country
 """
 #: dag id -> (namespace, iceberg connection id, spark connection id)
 EMBEDDED = IcebergCatalogHook.default_conn_name
+POSTGRES_CONN = "ct_e2e_pg"  # set by the e2e stack: its PostgreSQL server
+SPARK_CONN = "ct_e2e_spark"  # set by the e2e stack: its Spark cluster
 VIEWS: dict[str, tuple[str, str, str | None]] = {
     "revenue_backfill_rest": ("e2e_rest", EMBEDDED, None),
     "revenue_backfill_ui": ("e2e_ui", EMBEDDED, None),
-    "revenue_backfill_cluster": ("e2e_cluster", EMBEDDED, "ct_e2e_spark"),
-    "revenue_backfill_pg": ("e2e_pg", "ct_e2e_pg", None),
+    "revenue_backfill_cluster": ("e2e_cluster", EMBEDDED, SPARK_CONN),
+    "revenue_backfill_pg": ("e2e_pg", POSTGRES_CONN, None),
 }
 DEFERRAL_DAG = "frontier_deferral_e2e"
 DEFERRAL_INPUT = "e2e_defer.events"
