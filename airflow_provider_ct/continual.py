@@ -69,6 +69,7 @@ def continual_task(
         append = AppendOperator(
             task_id="append",
             write_task_id=write.task_id,
+            description_task_id=mint.task_id,
             iceberg_conn_id=iceberg_conn_id,
             outlets=[view_asset(task.name, catalog_name)],
         )

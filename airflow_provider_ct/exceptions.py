@@ -13,6 +13,7 @@ our refusals apart from bugs in libraries underneath::
     ├── CommitError               a compare-and-append could not be attempted
     │   └── CommitStateUnknownError   the catalog did not say whether it landed
     ├── StagingError              a staged batch is malformed or inconsistent
+    │   └── ManifestMissingError      a staged batch's manifest is gone (landed or swept)
     ├── DescriptionError          a batch description (XCom) is malformed
     ├── QueryError                SQL is unusable (syntax, not a SELECT, tables)
     ├── SchemaMismatchError       a query's schema no longer matches its table
@@ -76,6 +77,10 @@ class CommitStateUnknownError(CommitError):
 
 class StagingError(CTError):
     """A staged batch (its manifest or files) is malformed or inconsistent."""
+
+
+class ManifestMissingError(StagingError):
+    """A staged batch's manifest does not exist: it landed and was dropped, or was swept."""
 
 
 class DescriptionError(CTError):

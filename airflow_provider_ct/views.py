@@ -91,6 +91,7 @@ def materialized_view(
             append = AppendOperator(
                 task_id="append",
                 write_task_id=write.task_id,
+                description_task_id=mint_task.task_id,
                 iceberg_conn_id=iceberg_conn_id,
                 outlets=[view_asset(target, catalog_name)],
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,11 @@ from airflow_provider_ct.core.staging import (
     StagedFile,
     StagedTime,
     batch_data_dir,
-    cleanup_staged,
     manifest_path,
     read_manifest,
     write_manifest,
 )
+from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import StagingError
@@ -277,7 +278,7 @@ def test_cleanup_forgets_a_landed_batch_but_keeps_its_files(
     batch, path = _stage(table, "landed", 0, 10, [(1, "a"), (2, "b")])
     _land(table, batch)
 
-    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    report = sweep_staged(table, now=NOW)
     assert report.landed == ("landed",)
     assert report.discarded == () and report.kept == ()
     assert report.files_deleted == 0
@@ -303,7 +304,7 @@ def test_cleanup_discards_an_outdated_batch(sqlite_catalog_config: CatalogConfig
     )
     assert not lost.landed
 
-    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    report = sweep_staged(table, now=NOW)
     assert report.discarded == ("loser",)
     assert report.landed == ("winner",)
     assert report.files_deleted == 2
@@ -322,7 +323,7 @@ def test_cleanup_keeps_a_fresh_pending_batch(sqlite_catalog_config: CatalogConfi
         table, "writing", 10, 20, [(16, "c")], created=NOW - GRACE, state=STATE_WRITING
     )
 
-    report = cleanup_staged(Timeline.of(table), table.location(), grace_ms=GRACE, now=NOW)
+    report = sweep_staged(table, grace_ms=GRACE, now=NOW)
     assert sorted(report.kept) == ["pending", "writing"]
     assert report.discarded == () and report.files_deleted == 0
     for batch, manifest in ((pending, path), (writing, writing_path)):
@@ -338,34 +339,51 @@ def test_cleanup_keeps_a_fresh_batch_on_an_empty_table(
 ) -> None:
     table = _table(sqlite_catalog_config)
     batch, path = _stage(table, "b", 0, 10, [(1, "a")], created=NOW - 5)
-    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    report = sweep_staged(table, now=NOW)
     assert report.kept == ("b",)
     assert local_path(path).is_file() and _exists(batch)
 
 
-def test_cleanup_discards_a_pending_batch_older_than_the_grace(
+def test_cleanup_keeps_a_batch_that_may_still_land_whatever_its_age(
     sqlite_catalog_config: CatalogConfig,
 ) -> None:
+    """An old manifest whose lower is the upper and whose base is the head could be mid-append."""
     table = _table(sqlite_catalog_config)
     old, old_path = _stage(table, "old", 0, 10, [(1, "a")], created=NOW - GRACE - 1)
     crashed, crashed_path = _stage(
         table, "crashed", 0, 10, [(2, "b")], created=0, state=STATE_WRITING
     )
-    report = cleanup_staged(Timeline.of(table), table.location(), grace_ms=GRACE, now=NOW)
-    assert sorted(report.discarded) == ["crashed", "old"]
-    assert report.files_deleted == 2
-    for batch, manifest in ((old, old_path), (crashed, crashed_path)):
-        assert not local_path(manifest).exists()
-        assert not local_path(batch.data_dir).exists()
-    # A shorter grace discards what a longer one kept.
-    young, _ = _stage(table, "young", 0, 10, [(3, "c")], created=NOW - 1_000)
-    assert cleanup_staged(Timeline.of(table), table.location(), grace_ms=GRACE, now=NOW).kept == (
-        "young",
-    )
-    assert _exists(young)
-    again = cleanup_staged(Timeline.of(table), table.location(), grace_ms=999, now=NOW)
-    assert again.discarded == ("young",)
-    assert not local_path(young.data_dir).exists()
+    report = sweep_staged(table, grace_ms=GRACE, now=NOW)
+    assert sorted(report.kept) == ["crashed", "old"]
+    assert report.files_deleted == 0 and report.orphans_deleted == 0
+    # Once another batch lands, neither can ever land: both go, whatever the grace.
+    _land(table, old)
+    report = sweep_staged(table, grace_ms=10 * GRACE, now=NOW)
+    assert report.landed == ("old",)
+    assert report.discarded == ("crashed",)
+    assert not local_path(crashed_path).exists() and not _exists(crashed)
+    assert not local_path(old_path).exists() and _exists(old)
+    assert rows_of(table) == {(1, "a"): 1}
+
+
+def test_cleanup_removes_orphan_files_only_after_the_grace(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    """Files no manifest accounts for (a crash before the manifest) go once old enough."""
+    table = _table(sqlite_catalog_config)
+    landed, _ = _stage(table, "landed", 0, 10, [(1, "a")])
+    _land(table, landed)
+    orphan = stage_rows(table, "no-manifest", [(2, "b")])
+    half = Path(local_path(manifest_path(table.location(), "x"))).with_suffix(".json.tmp-1")
+    half.write_text("{")
+    young = sweep_staged(table, grace_ms=GRACE, now=int(time.time() * 1000))
+    assert young.orphans_deleted == 0
+    assert all(local_path(f).exists() for f in orphan) and half.exists()
+    old = sweep_staged(table, grace_ms=GRACE, now=int(time.time() * 1000) + GRACE + 1_000)
+    assert old.orphans_deleted == 2
+    assert not any(local_path(f).exists() for f in orphan) and not half.exists()
+    assert _exists(landed)  # live files are never orphans
+    assert rows_of(table) == {(1, "a"): 1}
 
 
 def test_cleanup_respects_keep(sqlite_catalog_config: CatalogConfig) -> None:
@@ -376,7 +394,7 @@ def test_cleanup_respects_keep(sqlite_catalog_config: CatalogConfig) -> None:
     _land(table, landed)
 
     keep = ["landed", "outdated", "ancient"]
-    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW, keep=keep)
+    report = sweep_staged(table, now=NOW, keep=keep)
     assert sorted(report.kept) == sorted(keep)
     assert report.landed == () and report.discarded == () and report.files_deleted == 0
     for batch, manifest in (
@@ -387,7 +405,7 @@ def test_cleanup_respects_keep(sqlite_catalog_config: CatalogConfig) -> None:
         assert local_path(manifest).is_file()
         assert _exists(batch)
     # Without keep the same cleanup removes them.
-    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    report = sweep_staged(table, now=NOW)
     assert report.landed == ("landed",)
     assert sorted(report.discarded) == ["ancient", "outdated"]
 
@@ -395,11 +413,14 @@ def test_cleanup_respects_keep(sqlite_catalog_config: CatalogConfig) -> None:
 def test_cleanup_skips_unreadable_manifests(sqlite_catalog_config: CatalogConfig) -> None:
     table = _table(sqlite_catalog_config)
     outdated, _ = _stage(table, "outdated", 0, 10, [(1, "a")], created=0)
+    winner, _ = _stage(table, "winner", 0, 10, [(2, "b")])
+    _land(table, winner)
     broken = Path(local_path(manifest_path(table.location(), "broken")))
     broken.write_text("{not json")
-    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    report = sweep_staged(table, now=NOW)
     assert report.discarded == ("outdated",)
-    assert report.kept == () and report.landed == ()
+    assert report.kept == () and report.landed == ("winner",)
+    assert report.skipped == (str(broken) if "://" not in table.location() else report.skipped)
     assert not local_path(outdated.data_dir).exists()
     assert broken.read_text() == "{not json"
 
@@ -407,21 +428,26 @@ def test_cleanup_skips_unreadable_manifests(sqlite_catalog_config: CatalogConfig
 def test_cleanup_uses_the_tables_staging_dir(sqlite_catalog_config: CatalogConfig) -> None:
     table = _table(sqlite_catalog_config, {TableKeys.STAGING_DIR: "my-staging"})
     batch, path = _stage(table, "old", 0, 10, [(1, "a")], created=0)
+    winner, _ = _stage(table, "winner", 0, 10, [(2, "b")])
+    _land(table, winner)
     assert "/my-staging/" in path
-    # Looking in the default folder finds nothing.
-    default = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
-    assert default == type(default)()
-    assert _exists(batch)
-    report = cleanup_staged(
-        Timeline.of(table), table.location(), properties=table.metadata.properties, now=NOW
-    )
+    report = sweep_staged(table, now=NOW)
     assert report.discarded == ("old",)
     assert not local_path(path).exists() and not local_path(batch.data_dir).exists()
 
 
+@pytest.mark.parametrize("folder", ["../elsewhere", "/tmp/abs", "a/../../b", "s3://x/y", ""])
+def test_a_staging_dir_outside_the_table_is_refused(
+    sqlite_catalog_config: CatalogConfig, folder: str
+) -> None:
+    table = _table(sqlite_catalog_config, {TableKeys.STAGING_DIR: folder})
+    with pytest.raises(StagingError, match="must be a relative folder inside the table"):
+        sweep_staged(table, now=NOW)
+
+
 def test_cleanup_of_a_table_without_staged_batches(sqlite_catalog_config: CatalogConfig) -> None:
     table = _table(sqlite_catalog_config)
-    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW)
+    report = sweep_staged(table, now=NOW)
     assert (report.landed, report.discarded, report.kept, report.files_deleted) == (
         (),
         (),
@@ -446,6 +472,6 @@ def test_cleanup_never_deletes_files_of_a_landed_batch_whose_snapshot_expired(
     table.refresh()
     assert rows_of(table) == {(1, "a"): 1}  # the data is still live in the head
 
-    report = cleanup_staged(Timeline.of(table), table.location(), now=NOW, table=table)
+    report = sweep_staged(table, now=NOW)
     assert "landed" not in report.discarded
     assert all(local_path(f).exists() for f in batch.added_files)

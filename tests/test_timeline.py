@@ -9,9 +9,13 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.commit import TimedChange, compare_and_append
+from airflow_provider_ct.core.commit import (
+    TimedChange,
+    accept_frontier_regression,
+    compare_and_append,
+)
 from airflow_provider_ct.core.frontier import MAX_TIMESTAMP, Frontier, now_ms
-from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import (
     DEFAULT_LATE_COMMIT_ALLOWANCE_MS,
@@ -528,8 +532,8 @@ def test_summary_key_upper_refuses_a_bad_watermark(
 
 
 # -- only main's ancestry counts -----------------------------------------------------
-def test_a_rolled_back_snapshot_no_longer_counts(sqlite_catalog_config: CatalogConfig) -> None:
-    table = _managed(sqlite_catalog_config)
+def _two_batches_then_rollback(config: CatalogConfig) -> tuple[Any, Any, Any]:
+    table = _managed(config)
     keep = compare_and_append(
         table,
         expected_upper=Frontier.minimum(),
@@ -549,24 +553,65 @@ def test_a_rolled_back_snapshot_no_longer_counts(sqlite_catalog_config: CatalogC
     before = Timeline.of(table)
     assert before.upper == Frontier.at(20)
     assert before.snapshot_at(15) == gone.snapshot_ids[0]
-
     table.manage_snapshots().rollback_to_snapshot(keep.snapshot_ids[0]).commit()
     # The snapshot is still in the metadata, just no longer on main.
     assert table.metadata.snapshot_by_id(gone.snapshot_ids[0]) is not None
+    return table, keep, gone
+
+
+def test_a_rollback_that_lowers_the_upper_is_refused(sqlite_catalog_config: CatalogConfig) -> None:
+    table, _, gone = _two_batches_then_rollback(sqlite_catalog_config)
+    with pytest.raises(FrontierRegressionError, match="rolled back") as info:
+        Timeline.of(table)
+    message = str(info.value)
+    assert "already reached 20" in message and "main's upper is 10" in message
+    assert "set_current_snapshot" in message and "accept_frontier_regression" in message
+    # Writing on top of it is refused and changes nothing.
+    head = table.metadata.current_snapshot_id
+    with pytest.raises(FrontierRegressionError):
+        compare_and_append(
+            table, expected_upper=Frontier.at(10), new_upper=Frontier.at(12), batch_id="redo"
+        )
+    table.refresh()
+    assert table.metadata.current_snapshot_id == head
+    # Moving main forward again recovers the timeline as it was.
+    table.manage_snapshots().set_current_snapshot(gone.snapshot_ids[0]).commit()
+    after = Timeline.of(table)
+    assert after.upper == Frontier.at(20)
+    assert after.snapshot_at(15) == gone.snapshot_ids[0]
+    assert rows_of(table) == {(5, "kept"): 1, (15, "gone"): 1}
+
+
+def test_a_rollback_is_refused_from_the_snapshot_log_without_the_property(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    """Tables written before the high-water property: the snapshot log still tells."""
+    table, _, gone = _two_batches_then_rollback(sqlite_catalog_config)
+    with table.transaction() as tx:
+        tx.remove_properties(TableKeys.UPPER_HIGH_WATER)
+    assert TableKeys.UPPER_HIGH_WATER not in table.metadata.properties
+    with pytest.raises(FrontierRegressionError, match=f"snapshot {gone.snapshot_ids[0]}"):
+        Timeline.of(table)
+
+
+def test_an_accepted_regression_reopens_the_times_explicitly(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    table, keep, gone = _two_batches_then_rollback(sqlite_catalog_config)
+    assert accept_frontier_regression(table) == Frontier.at(10)
     after = Timeline.of(table)
     assert after.head_snapshot_id == keep.snapshot_ids[0]
     assert after.upper == Frontier.at(10)
-    assert after.upper_snapshot_id == keep.snapshot_ids[0]
     assert after.find_batch("rolled-back") is None
     assert after.entry(gone.snapshot_ids[0]) is None
-    assert after.snapshot_at(9) == keep.snapshot_ids[0]
     assert after.snapshot_at(15, require_sealed=False) == keep.snapshot_ids[0]
-    # A new batch continues from the rolled-back-to upper, not the rolled-back one.
+    # A new batch continues from the accepted upper.
     redo = compare_and_append(
         table, expected_upper=Frontier.at(10), new_upper=Frontier.at(12), batch_id="redo"
     )
     assert redo.landed
     assert Timeline.of(table).upper == Frontier.at(12)
+    assert table.metadata.properties[TableKeys.UPPER_HIGH_WATER] == "12"
 
 
 def test_a_rolled_back_watermark_no_longer_counts(sqlite_catalog_config: CatalogConfig) -> None:

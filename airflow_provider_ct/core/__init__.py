@@ -9,7 +9,8 @@ from __future__ import annotations
 from airflow_provider_ct.core.commit import AppendResult, TimedChange, compare_and_append
 from airflow_provider_ct.core.frontier import Frontier, check_timestamp, now_ms
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
-from airflow_provider_ct.core.staging import StagedBatch, StagedFile, StagedTime, cleanup_staged
+from airflow_provider_ct.core.staging import StagedBatch, StagedFile, StagedTime, land_staged
+from airflow_provider_ct.core.sweep import SweepReport, sweep_staged
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import (
     SummaryKeyUpper,
@@ -26,14 +27,16 @@ __all__ = [
     "StagedTime",
     "SummaryKeyUpper",
     "SummaryKeys",
+    "SweepReport",
     "TableKeys",
     "TimedChange",
     "Timeline",
     "TimelineEntry",
     "WallClockUpper",
     "check_timestamp",
-    "cleanup_staged",
     "compare_and_append",
     "create_managed_table",
+    "land_staged",
     "now_ms",
+    "sweep_staged",
 ]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.deletes import attach_delete_files, position_delete_data_file
+from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.frontier import Frontier, check_timestamp
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.timeline import Timeline
@@ -352,12 +353,14 @@ def compare_and_append(
         inputs=inputs,
         extra_summary=extra_summary,
     )
-    if adopt:
-        tx.set_properties(_adoption_properties(table))
-    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+    properties = _adoption_properties(table) if adopt else {}
+    properties[TableKeys.UPPER_HIGH_WATER] = new_upper.to_summary()
+    tx.set_properties(properties)
+    from pyiceberg.exceptions import CommitFailedException
 
     try:
         _commit_once(table, tx, head)
+        failpoint("commit.after-catalog-commit")
     except CommitFailedException as exc:
         _discard_producers(producers)
         table.refresh()
@@ -383,9 +386,10 @@ def compare_and_append(
             batch_id=batch_id,
             reason=f"commit rejected by the catalog: {exc}",
         )
-    except (CommitStateUnknownException, OSError, Exception) as exc:
-        # Anything but an explicit rejection leaves the outcome open: keep the
+    except _unknown_outcome_errors() as exc:
+        # A transport or server failure leaves the outcome open: keep the
         # staged files (they may be referenced now) and let a retry decide.
+        # Anything else (a bug) propagates as itself.
         raise CommitStateUnknownError(
             f"commit of batch {batch_id} on {table_name} has an unknown outcome: {exc}; "
             "retry with the same batch id"
@@ -408,6 +412,56 @@ def compare_and_append(
         batch_id=batch_id,
         snapshot_ids=snapshot_ids,
     )
+
+
+def _unknown_outcome_errors() -> tuple[type[BaseException], ...]:
+    """Errors after which the catalog may or may not have committed.
+
+    PyIceberg's own ``CommitStateUnknownException``, OS and socket errors,
+    a database error of the SQL catalog (PostgreSQL gone mid-commit), an
+    HTTP failure of a REST catalog.
+    """
+    from pyiceberg.exceptions import CommitStateUnknownException, ServerError
+
+    errors: list[type[BaseException]] = [CommitStateUnknownException, ServerError, OSError]
+    try:
+        from sqlalchemy.exc import DBAPIError
+
+        errors.append(DBAPIError)
+    except ImportError:  # pragma: no cover - the SQL catalog pulls SQLAlchemy in
+        pass
+    try:
+        from requests import RequestException
+
+        errors.append(RequestException)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errors)
+
+
+def accept_frontier_regression(table: Table) -> Frontier:
+    """Accept that ``main`` was deliberately moved back, reopening times from its upper on.
+
+    Records ``main``'s current upper as the highest one reached (one commit,
+    asserting the head), after which compare-and-append writes on top of it
+    again. Times at or beyond that upper that had been sealed can then be
+    rewritten: this is the explicit, logged opt-in that :class:`Timeline`
+    asks for when it refuses a regressed table. Returns the accepted upper.
+    """
+    table.refresh()
+    timeline = Timeline.from_metadata(
+        table.metadata, name=".".join(table.name()), check_regression=False
+    )
+    tx = table.transaction()
+    tx.set_properties({TableKeys.UPPER_HIGH_WATER: timeline.upper.to_summary()})
+    _commit_once(table, tx, timeline.head_snapshot_id)
+    table.refresh()
+    log.warning(
+        "accepted a frontier regression on %s: times from %s on are writable again",
+        timeline.table,
+        timeline.upper.to_summary(),
+    )
+    return timeline.upper
 
 
 def _already(timeline: Timeline, batch_id: str) -> AppendResult:

@@ -20,6 +20,8 @@ class SummaryKeys:
     BATCH_ID = "ct.batch-id"
     #: JSON object ``{table: snapshot_id | null}`` of the inputs read.
     INPUTS = "ct.inputs"
+    #: The write attempt whose staged files the snapshot registered.
+    ATTEMPT = "ct.attempt"
 
     #: The spelling of the empty frontier (a closed collection) in ``ct.upper``.
     EMPTY_FRONTIER = "empty"
@@ -34,3 +36,6 @@ class TableKeys:
     #: Folder (relative to the table location) that holds staged batches.
     STAGING_DIR = "ct.staging-dir"
     STAGING_DIR_DEFAULT = "ct-staging"
+    #: The highest upper ``main`` ever reached (epoch ms or ``empty``), set by
+    #: every compare-and-append: a head below it means ``main`` was rolled back.
+    UPPER_HIGH_WATER = "ct.upper-high-water"

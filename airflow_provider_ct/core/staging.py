@@ -6,13 +6,24 @@ own, and describes them in a JSON manifest. Nothing is visible to readers
 until :func:`~airflow_provider_ct.core.commit.compare_and_append` registers the
 files. Layout, relative to the table location::
 
-    data/ct-batch=<batch_id>/part-*.parquet     data files (stay there once appended)
-    ct-staging/<batch_id>.json                  the manifest
+    data/ct-batch=<batch_id>/attempt=<attempt>/...   one write attempt's files
+    ct-staging/<batch_id>.attempt-<attempt>.json      that attempt's manifest
+
+Every *attempt* at a batch (a retried task, a zombie worker, a Spark job that
+outlived its Airflow task) stages under a folder of its own. Two attempts of
+one description therefore never share a file: the one that lands keeps its
+files, the other one's are removed, and nothing a landed batch references is
+ever overwritten or deleted.
 
 The manifest is written twice: first with ``state = "writing"`` before any
-data file, then with ``state = "staged"`` once every file is complete. So a
-crashed writer always leaves a manifest behind that names its folder, and
-:func:`cleanup_staged` can find and remove the debris.
+data file, then with ``state = "staged"`` once every file is complete; only a
+``staged`` manifest can be appended. So a crashed writer always leaves a
+manifest behind that names its folder, and :func:`sweep_staged` (the
+maintenance path) can find and remove the debris.
+
+Every path read from a manifest, an XCom or the ``ct.staging-dir`` table
+property is checked to stay inside the table's location before anything is
+deleted or committed (:func:`check_batch_paths`).
 """
 
 from __future__ import annotations
@@ -20,18 +31,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
 from airflow_provider_ct.core.commit import AppendResult, TimedChange, compare_and_append
+from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.frontier import Frontier, now_ms
-from airflow_provider_ct.core.keys import TableKeys
+from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import FrontierError, StagingError
+from airflow_provider_ct.exceptions import FrontierError, ManifestMissingError, StagingError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -83,6 +98,9 @@ class StagedBatch:
     inputs: Mapping[str, int | None] = field(default_factory=dict)
     state: str = STATE_STAGED
     created_at_ms: int = 0
+    #: The write attempt that staged these files ("" for manifests written
+    #: before attempts had folders of their own).
+    attempt: str = ""
 
     @property
     def added_files(self) -> list[str]:
@@ -129,6 +147,7 @@ class StagedBatch:
             "data_dir": self.data_dir,
             "state": self.state,
             "created_at_ms": self.created_at_ms,
+            "attempt": self.attempt,
             "description": dict(self.description),
             "inputs": dict(self.inputs),
             "times": [
@@ -189,6 +208,7 @@ class StagedBatch:
                 inputs=dict(data.get("inputs") or {}),
                 state=str(data["state"]),
                 created_at_ms=_int(data.get("created_at_ms", 0), "created_at_ms"),
+                attempt=str(data.get("attempt") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StagingError(f"{where} is malformed: {exc!s}") from None
@@ -208,19 +228,110 @@ def _int(value: Any, what: str) -> int:
 
 
 # -- locations ---------------------------------------------------------------
+#: What a batch id or attempt id may contain: it becomes a folder name.
+_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=-]{0,199}", re.ASCII)
+
+
+def check_id(value: Any, what: str) -> str:
+    """A batch or attempt id that is safe as one path segment, or :class:`StagingError`."""
+    if not isinstance(value, str) or not _ID.fullmatch(value) or ".." in value:
+        raise StagingError(
+            f"{what} {value!r:.80} is not a valid id (ASCII letters, digits, '_', '.', '=', "
+            "'-'; no '..'; at most 200 characters): it would name a path outside the table"
+        )
+    return value
+
+
+def _relative_folder(value: str) -> str:
+    """The ``ct.staging-dir`` property, refused unless a plain relative folder."""
+    parts = value.split("/")
+    if (
+        not value
+        or value.startswith("/")
+        or "\\" in value
+        or ":" in value
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise StagingError(
+            f"table property {TableKeys.STAGING_DIR}={value!r} must be a relative folder "
+            "inside the table location (no '..', no absolute path, no scheme)"
+        )
+    return value
+
+
 def staging_root(table_location: str, properties: Mapping[str, str] | None = None) -> str:
     folder = (properties or {}).get(TableKeys.STAGING_DIR, TableKeys.STAGING_DIR_DEFAULT)
-    return posixpath.join(table_location.rstrip("/"), folder)
+    return posixpath.join(table_location.rstrip("/"), _relative_folder(folder))
 
 
 def manifest_path(
-    table_location: str, batch_id: str, properties: Mapping[str, str] | None = None
+    table_location: str,
+    batch_id: str,
+    properties: Mapping[str, str] | None = None,
+    attempt: str = "",
 ) -> str:
-    return posixpath.join(staging_root(table_location, properties), f"{batch_id}.json")
+    name = check_id(batch_id, "batch id")
+    if attempt:
+        name = f"{name}.attempt-{check_id(attempt, 'attempt id')}"
+    return posixpath.join(staging_root(table_location, properties), f"{name}.json")
 
 
-def batch_data_dir(table_location: str, batch_id: str) -> str:
-    return posixpath.join(table_location.rstrip("/"), "data", f"ct-batch={batch_id}")
+def batch_data_dir(table_location: str, batch_id: str, attempt: str = "") -> str:
+    """The folder a batch's files go to; with ``attempt``, that attempt's own folder."""
+    folder = posixpath.join(
+        table_location.rstrip("/"), "data", f"ct-batch={check_id(batch_id, 'batch id')}"
+    )
+    if not attempt:
+        return folder
+    return posixpath.join(folder, f"attempt={check_id(attempt, 'attempt id')}")
+
+
+def new_attempt_id() -> str:
+    """A fresh id for one write attempt: never shared by two attempts."""
+    return f"{now_ms()}-{uuid.uuid4().hex[:12]}"
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` names something strictly inside ``folder`` (no ``..`` tricks)."""
+    if any(p in (".", "..") for p in path.split("/")):
+        return False
+    return path.startswith(folder.rstrip("/") + "/")
+
+
+def check_batch_paths(
+    batch: StagedBatch,
+    table_location: str,
+    properties: Mapping[str, str] | None = None,
+    manifest: str | None = None,
+) -> None:
+    """Refuse a manifest whose paths leave the table's location (before any delete or commit).
+
+    The manifest path (from XCom), its ``data_dir`` and every staged file must
+    be exactly where this package puts them for the batch id and attempt the
+    manifest names: an edited or hostile manifest can neither make
+    :func:`discard` delete a folder elsewhere nor make a commit register
+    files from outside the table.
+    """
+    check_id(batch.batch_id, "batch id")
+    expected_dir = batch_data_dir(table_location, batch.batch_id, batch.attempt)
+    if batch.data_dir.rstrip("/") != expected_dir:
+        raise StagingError(
+            f"staged batch {batch.batch_id}: data_dir {batch.data_dir!r} is not its folder "
+            f"{expected_dir!r} under the table location"
+        )
+    outside = [f for f in batch.staged_files if not _inside(f, expected_dir)]
+    if outside:
+        raise StagingError(
+            f"staged batch {batch.batch_id}: {len(outside)} staged file(s) lie outside its "
+            f"folder {expected_dir}, e.g. {outside[0]!r}"
+        )
+    if manifest is not None:
+        expected = manifest_path(table_location, batch.batch_id, properties, batch.attempt)
+        if manifest != expected:
+            raise StagingError(
+                f"manifest path {manifest!r} is not where batch {batch.batch_id} keeps its "
+                f"manifest ({expected!r})"
+            )
 
 
 def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -235,9 +346,10 @@ def write_manifest(batch: StagedBatch, path: str) -> None:
     """Write the manifest atomically enough for one writer (temp file + move)."""
     fs, local = _fs(path)
     fs.create_dir(posixpath.dirname(local), recursive=True)
-    tmp = f"{local}.tmp-{now_ms()}"
+    tmp = f"{local}.tmp-{uuid.uuid4().hex}"
     with fs.open_output_stream(tmp) as out:
         out.write(json.dumps(batch.to_json(), indent=1, sort_keys=True).encode())
+    failpoint("staging.manifest-written")
     fs.move(tmp, local)
 
 
@@ -247,7 +359,7 @@ def read_manifest(path: str) -> StagedBatch:
         with fs.open_input_stream(local) as stream:
             raw = stream.read()
     except FileNotFoundError:
-        raise StagingError(f"staged-batch manifest {path} does not exist") from None
+        raise ManifestMissingError(f"staged-batch manifest {path} does not exist") from None
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -267,35 +379,91 @@ def list_manifests(
             yield scheme_prefix + info.path
 
 
-def discard(batch: StagedBatch, manifest: str | None = None) -> int:
-    """Delete a batch's data folder (and its manifest). Returns files deleted.
+def _files_under(uri: str) -> list[pafs.FileInfo]:
+    """Every file below ``uri`` (recursively), as pyarrow file infos; none if it is missing."""
+    fs, local = _fs(uri)
+    selector = pafs.FileSelector(local, allow_not_found=True, recursive=True)
+    return [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
 
-    Only call this for a batch known not to be on the table: an appended
-    batch's data files are the table's files.
+
+def _uri_prefix(uri: str) -> str:
+    """What to put before a filesystem path to spell it like ``uri`` (``file://`` or none)."""
+    _, local = _fs(uri)
+    return uri[: len(uri) - len(local)] if uri.endswith(local) else ""
+
+
+def discard(
+    batch: StagedBatch,
+    manifest: str | None = None,
+    *,
+    table_location: str,
+    properties: Mapping[str, str] | None = None,
+    live: set[str] | None = None,
+) -> int:
+    """Delete one attempt's staged files (and its manifest). Returns files deleted.
+
+    Only call this for an attempt known not to be on the table. Its paths are
+    checked to lie in its own folder under ``table_location`` first. Files in
+    ``live`` (referenced by a snapshot) are never deleted, which matters for
+    manifests written before attempts had folders of their own.
     """
-    fs, local = _fs(batch.data_dir)
+    check_batch_paths(batch, table_location, properties, manifest)
+    fs, _ = _fs(batch.data_dir)
+    prefix = _uri_prefix(batch.data_dir)
     deleted = 0
-    info = fs.get_file_info(local)
-    if info.type == pafs.FileType.Directory:
-        deleted = sum(
-            1
-            for f in fs.get_file_info(pafs.FileSelector(local, recursive=True))
-            if f.type == pafs.FileType.File
-        )
-        fs.delete_dir(local)
+    for info in _files_under(batch.data_dir):
+        if not batch.attempt and "/attempt=" in info.path[len(batch.data_dir) - len(prefix) :]:
+            continue  # an old-style manifest: its folder holds newer attempts' folders
+        if live is not None and prefix + info.path in live:
+            continue
+        fs.delete_file(info.path)
+        deleted += 1
+    if batch.attempt and live is None:
+        _delete_if_exists(batch.data_dir, directory=True)
+    else:
+        prune_empty_dirs(batch.data_dir)
     if manifest is not None:
-        mfs, mlocal = _fs(manifest)
-        if mfs.get_file_info(mlocal).type == pafs.FileType.File:
-            mfs.delete_file(mlocal)
-    log.info("discarded staged batch %s (%d file(s))", batch.batch_id, deleted)
+        _delete_if_exists(manifest)
+    log.info(
+        "discarded staged batch %s attempt %s (%d file(s))",
+        batch.batch_id,
+        batch.attempt or "-",
+        deleted,
+    )
     return deleted
+
+
+def prune_empty_dirs(uri: str) -> None:
+    """Remove empty folders at and below ``uri`` on a local filesystem.
+
+    ``rmdir`` only ever removes an empty folder, so a writer that puts a file
+    into one meanwhile keeps it (a recursive delete could take its file).
+    Object stores have no folders: nothing to do there.
+    """
+    fs, local = _fs(uri)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return
+    infos = fs.get_file_info(pafs.FileSelector(local, allow_not_found=True, recursive=True))
+    dirs = sorted((i.path for i in infos if i.type == pafs.FileType.Directory), reverse=True)
+    for folder in [*dirs, local]:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            continue  # not empty (or gone): keep it
+
+
+def _delete_if_exists(uri: str, *, directory: bool = False) -> None:
+    fs, local = _fs(uri)
+    kind = fs.get_file_info(local).type
+    if directory and kind == pafs.FileType.Directory:
+        fs.delete_dir(local)
+    elif not directory and kind == pafs.FileType.File:
+        fs.delete_file(local)
 
 
 def forget(manifest: str) -> None:
     """Drop the manifest of a batch that landed (its data files now belong to the table)."""
-    fs, local = _fs(manifest)
-    if fs.get_file_info(local).type == pafs.FileType.File:
-        fs.delete_file(local)
+    _delete_if_exists(manifest)
 
 
 def live_files(table: Table) -> set[str]:
@@ -303,68 +471,25 @@ def live_files(table: Table) -> set[str]:
     snapshot = table.metadata.current_snapshot()
     if snapshot is None:
         return set()
-    return {
-        entry.data_file.file_path
-        for manifest in snapshot.manifests(io=table.io)
-        for entry in manifest.fetch_manifest_entry(io=table.io, discard_deleted=True)
-    }
+    return referenced_files(table, [snapshot])
 
 
-@dataclass(frozen=True)
-class CleanupReport:
-    landed: tuple[str, ...] = ()
-    discarded: tuple[str, ...] = ()
-    kept: tuple[str, ...] = ()
-    files_deleted: int = 0
+def referenced_files(table: Table, snapshots: Iterable[Any] | None = None) -> set[str]:
+    """Every data and delete file some snapshot references (default: every kept snapshot).
 
-
-def cleanup_staged(
-    timeline: Timeline,
-    table_location: str,
-    *,
-    properties: Mapping[str, str] | None = None,
-    grace_ms: int = 3_600_000,
-    now: int | None = None,
-    keep: Sequence[str] = (),
-    table: Table | None = None,
-) -> CleanupReport:
-    """Remove what staged batches left behind.
-
-    * a batch on ``main`` (its id in a snapshot summary): forget its manifest;
-    * a batch whose lower is below the current upper can never land (the CAS
-      would fail forever): delete its files;
-    * any other batch older than ``grace_ms`` is assumed crashed: delete.
-    Batches named in ``keep`` are left alone. Pass ``table`` so that a batch
-    whose snapshot was expired but whose files are still live is recognised as
-    landed (without it, only the batch ids on ``main`` tell).
+    Each manifest is read once, however many snapshots share it.
     """
-    current = now_ms() if now is None else now
-    live = None if table is None else live_files(table)
-    landed: list[str] = []
-    discarded: list[str] = []
-    kept: list[str] = []
-    files = 0
-    for path in list_manifests(table_location, properties):
-        try:
-            batch = read_manifest(path)
-        except StagingError as exc:
-            log.warning("skipping unreadable staged-batch manifest %s: %s", path, exc)
-            continue
-        if batch.batch_id in keep:
-            kept.append(batch.batch_id)
-        elif timeline.find_batch(batch.batch_id) is not None or (
-            live is not None and any(f in live for f in batch.staged_files)
-        ):
-            # On main, or its snapshot expired but its files are still table
-            # files: either way the data folder belongs to the table now.
-            forget(path)
-            landed.append(batch.batch_id)
-        elif batch.lower < timeline.upper or current - batch.created_at_ms > grace_ms:
-            files += discard(batch, path)
-            discarded.append(batch.batch_id)
-        else:
-            kept.append(batch.batch_id)
-    return CleanupReport(tuple(landed), tuple(discarded), tuple(kept), files)
+    chosen = table.metadata.snapshots if snapshots is None else snapshots
+    seen: set[str] = set()
+    files: set[str] = set()
+    for snapshot in chosen:
+        for manifest in snapshot.manifests(io=table.io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io=table.io, discard_deleted=True):
+                files.add(entry.data_file.file_path)
+    return files
 
 
 # -- the life of one staged batch ------------------------------------------------
@@ -381,36 +506,93 @@ def outdated_reason(table: Table | None, description: BatchDescription) -> str |
 
 
 def begin_batch(table: Table, description: BatchDescription) -> tuple[StagedBatch, str]:
-    """Write the write-ahead manifest of a description's batch; returns it and its path.
+    """Write the write-ahead manifest of a new attempt at a description's batch.
 
-    Written before any data file, so a crashed writer leaves a findable folder.
+    Each call is a new attempt with a folder of its own, so a retried or
+    zombie writer never touches another attempt's files. Written before any
+    data file, so a crashed writer leaves a findable folder.
     """
+    attempt = new_attempt_id()
     batch = StagedBatch(
-        batch_id=description.id,
+        batch_id=check_id(description.id, "description id"),
         target=description.target,
         lower=description.lower,
         upper=description.upper,
         base_snapshot_id=description.base_snapshot_id,
-        data_dir=batch_data_dir(table.location(), description.id),
+        data_dir=batch_data_dir(table.location(), description.id, attempt),
         description=description.to_json(),
         inputs=dict(description.inputs),
         state=STATE_WRITING,
         created_at_ms=now_ms(),
+        attempt=attempt,
     )
-    path = manifest_path(table.location(), description.id, table.metadata.properties)
+    path = manifest_path(table.location(), description.id, table.metadata.properties, attempt)
     write_manifest(batch, path)
+    failpoint("staging.after-begin")
     return batch, path
 
 
 def finish_batch(batch: StagedBatch, path: str, times: Iterable[StagedTime]) -> StagedBatch:
     """Record the batch's staged files; from now on it can be appended."""
     staged = dataclasses.replace(batch, times=tuple(times), state=STATE_STAGED)
+    failpoint("staging.before-finish")
     write_manifest(staged, path)
     return staged
 
 
+def check_appendable(
+    batch: StagedBatch,
+    table: Table,
+    *,
+    manifest: str | None = None,
+    description: BatchDescription | None = None,
+) -> None:
+    """Refuse a manifest that is not completely staged, not this table's, or not ``description``'s.
+
+    A manifest still in state ``writing`` belongs to a writer that has not
+    finished (or crashed): appending it would seal the time without its
+    correction.
+    """
+    name = ".".join(table.name())
+    if batch.state != STATE_STAGED:
+        raise StagingError(
+            f"staged batch {batch.batch_id} (attempt {batch.attempt or '-'}) is in state "
+            f"{batch.state!r}, not {STATE_STAGED!r}: its writer has not finished (or crashed); "
+            "refusing to append an incomplete correction"
+        )
+    if batch.target != name:
+        raise StagingError(f"staged batch {batch.batch_id} is for {batch.target}, not {name}")
+    check_batch_paths(batch, table.location(), table.metadata.properties, manifest)
+    if description is None:
+        return
+    if batch.batch_id != description.id or dict(batch.description) != description.to_json():
+        raise StagingError(
+            f"staged batch {batch.batch_id} does not answer description {description.id}: "
+            "the manifest was staged for another description"
+        )
+    mismatched = [
+        what
+        for what, ours, theirs in (
+            ("lower", batch.lower, description.lower),
+            ("upper", batch.upper, description.upper),
+            ("base_snapshot_id", batch.base_snapshot_id, description.base_snapshot_id),
+            ("inputs", dict(batch.inputs), dict(description.inputs)),
+        )
+        if ours != theirs
+    ]
+    if mismatched or any(t.time != description.time for t in batch.times[-1:]):
+        raise StagingError(
+            f"staged batch {batch.batch_id} disagrees with its description on "
+            f"{mismatched or ['time']}"
+        )
+
+
 def append_batch(table: Table, batch: StagedBatch) -> AppendResult:
     """Compare-and-append a staged batch at its lower, against its base snapshot."""
+    if batch.state != STATE_STAGED:
+        raise StagingError(
+            f"staged batch {batch.batch_id} is in state {batch.state!r}, not {STATE_STAGED!r}"
+        )
     return compare_and_append(
         table,
         expected_upper=batch.lower,
@@ -419,4 +601,68 @@ def append_batch(table: Table, batch: StagedBatch) -> AppendResult:
         changes=batch.changes(),
         expected_head=batch.base_snapshot_id,
         inputs=batch.inputs,
+        extra_summary={SummaryKeys.ATTEMPT: batch.attempt} if batch.attempt else None,
     )
+
+
+@dataclass(frozen=True)
+class LandResult:
+    """What :func:`land_staged` did with one attempt's manifest."""
+
+    result: AppendResult
+    batch: StagedBatch
+    #: Files of this attempt deleted (a lost race, or another attempt landed).
+    files_deleted: int = 0
+    #: The attempt that is on the table (``None`` if the batch did not land).
+    landed_attempt: str | None = None
+
+    @property
+    def landed_by_this_attempt(self) -> bool:
+        return self.result.landed and self.landed_attempt == self.batch.attempt
+
+
+def land_staged(
+    table: Table, manifest: str, *, description: BatchDescription | None = None
+) -> LandResult:
+    """Append one attempt's staged batch and clean up after whatever happened.
+
+    * landed (now, or earlier by this same attempt): the manifest is dropped,
+      the files are the table's;
+    * already landed by *another* attempt of the same batch: this attempt's
+      files are deleted (they are referenced by nothing) and the outcome is
+      "already landed";
+    * lost the race: this attempt's files are deleted; the next tick corrects.
+
+    An unknown commit outcome raises and deletes nothing.
+    """
+    root = staging_root(table.location(), table.metadata.properties)
+    if not _inside(manifest, root) or not manifest.endswith(".json"):
+        raise StagingError(
+            f"manifest path {manifest!r:.200} is not a manifest in {root}, the staging folder "
+            f"of {'.'.join(table.name())}"
+        )
+    batch = read_manifest(manifest)
+    check_appendable(batch, table, manifest=manifest, description=description)
+    result = append_batch(table, batch)
+    location, props = table.location(), table.metadata.properties
+    if not result.landed:
+        deleted = discard(batch, manifest, table_location=location, properties=props)
+        return LandResult(result, batch, deleted)
+    entry = Timeline.of(table).find_batch(batch.batch_id)
+    attempt = "" if entry is None else entry.summary.get(SummaryKeys.ATTEMPT, "")
+    if attempt == batch.attempt or not batch.attempt:
+        forget(manifest)
+        return LandResult(result, batch, 0, attempt)
+    # Another attempt's files are on the table; ours are not (own folder), but
+    # check against every kept snapshot before deleting anything.
+    deleted = discard(
+        batch, manifest, table_location=location, properties=props, live=referenced_files(table)
+    )
+    log.info(
+        "batch %s was landed by attempt %s; removed attempt %s's %d staged file(s)",
+        batch.batch_id,
+        attempt or "-",
+        batch.attempt,
+        deleted,
+    )
+    return LandResult(result, batch, deleted, attempt)

@@ -221,13 +221,22 @@ class Timeline:
         name: str,
         policy: UpperPolicy | None = None,
         now: int | None = None,
+        check_regression: bool = True,
     ) -> Timeline:
+        """The timeline of ``metadata``; see :meth:`of`.
+
+        :param check_regression: refuse (:class:`FrontierRegressionError`) a
+            managed table whose ``main`` is below the highest upper it ever
+            reached; only :func:`accept_frontier_regression` turns this off.
+        """
         ancestry = main_ancestry(metadata)
         head = metadata.current_snapshot()
         head_id = head.snapshot_id if head is not None else None
         if is_managed(metadata, ancestry):
             entries = tuple(_managed_entry(s) for s in ancestry)
             upper, upper_snapshot = _managed_upper(name, entries)
+            if check_regression:
+                _refuse_regression(name, metadata, upper, upper_snapshot)
             return cls(name, True, head_id, entries, upper, upper_snapshot)
         entries = tuple(_external_entry(s) for s in ancestry)
         chosen = policy if policy is not None else WallClockUpper()
@@ -291,3 +300,50 @@ def _managed_upper(name: str, entries: tuple[TimelineEntry, ...]) -> tuple[Front
             )
         upper, upper_snapshot = entry.upper, entry.snapshot_id
     return upper, upper_snapshot
+
+
+def highest_upper(metadata: TableMetadata) -> tuple[Frontier, int | None]:
+    """The highest upper ``main`` is known to have reached, and the snapshot that set it.
+
+    Every compare-and-append records it in the ``ct.upper-high-water`` table
+    property, which no rollback touches. Tables written before that property
+    existed fall back to the snapshot log: the uppers of snapshots that were
+    once ``main``'s head and are still kept.
+    """
+    value = metadata.properties.get(TableKeys.UPPER_HIGH_WATER)
+    if value is not None:
+        return (
+            Frontier.from_summary(
+                value, key=TableKeys.UPPER_HIGH_WATER, where="the table properties"
+            ),
+            None,
+        )
+    best, best_id = Frontier.minimum(), None
+    for log_entry in metadata.snapshot_log:
+        snapshot = metadata.snapshot_by_id(log_entry.snapshot_id)
+        upper = None if snapshot is None else _summary_of(snapshot).get(SummaryKeys.UPPER)
+        if upper is None:
+            continue
+        frontier = Frontier.from_summary(upper, where=f"snapshot {log_entry.snapshot_id}")
+        if best < frontier:
+            best, best_id = frontier, log_entry.snapshot_id
+    return best, best_id
+
+
+def _refuse_regression(
+    name: str, metadata: TableMetadata, upper: Frontier, upper_snapshot: int | None
+) -> None:
+    high, high_snapshot = highest_upper(metadata)
+    if not upper < high:
+        return
+    where = f" (snapshot {high_snapshot})" if high_snapshot is not None else ""
+    raise FrontierRegressionError(
+        f"table {name}: main's upper is {upper.to_summary()} (snapshot {upper_snapshot}), "
+        f"but the table had already reached {high.to_summary()}{where}: main was rolled back "
+        "or reset, which would reopen times that were sealed. Nothing is written on top of "
+        "it. To recover, move main forward again to the snapshot that had the higher upper "
+        "(Spark: CALL <catalog>.system.set_current_snapshot(...); PyIceberg: "
+        "table.manage_snapshots().set_current_snapshot(...)), or, if times from "
+        f"{upper.to_summary()} on may really be rewritten, call "
+        "airflow_provider_ct.core.commit.accept_frontier_regression(table)"
+    )

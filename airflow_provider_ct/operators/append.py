@@ -4,32 +4,71 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_ct.core.staging import append_batch, discard, forget, read_manifest
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.staging import LandResult, land_staged
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import DescriptionError, StagingError
+from airflow_provider_ct.exceptions import DescriptionError, ManifestMissingError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import load_json_object
-from airflow_provider_ct.spark.write_job import STATUS_STAGED
+from airflow_provider_ct.spark.write_job import STATUS_DRY_RUN, STATUS_OUTDATED, STATUS_STAGED
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
+
+
+#: Statuses a write report can carry, and the fields each must have.
+_REPORT_FIELDS: dict[str, tuple[str, ...]] = {
+    STATUS_STAGED: ("description_id", "target", "manifest"),
+    STATUS_OUTDATED: ("description_id", "target"),
+    STATUS_DRY_RUN: ("description_id", "target"),
+}
+
+
+def checked_report(value: Any) -> dict[str, Any]:
+    """A write report whose fields are all present and well-typed, or a clear error.
+
+    A malformed report (``{}``, a wrong status, a manifest that is not a
+    path) must fail the append, not pass as "nothing to append".
+    """
+    report = load_json_object(value, "write report")
+    status = report.get("status")
+    if status not in _REPORT_FIELDS:
+        raise DescriptionError(
+            f"write report field 'status' must be one of {sorted(_REPORT_FIELDS)}, got "
+            f"{status!r}: {report!r:.200}"
+        )
+    for name in _REPORT_FIELDS[status]:
+        if not isinstance(report.get(name), str) or not report[name]:
+            raise DescriptionError(
+                f"write report field {name!r} must be a non-empty string, got "
+                f"{report.get(name)!r:.100}"
+            )
+    return report
 
 
 class AppendOperator(BaseOperator):
     """Commit a staged batch with compare-and-append on the target's frontier.
 
     Succeeds in every ordinary outcome and says which in its XCom:
-    ``{"appended": true}`` when the batch is on the table (including a retry
-    that finds it already there), ``{"appended": false, "upper": ...}`` when
-    another writer got there first (its staged files are deleted; the next
-    tick corrects). Only an unknown commit outcome fails the task, so that
+    ``{"appended": true}`` when the batch is on the table (including a retry,
+    or a second attempt of the same batch, that finds it already there; a
+    second attempt's own staged files are removed), ``{"appended": false,
+    "upper": ...}`` when another writer got there first (its staged files are
+    deleted; the next tick corrects). A malformed report, a manifest that is
+    not completely staged, not the target's or not the description's fails
+    the task and changes nothing; so does an unknown commit outcome, so that
     Airflow's retry settles it.
 
     :param write_task_id: the WriteOperator whose report to append.
     :param report: the write report itself (dict or JSON) instead.
+    :param description_task_id: the task whose XCom is the batch description
+        the write was given (the mint); the manifest must answer exactly it.
     """
 
     template_fields: Sequence[str] = ("report",)
@@ -40,6 +79,7 @@ class AppendOperator(BaseOperator):
         *,
         write_task_id: str | None = None,
         report: dict[str, Any] | str | None = None,
+        description_task_id: str | None = None,
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -48,7 +88,16 @@ class AppendOperator(BaseOperator):
             raise ValueError("pass write_task_id= or report=")
         self.write_task_id = write_task_id
         self.report = report
+        self.description_task_id = description_task_id
         self.iceberg_conn_id = iceberg_conn_id
+
+    def _description(self, context: Any) -> BatchDescription | None:
+        if self.description_task_id is None:
+            return None
+        value = context["ti"].xcom_pull(task_ids=self.description_task_id)
+        if value is None:
+            raise DescriptionError(f"task {self.description_task_id} returned no description")
+        return BatchDescription.from_json(load_json_object(value, "batch description"))
 
     def execute(self, context: Any) -> dict[str, Any]:
         value = self.report
@@ -56,69 +105,80 @@ class AppendOperator(BaseOperator):
             value = context["ti"].xcom_pull(task_ids=self.write_task_id)
             if value is None:
                 raise DescriptionError(f"task {self.write_task_id} returned no write report")
-        report = load_json_object(value, "write report")
-        if report.get("status") != STATUS_STAGED:
+        report = checked_report(value)
+        description = self._description(context)
+        if description is not None and report["description_id"] != description.id:
+            raise DescriptionError(
+                f"write report is for description {report['description_id']}, not for "
+                f"{description.id} minted by {self.description_task_id}"
+            )
+        if report["status"] != STATUS_STAGED:
             log.info(
                 "nothing to append: write status %s (%s)",
-                report.get("status"),
+                report["status"],
                 report.get("reason", ""),
             )
             return {
                 "appended": False,
-                "status": report.get("status"),
+                "status": report["status"],
                 "reason": report.get("reason", ""),
             }
-        if not isinstance(report.get("manifest"), str):
-            raise DescriptionError(f"write report has no manifest path: {report!r:.200}")
-        manifest = report["manifest"]
         hook = IcebergCatalogHook(self.iceberg_conn_id)
+        table = hook.load_table(report["target"])
+        manifest = report["manifest"]
         try:
-            batch = read_manifest(manifest)
-        except StagingError:
+            outcome = land_staged(table, manifest, description=description)
+        except ManifestMissingError:
             # The manifest is dropped once its batch lands; a retry after that
             # (or after cleanup) decides from the table's own history.
-            return self._without_manifest(hook, report, manifest)
-        table = hook.load_table(batch.target)
-        result = append_batch(table, batch)
+            return self._without_manifest(table, report, manifest)
+        return self._result(outcome)
+
+    def _result(self, outcome: LandResult) -> dict[str, Any]:
+        batch, result = outcome.batch, outcome.result
         if result.landed:
-            forget(manifest)
             log.info(
-                "batch %s %s; upper of %s is now %s",
+                "batch %s %s; upper of %s is now %s%s",
                 batch.batch_id,
                 "was already appended" if result.already_landed else "appended",
                 batch.target,
                 result.upper.to_summary(),
+                ""
+                if outcome.landed_by_this_attempt
+                else f" (by attempt {outcome.landed_attempt}; this attempt's "
+                f"{outcome.files_deleted} staged file(s) removed)",
             )
         else:
-            deleted = discard(batch, manifest)
             log.info(
                 "batch %s lost (%s): deleted %d staged file(s); upper of %s is %s; the "
                 "next tick corrects",
                 batch.batch_id,
                 result.reason,
-                deleted,
+                outcome.files_deleted,
                 batch.target,
                 result.upper.to_summary(),
             )
+        mine = outcome.landed_by_this_attempt
         return {
             "appended": result.landed,
             "already_appended": result.already_landed,
             "batch_id": batch.batch_id,
+            "attempt": batch.attempt,
+            "landed_attempt": outcome.landed_attempt,
             "target": batch.target,
             "upper": result.upper.to_json(),
             "snapshot_ids": list(result.snapshot_ids),
-            "rows_inserted": batch.added_record_count if result.landed else 0,
-            "rows_deleted": batch.deleted_record_count if result.landed else 0,
+            "rows_inserted": batch.added_record_count if mine else 0,
+            "rows_deleted": batch.deleted_record_count if mine else 0,
+            "files_deleted": outcome.files_deleted,
             "reason": result.reason,
         }
 
     def _without_manifest(
-        self, hook: IcebergCatalogHook, report: dict[str, Any], manifest: str
+        self, table: Table, report: dict[str, Any], manifest: str
     ) -> dict[str, Any]:
-        batch_id, target = report.get("description_id"), report.get("target")
-        if not isinstance(batch_id, str) or not isinstance(target, str):
-            raise DescriptionError(f"write report lacks description_id/target: {report!r:.200}")
-        timeline = Timeline.of(hook.load_table(target))
+        batch_id, target = report["description_id"], report["target"]
+        timeline = Timeline.of(table)
         landed = timeline.find_batch(batch_id) is not None
         if landed:
             log.info(

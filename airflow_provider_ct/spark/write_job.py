@@ -142,6 +142,18 @@ def _list_parquet(uri: str) -> list[str]:
     )
 
 
+def _drop_side_files(uri: str) -> None:
+    """Remove what Spark writes beside the Parquet files (``_SUCCESS``, ``.crc``) in our folder.
+
+    The table never references them, so left in place they would be debris.
+    """
+    fs, local = pafs.FileSystem.from_uri(uri)
+    for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True, recursive=True)):
+        name = posixpath.basename(info.path)
+        if info.type == pafs.FileType.File and (name == "_SUCCESS" or name.endswith(".crc")):
+            fs.delete_file(info.path)
+
+
 def _staged_file(table: Any, path: str) -> StagedFile:
     input_file = table.io.new_input(path)
     with input_file.open() as stream:
@@ -237,10 +249,11 @@ def run_write(
     added: list[StagedFile] = []
     if correction.insert_count:
         files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
-        correction.inserts.repartition(files).write.mode("overwrite").parquet(
+        correction.inserts.repartition(files).write.mode("errorifexists").parquet(
             posixpath.join(data_dir, "inserts")
         )
         added = [_staged_file(table, p) for p in _list_parquet(data_dir)]
+        _drop_side_files(data_dir)
     if correction.release is not None:
         correction.release()
     clock.lap("inserts")

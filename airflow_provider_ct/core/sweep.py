@@ -1,0 +1,213 @@
+"""Sweep what staged batches leave behind, without ever touching a live file.
+
+Writers stage files under ``data/ct-batch=<id>/attempt=<attempt>/`` and a
+manifest under the staging folder (see :mod:`.staging`). Losers of a race
+delete their own files at once; what remains after crashes, killed jobs,
+lost appends and retried tasks is removed here, by the maintenance path.
+
+The rules, per manifest (the table refreshed *after* everything was listed):
+
+* its batch is on ``main`` by this attempt, or any of its files is referenced
+  by a kept snapshot: it landed; the manifest is dropped, the files are the
+  table's;
+* its batch is on ``main`` by another attempt: this attempt's files go (each
+  checked against every kept snapshot first);
+* it *may still land* (its lower is the table's upper and its base is the
+  head): kept, whatever its age or state; a compare-and-append of it could be
+  in flight, and a writer could still be adding files;
+* otherwise it can never land (the upper or the head moved on, and neither
+  moves back: rollbacks are refused): its files go.
+
+Files under ``data/ct-batch=*`` that no manifest accounts for (a crash
+before the manifest existed, an unreadable manifest, a collection write that
+died before its commit) and half-written manifests go once they are older
+than the grace period and no kept snapshot references them.
+
+Why list first and refresh after: a writer writes its manifest before any
+data file, so every data file listed has a manifest that was listed too; and
+a batch that lands after the refresh had its base as the head at the refresh,
+so it was classified "may still land" and kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow.fs as pafs
+
+from airflow_provider_ct.core.frontier import now_ms
+from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.staging import (
+    StagedBatch,
+    _files_under,
+    _fs,
+    _uri_prefix,
+    check_batch_paths,
+    discard,
+    forget,
+    list_manifests,
+    read_manifest,
+    referenced_files,
+    staging_root,
+)
+from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.exceptions import StagingError
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+#: Default age before a file no manifest accounts for counts as debris.
+DEFAULT_GRACE_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep did: batch ids by outcome, and files deleted."""
+
+    landed: tuple[str, ...] = ()
+    discarded: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    files_deleted: int = 0
+    orphans_deleted: int = 0
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass
+class _Listing:
+    #: ``(uri, info)`` of every file under ``data/ct-batch=*``.
+    files: list[tuple[str, pafs.FileInfo]]
+    manifests: list[str]
+    #: ``(uri, info)`` of manifests whose writer died before renaming them.
+    half_written: list[tuple[str, pafs.FileInfo]]
+
+
+def _list(table: Table) -> _Listing:
+    location = table.location().rstrip("/")
+    data = posixpath.join(location, "data")
+    fs, local = _fs(data)
+    prefix = _uri_prefix(data)
+    batch_dirs = [
+        prefix + info.path
+        for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True))
+        if info.type == pafs.FileType.Directory and info.base_name.startswith("ct-batch=")
+    ]
+    files = [(prefix + info.path, info) for d in batch_dirs for info in _files_under(d)]
+    props = table.metadata.properties
+    root = staging_root(location, props)
+    half = [
+        (_uri_prefix(root) + i.path, i) for i in _files_under(root) if ".json.tmp-" in i.base_name
+    ]
+    return _Listing(files, list(list_manifests(location, props)), half)
+
+
+def _older_than(info: pafs.FileInfo, cutoff_ms: int) -> bool:
+    mtime = info.mtime
+    return mtime is not None and mtime.timestamp() * 1000 < cutoff_ms
+
+
+def sweep_staged(
+    table: Table,
+    *,
+    grace_ms: int = DEFAULT_GRACE_MS,
+    now: int | None = None,
+    keep: Sequence[str] = (),
+) -> SweepReport:
+    """Remove staged leftovers of ``table`` by the rules in the module docstring.
+
+    :param grace_ms: age before files no manifest accounts for are removed;
+        it must exceed the longest time a writer without a manifest (a
+        collection write) takes from its first file to its commit.
+    :param keep: batch ids to leave alone whatever their state.
+    """
+    cutoff = (now_ms() if now is None else now) - grace_ms
+    listing = _list(table)
+    table.refresh()
+    timeline = Timeline.of(table)
+    live = referenced_files(table)
+    location, props = table.location(), table.metadata.properties
+    landed: list[str] = []
+    discarded: list[str] = []
+    kept: list[str] = []
+    skipped: list[str] = []
+    protected: list[str] = []
+    deleted = 0
+    for path in listing.manifests:
+        batch = _readable(path, location, props)
+        if batch is None:
+            skipped.append(path)
+            continue
+        outcome = _classify(batch, timeline, live, keep)
+        if outcome == "kept":
+            kept.append(batch.batch_id)
+            protected.append(batch.data_dir.rstrip("/") + "/")
+        elif outcome == "landed":
+            forget(path)
+            landed.append(batch.batch_id)
+        else:
+            deleted += discard(batch, path, table_location=location, properties=props, live=live)
+            discarded.append(batch.batch_id)
+    orphans = _sweep_orphans(listing, live, protected, cutoff)
+    report = SweepReport(
+        tuple(landed), tuple(discarded), tuple(kept), deleted, orphans, tuple(skipped)
+    )
+    log.info(
+        "swept staging of %s: %d landed, %d discarded (%d file(s)), %d kept, %d orphan "
+        "file(s) deleted",
+        timeline.table,
+        len(landed),
+        len(discarded),
+        deleted,
+        len(kept),
+        orphans,
+    )
+    return report
+
+
+def _readable(path: str, location: str, props: dict[str, str]) -> StagedBatch | None:
+    try:
+        batch = read_manifest(path)
+        check_batch_paths(batch, location, props, path)
+    except StagingError as exc:
+        log.warning("skipping staged-batch manifest %s: %s", path, exc)
+        return None
+    return batch
+
+
+def _classify(batch: StagedBatch, timeline: Timeline, live: set[str], keep: Sequence[str]) -> str:
+    """``kept``, ``landed`` or ``discard`` for one attempt's manifest."""
+    if batch.batch_id in keep:
+        return "kept"
+    entry = timeline.find_batch(batch.batch_id)
+    if entry is not None:
+        landed_attempt = entry.summary.get(SummaryKeys.ATTEMPT, "")
+        if not batch.attempt or landed_attempt == batch.attempt:
+            return "landed"
+        return "discard"  # another attempt landed; ours are checked against `live`
+    if any(f in live for f in batch.staged_files):
+        return "landed"  # its snapshot was expired, its files are still the table's
+    if batch.lower == timeline.upper and batch.base_snapshot_id == timeline.head_snapshot_id:
+        return "kept"  # may still land: an append of it could be in flight
+    return "discard"
+
+
+def _sweep_orphans(listing: _Listing, live: set[str], protected: list[str], cutoff_ms: int) -> int:
+    """Delete files no manifest protects and no snapshot references, older than the cutoff."""
+    deleted = 0
+    for uri, info in [*listing.files, *listing.half_written]:
+        if uri in live or any(uri.startswith(p) for p in protected):
+            continue
+        if not _older_than(info, cutoff_ms):
+            continue
+        fs, local = _fs(uri)
+        try:
+            fs.delete_file(local)
+        except FileNotFoundError:
+            continue  # deleted by a discard above
+        deleted += 1
+    return deleted
