@@ -150,7 +150,11 @@ class IcebergCatalogHook(BaseHook):
             ) from None
 
     def get_spark_conf(self, **kwargs: Any) -> dict[str, str]:
-        """Spark properties registering the same catalog (see :func:`spark_conf`)."""
+        """Spark properties registering the same catalog (see :func:`spark_conf`).
+
+        Without the password (pass ``include_secrets=True`` for an in-process
+        session): these usually end up as ``spark-submit --conf`` arguments.
+        """
         return spark_conf(self.get_config(), **kwargs)
 
     def test_connection(self) -> tuple[bool, str]:

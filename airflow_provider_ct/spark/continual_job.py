@@ -49,6 +49,7 @@ from airflow_provider_ct.core.staging import (
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError
+from airflow_provider_ct.spark.conf import job_session
 from airflow_provider_ct.spark.write_job import (
     STATUS_OUTDATED,
     STATUS_STAGED,
@@ -397,9 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", required=True)
     args = parser.parse_args(argv)
     config, description = job_inputs(args.catalog, args.description)
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName(f"ct-continual-{description.target}").getOrCreate()
+    spark = job_session(config, f"ct-continual-{description.target}")
     try:
         report = run_continual(spark, config, arg_text(args.task), args.namespace, description)
     finally:

@@ -48,6 +48,7 @@ from airflow_provider_ct.core.staging import (
 )
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import ConfigurationError, CTError
+from airflow_provider_ct.spark.conf import job_session
 from airflow_provider_ct.spark.correction import check_schema, compute_correction
 
 if TYPE_CHECKING:
@@ -282,7 +283,11 @@ def arg_text(value: str) -> str:
 
 
 def job_inputs(catalog_arg: str, description_arg: str) -> tuple[CatalogConfig, BatchDescription]:
-    """The catalog and description every job CLI receives (JSON or ``@file``)."""
+    """The catalog and description every job CLI receives (JSON or ``@file``).
+
+    The operator passes ``@file`` for the catalog: it holds the password,
+    which must not be on the command line.
+    """
     try:
         config = CatalogConfig(**json.loads(arg_text(catalog_arg)))
     except (TypeError, ValueError) as exc:
@@ -294,9 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = _parser().parse_args(argv)
     config, description = job_inputs(args.catalog, args.description)
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName(f"ct-write-{description.target}").getOrCreate()
+    spark = job_session(config, f"ct-write-{description.target}")
     try:
         report = run_write(spark, config, arg_text(args.sql), description, dry_run=args.dry_run)
     finally:
