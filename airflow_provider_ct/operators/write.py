@@ -16,11 +16,12 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
-from airflow_provider_ct.exceptions import CTError, DescriptionError
+from airflow_provider_ct.exceptions import DescriptionError, SparkJobError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import load_json_object, timelines
 from airflow_provider_ct.spark import write_job
 from airflow_provider_ct.spark.conf import spark_jars
+from airflow_provider_ct.spark.job_errors import ERROR_FILE, job_error
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class WriteOperator(BaseOperator):
     template_fields: Sequence[str] = ("target", "sql", "description")
     template_ext: Sequence[str] = (".sql",)
     ui_color = "#f7e6c4"
+    #: The job, as messages name it.
+    job_kind = "write job"
 
     def __init__(
         self,
@@ -132,14 +135,11 @@ class WriteOperator(BaseOperator):
         with tempfile.TemporaryDirectory(prefix="ct-write-") as tmp:
             folder = Path(tmp)
             submit = self.submit_hook(hook, desc, target, folder)
-            log.info("submitting the write job for %s (description %s)", target, desc.id)
-            submit.submit(application=self._application())
-            report_path = folder / REPORT_FILE
-            if not report_path.exists():
-                raise CTError(f"the write job for {target} finished without a report")
-            report: dict[str, Any] = json.loads(report_path.read_text())
+            log.info("submitting the %s for %s (description %s)", self.job_kind, target, desc.id)
+            report = self._run_job(submit, folder, f"the {self.job_kind} for {target}")
         log.info(
-            "write job for %s: %s, +%s -%s rows%s",
+            "%s for %s: %s, +%s -%s rows%s",
+            self.job_kind,
             target,
             report["status"],
             report["rows_to_insert"],
@@ -168,6 +168,8 @@ class WriteOperator(BaseOperator):
             f"@{folder / 'description.json'}",
             "--report",
             str(folder / REPORT_FILE),
+            "--error",
+            str(folder / ERROR_FILE),
             *self._job_args(folder),
         ]
         conf = hook.get_spark_conf(include_jars=False)
@@ -188,6 +190,25 @@ class WriteOperator(BaseOperator):
             },
             verbose=False,
         )
+
+    def _run_job(self, submit: Any, folder: Path, what: str) -> dict[str, Any]:
+        """Submit and wait; the job's report, or the job's own exception.
+
+        ``SparkSubmitHook`` reports any failure as a bare ``AirflowException``;
+        the job's error file tells which of our errors it was (see
+        :mod:`~airflow_provider_ct.spark.job_errors`).
+        """
+        from airflow.sdk.exceptions import AirflowException
+
+        try:
+            submit.submit(application=self._application())
+        except AirflowException as exc:
+            raise job_error(folder / ERROR_FILE, what) from exc
+        report_path = folder / REPORT_FILE
+        if not report_path.exists():
+            raise SparkJobError(f"{what} finished without a report")
+        report: dict[str, Any] = json.loads(report_path.read_text())
+        return report
 
 
 def _write_private(path: Path, text: str) -> None:

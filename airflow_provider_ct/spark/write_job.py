@@ -27,6 +27,7 @@ import posixpath
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,7 @@ from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import ConfigurationError, CTError
 from airflow_provider_ct.spark.conf import job_session
 from airflow_provider_ct.spark.correction import check_schema, compute_correction
+from airflow_provider_ct.spark.job_errors import report_failure
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -267,12 +269,17 @@ def run_write(
     )
 
 
+#: ``--error`` of both jobs (see :mod:`.job_errors`).
+ERROR_HELP = "where to write the error that stopped the job, as JSON (else it is raised)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ct-write-job", description=__doc__.split("\n")[0])
     parser.add_argument("--catalog", required=True, help="CatalogConfig as JSON")
     parser.add_argument("--description", required=True, help="batch description JSON or @file")
     parser.add_argument("--sql", required=True, help="the view's query, or @file")
     parser.add_argument("--report", required=True, help="where to write the JSON report")
+    parser.add_argument("--error", help=ERROR_HELP)
     parser.add_argument("--dry-run", action="store_true")
     return parser
 
@@ -295,18 +302,45 @@ def job_inputs(catalog_arg: str, description_arg: str) -> tuple[CatalogConfig, B
     return config, BatchDescription.from_json(arg_text(description_arg))
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_job(
+    args: argparse.Namespace,
+    app_prefix: str,
+    body: Callable[[SparkSession, CatalogConfig, BatchDescription], WriteReport],
+) -> int:
+    """The common ``main()`` of our jobs: inputs, session, report, or the error.
+
+    A failure is written to ``--error`` (see :mod:`.job_errors`) and makes the
+    exit code 1, so the operator can raise the job's own exception class;
+    without ``--error`` it propagates.
+    """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    args = _parser().parse_args(argv)
-    config, description = job_inputs(args.catalog, args.description)
-    spark = job_session(config, f"ct-write-{description.target}")
+    secrets: tuple[str, ...] = ()
     try:
-        report = run_write(spark, config, arg_text(args.sql), description, dry_run=args.dry_run)
-    finally:
-        spark.stop()
-    Path(args.report).write_text(json.dumps(report.to_json()))
-    log.info("report: %s", json.dumps(report.to_json()))
+        config, description = job_inputs(args.catalog, args.description)
+        secrets = config.secrets()
+        spark = job_session(config, f"{app_prefix}-{description.target}")
+        try:
+            report = body(spark, config, description)
+        finally:
+            spark.stop()
+        Path(args.report).write_text(json.dumps(report.to_json()))
+        log.info("report: %s", json.dumps(report.to_json()))
+    except Exception as exc:
+        if args.error is None:
+            raise
+        return report_failure(exc, args.error, secrets)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return run_job(
+        args,
+        "ct-write",
+        lambda spark, config, desc: run_write(
+            spark, config, arg_text(args.sql), desc, dry_run=args.dry_run
+        ),
+    )
 
 
 if __name__ == "__main__":
