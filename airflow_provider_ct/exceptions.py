@@ -17,11 +17,16 @@ our refusals apart from bugs in libraries underneath::
     ├── DescriptionError          a batch description (XCom) is malformed
     ├── QueryError                SQL is unusable (syntax, not a SELECT, tables)
     ├── SchemaMismatchError       a query's schema no longer matches its table
+    ├── SparkJobError             a Spark job failed without one of these errors
     └── CollectionError           a managed-collection operation is refused
         ├── NotACollectionError       the table is not a registered collection (of that kind)
         ├── ReadOnlyError             writes are refused in read-only mode
         ├── CollectionClosedError     the collection is closed (its upper is empty)
         └── RetractionError           a retraction names rows the collection does not hold
+
+A Spark job's error crosses ``spark-submit`` as a file (see
+:mod:`airflow_provider_ct.spark.job_errors`): the operator raises the same
+class again, looked up by name with :func:`error_class`.
 
 An upper mismatch in :func:`~airflow_provider_ct.core.commit.compare_and_append`
 is *not* an exception: losing a race is a normal outcome and is reported in
@@ -95,6 +100,15 @@ class SchemaMismatchError(CTError):
     """A query's result schema no longer matches its target table."""
 
 
+class SparkJobError(CTError):
+    """A Spark job failed with something other than one of our errors.
+
+    Either the job died without saying why (killed, out of memory), or it
+    raised an exception outside this hierarchy (a bug, or a Spark analysis
+    error); the message names the original type.
+    """
+
+
 class CollectionError(CTError):
     """A managed-collection operation is refused (see :mod:`airflow_provider_ct.collections`)."""
 
@@ -117,3 +131,18 @@ class CollectionClosedError(CollectionError):
 
 class RetractionError(CollectionError):
     """A retraction (a row with diff -1) names a row the collection does not hold."""
+
+
+def error_class(name: str) -> type[CTError] | None:
+    """The class of this module called ``name`` (``CTError`` or a subclass), if any.
+
+    Only this hierarchy is searched, so a name read from a job's error file
+    can never instantiate an arbitrary class.
+    """
+    pending: list[type[CTError]] = [CTError]
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == name and cls.__module__ == __name__:
+            return cls
+        pending.extend(cls.__subclasses__())
+    return None

@@ -139,11 +139,13 @@ def test_spark_conf_for_postgres_carries_credentials_and_driver() -> None:
     config = CatalogConfig(
         uri="postgresql+psycopg2://u:pw@127.0.0.1:5999/cat", warehouse="file:///tmp/wh"
     )
-    conf = spark_conf(config)
+    conf = spark_conf(config, include_secrets=True)
     assert conf["spark.sql.catalog.ct.uri"] == "jdbc:postgresql://127.0.0.1:5999/cat"
     assert conf["spark.sql.catalog.ct.jdbc.user"] == "u"
     assert conf["spark.sql.catalog.ct.jdbc.password"] == "pw"
     assert "/usr/share/java/postgresql.jar" in conf["spark.jars"].split(",")
+    # By default (spark-submit's --conf) the password is left to the job.
+    assert "spark.sql.catalog.ct.jdbc.password" not in spark_conf(config)
 
 
 def test_missing_jars_name_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

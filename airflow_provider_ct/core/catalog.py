@@ -14,6 +14,8 @@ database and warehouse. Supported:
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +28,16 @@ if TYPE_CHECKING:
 
 DEFAULT_CATALOG_NAME = "ct"
 KINDS = ("sql", "rest")
+#: Catalog property keys whose values are secrets (REST tokens, S3 keys, ...).
+SENSITIVE_KEY = re.compile(r"password|secret|token|credential|access[-_.]?key", re.IGNORECASE)
+REDACTED = "***"
+
+
+def scrub_secrets(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` replaced by ``***`` (longest first)."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def airflow_home() -> Path:
@@ -33,9 +45,13 @@ def airflow_home() -> Path:
     return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CatalogConfig:
     """Where the catalog lives.
+
+    Its ``repr`` (and so ``str``, log lines and tracebacks showing it) redacts
+    the password in ``uri`` and sensitive ``properties``: configurations end up
+    in logs, and the password must not.
 
     :param name: catalog name; Spark registers the catalog under the same name,
         so ``name.namespace.table`` works in Spark SQL.
@@ -62,6 +78,34 @@ class CatalogConfig:
                 f"catalog name {self.name!r} must be a plain identifier (Spark uses it in SQL)"
             )
 
+    def __repr__(self) -> str:
+        properties = {
+            k: REDACTED if SENSITIVE_KEY.search(k) else v for k, v in self.properties.items()
+        }
+        return (
+            f"CatalogConfig(name={self.name!r}, kind={self.kind!r}, uri={self.redacted_uri()!r}, "
+            f"warehouse={self.warehouse!r}, properties={properties!r})"
+        )
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret in this configuration, in each spelling a log line could show.
+
+        The password as written in ``uri`` (percent-encoded) and decoded (as
+        JDBC and the database see it), plus sensitive property values; the
+        hook registers them with Airflow's secrets masker, the jobs scrub them
+        from the errors they report.
+        """
+        found: list[str] = []
+        raw = urlsplit(self.uri).password
+        if raw:
+            found += [raw, unquote(raw)]
+        found += [v for k, v in self.properties.items() if v and SENSITIVE_KEY.search(k)]
+        return tuple(dict.fromkeys(found))
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret of this configuration replaced by ``***``."""
+        return scrub_secrets(text, self.secrets())
+
     @classmethod
     def embedded(cls, home: Path | None = None, name: str = DEFAULT_CATALOG_NAME) -> CatalogConfig:
         """The zero-config default: SQLite catalog and local warehouse under AIRFLOW_HOME."""
@@ -82,7 +126,7 @@ class CatalogConfig:
         scheme = urlsplit(self.uri).scheme.split("+")[0]
         if scheme not in ("sqlite", "postgresql"):
             raise ConfigurationError(
-                f"SQL catalog uri {self.uri!r}: only sqlite and postgresql are supported"
+                f"SQL catalog uri {self.redacted_uri()!r}: only sqlite and postgresql are supported"
             )
         return scheme
 
@@ -104,7 +148,8 @@ class CatalogConfig:
             return load_catalog(self.name, **self.pyiceberg_properties())
         except Exception as exc:
             raise ConfigurationError(
-                f"cannot open Iceberg catalog {self.name!r} at {self.redacted_uri()}: {exc}"
+                f"cannot open Iceberg catalog {self.name!r} at {self.redacted_uri()}: "
+                + self.scrub(str(exc))
             ) from exc
 
     # -- Spark (JDBC) ---------------------------------------------------------
@@ -136,7 +181,8 @@ class CatalogConfig:
         return user, password
 
     def redacted_uri(self) -> str:
+        """``uri`` with its password replaced by ``***``, for messages and logs."""
         parts = urlsplit(self.uri)
         if parts.password:
-            return self.uri.replace(f":{parts.password}@", ":***@")
+            return self.uri.replace(f":{parts.password}@", f":{REDACTED}@")
         return self.uri

@@ -12,6 +12,12 @@ A connection of type ``iceberg_catalog`` is read as follows (see
 host, port, login, password and schema (the database). ``extra.warehouse``,
 ``extra.catalog_name`` (default ``ct``) and ``extra.kind`` (``sql``/``rest``);
 any other extra keys are passed to PyIceberg as catalog properties.
+
+The catalog's secrets (the password in its URL, sensitive properties) are
+registered with Airflow's secrets masker as soon as the configuration is
+resolved, so a task log line that happens to contain one shows ``***``.
+Airflow masks a connection's ``password`` field by itself, but not a password
+inside ``extra.uri``, nor its percent-encoded spelling.
 """
 
 from __future__ import annotations
@@ -33,6 +39,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _RESERVED_EXTRAS = ("uri", "warehouse", "catalog_name", "kind")
+
+
+def mask_secrets(config: CatalogConfig) -> None:
+    """Register ``config``'s secrets with Airflow's secrets masker (task logs show ``***``)."""
+    from airflow.sdk.log import mask_secret
+
+    for secret in config.secrets():
+        mask_secret(secret)
 
 
 class IcebergCatalogHook(BaseHook):
@@ -66,7 +80,9 @@ class IcebergCatalogHook(BaseHook):
     def get_config(self) -> CatalogConfig:
         """The catalog configuration this hook resolves to."""
         if self._config is None:
-            self._config = self._resolve_config()
+            config = self._resolve_config()
+            mask_secrets(config)
+            self._config = config
         return self._config
 
     def _resolve_config(self) -> CatalogConfig:
@@ -134,7 +150,11 @@ class IcebergCatalogHook(BaseHook):
             ) from None
 
     def get_spark_conf(self, **kwargs: Any) -> dict[str, str]:
-        """Spark properties registering the same catalog (see :func:`spark_conf`)."""
+        """Spark properties registering the same catalog (see :func:`spark_conf`).
+
+        Without the password (pass ``include_secrets=True`` for an in-process
+        session): these usually end up as ``spark-submit --conf`` arguments.
+        """
         return spark_conf(self.get_config(), **kwargs)
 
     def test_connection(self) -> tuple[bool, str]:

@@ -54,6 +54,7 @@ class ContinualWriteOperator(WriteOperator):
     """
 
     template_fields = ("definition", "namespace", "description")
+    job_kind = "continual-task job"
 
     def __init__(self, *, definition: str, namespace: str, **kwargs: Any) -> None:
         self.definition = definition

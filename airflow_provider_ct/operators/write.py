@@ -16,15 +16,17 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
-from airflow_provider_ct.exceptions import CTError, DescriptionError
+from airflow_provider_ct.exceptions import DescriptionError, SparkJobError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import load_json_object, timelines
 from airflow_provider_ct.spark import write_job
 from airflow_provider_ct.spark.conf import spark_jars
+from airflow_provider_ct.spark.job_errors import ERROR_FILE, job_error
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LOCAL_MASTER = "local[2]"
+REPORT_FILE = "report.json"
 
 
 def _spark_submit_hook(spark_conn_id: str | None, master: str, **kwargs: Any) -> Any:
@@ -61,6 +63,8 @@ class WriteOperator(BaseOperator):
     template_fields: Sequence[str] = ("target", "sql", "description")
     template_ext: Sequence[str] = (".sql",)
     ui_color = "#f7e6c4"
+    #: The job, as messages name it.
+    job_kind = "write job"
 
     def __init__(
         self,
@@ -130,43 +134,12 @@ class WriteOperator(BaseOperator):
         self._check_before_spark(hook, desc, target)
         with tempfile.TemporaryDirectory(prefix="ct-write-") as tmp:
             folder = Path(tmp)
-            (folder / "description.json").write_text(json.dumps(desc.to_json()))
-            (folder / "catalog.json").write_text(json.dumps(asdict(config)))
-            report_path = folder / "report.json"
-            args = [
-                "--catalog",
-                f"@{folder / 'catalog.json'}",
-                "--description",
-                f"@{folder / 'description.json'}",
-                "--report",
-                str(report_path),
-                *self._job_args(folder),
-            ]
-            conf = hook.get_spark_conf(include_jars=False)
-            conf.update({"spark.sql.shuffle.partitions": "8", **self.spark_conf})
-            bin_dir = os.path.dirname(sys.executable)
-            submit = _spark_submit_hook(
-                self.spark_conn_id,
-                self.spark_master,
-                conf=conf,
-                jars=",".join(spark_jars(config)),
-                name=f"ct-write-{target}",
-                application_args=args,
-                driver_memory=self.driver_memory,
-                env_vars={
-                    "PYSPARK_PYTHON": sys.executable,
-                    "PYSPARK_DRIVER_PYTHON": sys.executable,
-                    "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                },
-                verbose=False,
-            )
-            log.info("submitting the write job for %s (description %s)", target, desc.id)
-            submit.submit(application=self._application())
-            if not report_path.exists():
-                raise CTError(f"the write job for {target} finished without a report")
-            report: dict[str, Any] = json.loads(report_path.read_text())
+            submit = self.submit_hook(hook, desc, target, folder)
+            log.info("submitting the %s for %s (description %s)", self.job_kind, target, desc.id)
+            report = self._run_job(submit, folder, f"the {self.job_kind} for {target}")
         log.info(
-            "write job for %s: %s, +%s -%s rows%s",
+            "%s for %s: %s, +%s -%s rows%s",
+            self.job_kind,
             target,
             report["status"],
             report["rows_to_insert"],
@@ -174,3 +147,72 @@ class WriteOperator(BaseOperator):
             f" ({report['reason']})" if report.get("reason") else "",
         )
         return report
+
+    def submit_hook(
+        self, hook: IcebergCatalogHook, desc: BatchDescription, target: str, folder: Path
+    ) -> Any:
+        """The SparkSubmitHook for one job, whose input files it writes into ``folder``.
+
+        The catalog configuration (password included) goes into a file only
+        this user can read (0600, in the 0700 folder of ``TemporaryDirectory``);
+        the command line names the file, and the job sets the password on its
+        own session, so ``ps`` never shows it.
+        """
+        config = hook.get_config()
+        (folder / "description.json").write_text(json.dumps(desc.to_json()))
+        _write_private(folder / "catalog.json", json.dumps(asdict(config)))
+        args = [
+            "--catalog",
+            f"@{folder / 'catalog.json'}",
+            "--description",
+            f"@{folder / 'description.json'}",
+            "--report",
+            str(folder / REPORT_FILE),
+            "--error",
+            str(folder / ERROR_FILE),
+            *self._job_args(folder),
+        ]
+        conf = hook.get_spark_conf(include_jars=False)
+        conf.update({"spark.sql.shuffle.partitions": "8", **self.spark_conf})
+        bin_dir = os.path.dirname(sys.executable)
+        return _spark_submit_hook(
+            self.spark_conn_id,
+            self.spark_master,
+            conf=conf,
+            jars=",".join(spark_jars(config)),
+            name=f"ct-write-{target}",
+            application_args=args,
+            driver_memory=self.driver_memory,
+            env_vars={
+                "PYSPARK_PYTHON": sys.executable,
+                "PYSPARK_DRIVER_PYTHON": sys.executable,
+                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            },
+            verbose=False,
+        )
+
+    def _run_job(self, submit: Any, folder: Path, what: str) -> dict[str, Any]:
+        """Submit and wait; the job's report, or the job's own exception.
+
+        ``SparkSubmitHook`` reports any failure as a bare ``AirflowException``;
+        the job's error file tells which of our errors it was (see
+        :mod:`~airflow_provider_ct.spark.job_errors`).
+        """
+        from airflow.sdk.exceptions import AirflowException
+
+        try:
+            submit.submit(application=self._application())
+        except AirflowException as exc:
+            raise job_error(folder / ERROR_FILE, what) from exc
+        report_path = folder / REPORT_FILE
+        if not report_path.exists():
+            raise SparkJobError(f"{what} finished without a report")
+        report: dict[str, Any] = json.loads(report_path.read_text())
+        return report
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a new file only its owner can read (it holds secrets)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)

@@ -3,6 +3,11 @@
 Every Spark session or ``spark-submit`` this package starts gets its settings
 from :func:`spark_conf`, so Spark registers the same catalog (same name, same
 database, same warehouse) that PyIceberg commits through.
+
+Secrets (the JDBC password) are kept apart in :func:`secret_spark_conf`:
+whatever goes to ``spark-submit --conf`` is on the command line of its JVM,
+readable by anyone on the machine (``ps``), so a submitted job sets them
+itself when it builds its session (:func:`job_session`).
 """
 
 from __future__ import annotations
@@ -76,11 +81,14 @@ def spark_conf(
     jars_dir: Path | None = None,
     extra: Mapping[str, str] | None = None,
     include_jars: bool = True,
+    include_secrets: bool = False,
 ) -> dict[str, str]:
     """Spark properties that register ``config`` as a Spark catalog of the same name.
 
     ``include_jars=False`` leaves ``spark.jars`` out, for callers (such as
-    SparkSubmitHook) that pass jars separately.
+    SparkSubmitHook) that pass jars separately. Secrets are left out unless
+    ``include_secrets``: the default is safe to put on a command line, and
+    in-process sessions (:func:`local_session`) ask for them.
     """
     prefix = f"spark.sql.catalog.{config.name}"
     conf: dict[str, str] = {
@@ -104,11 +112,9 @@ def spark_conf(
         # or on SQLite it holds a lock for the JVM's life ("database is locked").
         conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
         conf[f"{prefix}.jdbc.schema-version"] = "V1"
-        user, password = config.jdbc_credentials()
+        user, _ = config.jdbc_credentials()
         if user:
             conf[f"{prefix}.jdbc.user"] = user
-        if password:
-            conf[f"{prefix}.jdbc.password"] = password
     else:
         conf[f"{prefix}.type"] = "rest"
         conf[f"{prefix}.uri"] = config.uri
@@ -117,17 +123,48 @@ def spark_conf(
         conf["spark.jars.packages"] = packages
     if include_jars:
         conf["spark.jars"] = ",".join(spark_jars(config, jars_dir))
+    if include_secrets:
+        conf.update(secret_spark_conf(config))
     conf.update(extra or {})
     return conf
+
+
+def secret_spark_conf(config: CatalogConfig) -> dict[str, str]:
+    """The Spark properties of ``config`` that are secrets (never on a command line)."""
+    if config.kind != "sql":
+        return {}
+    _, password = config.jdbc_credentials()
+    return {f"spark.sql.catalog.{config.name}.jdbc.password": password} if password else {}
+
+
+def job_session(config: CatalogConfig, app_name: str) -> SparkSession:
+    """The SparkSession of a submitted job, completed with the catalog's secrets.
+
+    ``spark-submit`` gave the JVM everything else; the password comes from the
+    job's catalog file (readable only by its user) and is set here, before
+    the catalog is first used, because Iceberg's ``JdbcCatalog`` reads it from
+    the session's configuration when Spark first loads the catalog.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in secret_spark_conf(config).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def local_session(
     config: CatalogConfig, *, master: str = "local[2]", app_name: str = "ct", **extra: str
 ) -> SparkSession:
-    """A SparkSession for ``config`` (used by tests, the demo and the write job)."""
+    """An in-process SparkSession for ``config`` (tests, the demo, benchmarks).
+
+    In-process, the configuration never reaches a command line, so the
+    secrets are set here with the rest.
+    """
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in spark_conf(config, extra={"spark.ui.enabled": "false", **extra}).items():
+    conf = spark_conf(config, extra={"spark.ui.enabled": "false", **extra}, include_secrets=True)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

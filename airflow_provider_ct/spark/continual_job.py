@@ -22,13 +22,11 @@ The AppendOperator then lands all times in one compare-and-append.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import posixpath
 import sys
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -50,11 +48,12 @@ from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError
 from airflow_provider_ct.spark.write_job import (
+    ERROR_HELP,
     STATUS_OUTDATED,
     STATUS_STAGED,
     WriteReport,
     arg_text,
-    job_inputs,
+    run_job,
 )
 
 if TYPE_CHECKING:
@@ -387,25 +386,26 @@ def _stage_time(
     return StagedTime(time, adds, (), deletes, len(retracted))
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ct-continual-job")
     parser.add_argument("--catalog", required=True)
     parser.add_argument("--description", required=True)
     parser.add_argument("--task", required=True, help="CREATE CONTINUAL TASK text, or @file")
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--report", required=True)
-    args = parser.parse_args(argv)
-    config, description = job_inputs(args.catalog, args.description)
-    from pyspark.sql import SparkSession
+    parser.add_argument("--error", help=ERROR_HELP)
+    return parser
 
-    spark = SparkSession.builder.appName(f"ct-continual-{description.target}").getOrCreate()
-    try:
-        report = run_continual(spark, config, arg_text(args.task), args.namespace, description)
-    finally:
-        spark.stop()
-    Path(args.report).write_text(json.dumps(report.to_json()))
-    return 0
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return run_job(
+        args,
+        "ct-continual",
+        lambda spark, config, desc: run_continual(
+            spark, config, arg_text(args.task), args.namespace, desc
+        ),
+    )
 
 
 if __name__ == "__main__":

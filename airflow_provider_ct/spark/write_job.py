@@ -27,6 +27,7 @@ import posixpath
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,7 +49,9 @@ from airflow_provider_ct.core.staging import (
 )
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import ConfigurationError, CTError
+from airflow_provider_ct.spark.conf import job_session
 from airflow_provider_ct.spark.correction import check_schema, compute_correction
+from airflow_provider_ct.spark.job_errors import report_failure
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -279,12 +282,17 @@ def run_write(
     )
 
 
+#: ``--error`` of both jobs (see :mod:`.job_errors`).
+ERROR_HELP = "where to write the error that stopped the job, as JSON (else it is raised)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ct-write-job", description=__doc__.split("\n")[0])
     parser.add_argument("--catalog", required=True, help="CatalogConfig as JSON")
     parser.add_argument("--description", required=True, help="batch description JSON or @file")
     parser.add_argument("--sql", required=True, help="the view's query, or @file")
     parser.add_argument("--report", required=True, help="where to write the JSON report")
+    parser.add_argument("--error", help=ERROR_HELP)
     parser.add_argument("--dry-run", action="store_true")
     return parser
 
@@ -295,7 +303,11 @@ def arg_text(value: str) -> str:
 
 
 def job_inputs(catalog_arg: str, description_arg: str) -> tuple[CatalogConfig, BatchDescription]:
-    """The catalog and description every job CLI receives (JSON or ``@file``)."""
+    """The catalog and description every job CLI receives (JSON or ``@file``).
+
+    The operator passes ``@file`` for the catalog: it holds the password,
+    which must not be on the command line.
+    """
     try:
         config = CatalogConfig(**json.loads(arg_text(catalog_arg)))
     except (TypeError, ValueError) as exc:
@@ -303,20 +315,45 @@ def job_inputs(catalog_arg: str, description_arg: str) -> tuple[CatalogConfig, B
     return config, BatchDescription.from_json(arg_text(description_arg))
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    args = _parser().parse_args(argv)
-    config, description = job_inputs(args.catalog, args.description)
-    from pyspark.sql import SparkSession
+def run_job(
+    args: argparse.Namespace,
+    app_prefix: str,
+    body: Callable[[SparkSession, CatalogConfig, BatchDescription], WriteReport],
+) -> int:
+    """The common ``main()`` of our jobs: inputs, session, report, or the error.
 
-    spark = SparkSession.builder.appName(f"ct-write-{description.target}").getOrCreate()
+    A failure is written to ``--error`` (see :mod:`.job_errors`) and makes the
+    exit code 1, so the operator can raise the job's own exception class;
+    without ``--error`` it propagates.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    secrets: tuple[str, ...] = ()
     try:
-        report = run_write(spark, config, arg_text(args.sql), description, dry_run=args.dry_run)
-    finally:
-        spark.stop()
-    Path(args.report).write_text(json.dumps(report.to_json()))
-    log.info("report: %s", json.dumps(report.to_json()))
+        config, description = job_inputs(args.catalog, args.description)
+        secrets = config.secrets()
+        spark = job_session(config, f"{app_prefix}-{description.target}")
+        try:
+            report = body(spark, config, description)
+        finally:
+            spark.stop()
+        Path(args.report).write_text(json.dumps(report.to_json()))
+        log.info("report: %s", json.dumps(report.to_json()))
+    except Exception as exc:
+        if args.error is None:
+            raise
+        return report_failure(exc, args.error, secrets)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return run_job(
+        args,
+        "ct-write",
+        lambda spark, config, desc: run_write(
+            spark, config, arg_text(args.sql), desc, dry_run=args.dry_run
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""How a Spark job tells its operator which error stopped it.
+
+``spark-submit`` hands back nothing but an exit code, and ``SparkSubmitHook``
+turns every non-zero one into the same ``AirflowException``: a schema
+mismatch, a bad query and a bug in the job would all look alike in Airflow,
+and a DAG (or a person) could not react to the kind of failure. So a job's
+``main()`` catches what stopped it and writes it as JSON to the file named by
+its ``--error`` argument (written next to the report, in the operator's
+private temporary folder)::
+
+    {"type": "SchemaMismatchError", "module": "airflow_provider_ct.exceptions",
+     "message": "the query's schema no longer matches ..."}
+
+then exits non-zero. After a failed submit, the operator reads the file back
+(:func:`job_error`) and raises the same :class:`~airflow_provider_ct.exceptions.CTError`
+subclass with the job's message. Anything else (an exception from outside
+our hierarchy, no file at all because the job was killed) becomes a
+:class:`~airflow_provider_ct.exceptions.SparkJobError` that says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import traceback
+from collections.abc import Iterable
+from pathlib import Path
+
+from airflow_provider_ct.core.catalog import scrub_secrets
+from airflow_provider_ct.exceptions import CTError, SparkJobError, error_class
+
+log = logging.getLogger("airflow_provider_ct.job_errors")
+
+#: The error file's name in the operator's folder.
+ERROR_FILE = "error.json"
+_OUR_MODULE = "airflow_provider_ct.exceptions"
+
+
+def report_failure(exc: BaseException, error_path: str | None, secrets: Iterable[str] = ()) -> int:
+    """Log ``exc`` and write it to ``error_path``; the job's exit code (1).
+
+    Called from a job's ``main()`` with whatever it caught. ``secrets`` are
+    scrubbed from the message and the logged traceback: the job's output
+    becomes the Airflow task log, and the error an Airflow exception.
+    """
+    secrets = tuple(secrets)
+    text = "".join(traceback.format_exception(exc))
+    log.error("the job failed:\n%s", scrub_secrets(text, secrets))
+    if error_path is not None:
+        payload = {
+            "type": type(exc).__name__,
+            "module": type(exc).__module__,
+            "message": scrub_secrets(str(exc), secrets),
+        }
+        fd = os.open(error_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(payload, out)
+    return 1
+
+
+def job_error(error_path: Path, what: str) -> CTError:
+    """The exception to raise for a failed job, from its error file.
+
+    :param what: the job, for messages (``"the write job for ns.view"``).
+    """
+    try:
+        payload = json.loads(error_path.read_text())
+        name, module, message = payload["type"], payload["module"], payload["message"]
+    except FileNotFoundError:
+        return SparkJobError(
+            f"{what} failed without reporting an error: it was killed (out of memory?) or "
+            "died before it could; see the Spark output above"
+        )
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        return SparkJobError(f"{what} failed and its error file is unreadable: {exc!r}")
+    cls = error_class(str(name)) if module == _OUR_MODULE else None
+    if cls is None:
+        return SparkJobError(f"{what} failed with {module}.{name}: {message}")
+    return cls(str(message))
