@@ -359,6 +359,7 @@ def compare_and_append(
     from pyiceberg.exceptions import CommitFailedException
 
     try:
+        failpoint("commit.before-catalog-commit")
         _commit_once(table, tx, head)
         failpoint("commit.after-catalog-commit")
     except CommitFailedException as exc:
