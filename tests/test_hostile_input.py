@@ -1,0 +1,252 @@
+"""Hostile input on the operator surfaces: a clear error naming the problem, and nothing changes.
+
+Every test tries one bad input against a real SQLite catalog (through the
+operators where there is one) and checks both halves: the error is one of
+ours and names the value, and no table moved (same metadata file, so no
+commit of data or properties, same head snapshot, same rows; tables that did
+not exist still do not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_ct.collections import (
+    DifferentialCollection,
+    read_holds,
+    register_collection,
+    tick_collections,
+)
+from airflow_provider_ct.collections.differential import DESIRED_DIR, list_pending
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.exceptions import (
+    ConfigurationError,
+    FrontierError,
+    MalformedSummaryError,
+    QueryError,
+    TimeNotSealedError,
+)
+from tests.conftest import SCHEMA
+from tests.helpers import advance, local_path, rows_of
+
+pytestmark = pytest.mark.faults
+
+EXT, STATUS, LOG, VIEW = "ext.events", "ops.status", "ops.log", "ops.view"
+SQL = "SELECT e.k, s.v FROM ext.events AS e JOIN ops.status AS s ON e.k = s.k"
+WATERMARK = "producer.watermark"
+
+State = dict[str, tuple[str, int | None, Counter[tuple[Any, ...]]] | None]
+
+
+def _state(catalog: Any, *names: str) -> State:
+    """Per table: metadata file (moves on any commit, properties too), head, rows."""
+    out: State = {}
+    for name in names:
+        if not catalog.table_exists(name):
+            out[name] = None
+            continue
+        table = catalog.load_table(name)
+        head = table.metadata.current_snapshot()
+        out[name] = (
+            table.metadata_location,
+            None if head is None else head.snapshot_id,
+            rows_of(table),
+        )
+    return out
+
+
+def _world(config: CatalogConfig, watermark: str = "100") -> tuple[Any, State]:
+    """An external input with a producer watermark, two collections, no view yet."""
+    catalog = config.load()
+    catalog.create_namespace("ext")
+    external = catalog.create_table(EXT, schema=SCHEMA)
+    external.append(
+        pa.table({"k": [1], "v": ["e"]}, schema=SCHEMA), snapshot_properties={WATERMARK: watermark}
+    )
+    register_collection(catalog, STATUS, SCHEMA, "differential")
+    register_collection(catalog, LOG, SCHEMA, "append-only")
+    DifferentialCollection.open(catalog, STATUS, clock=lambda: 150).replace([(1, "up")])
+    advance(catalog.load_table(STATUS), 200)
+    advance(catalog.load_table(LOG), 200)
+    return catalog, _state(catalog, EXT, STATUS, LOG, VIEW)
+
+
+def _mint(**kwargs: Any) -> Any:
+    from airflow_provider_ct import MintOperator
+
+    return MintOperator(task_id="mint", target=VIEW, sql=SQL, **kwargs).execute({})
+
+
+# -- 1. input_upper_policies keys -----------------------------------------------------------
+def test_a_policy_key_naming_no_input_is_refused_listing_the_inputs(
+    default_catalog: CatalogConfig,
+) -> None:
+    catalog, before = _world(default_catalog)
+    with pytest.raises(ConfigurationError) as info:
+        _mint(time=50, input_upper_policies={"ext.evnets": f"summary:{WATERMARK}"})
+    assert "'ext.evnets'" in str(info.value)
+    assert "not an input; the inputs are ['ext.events', 'ops.status']" in str(info.value)
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before  # no view, no read hold
+
+
+def test_the_sensor_refuses_a_policy_key_naming_no_input(default_catalog: CatalogConfig) -> None:
+    from airflow_provider_ct import FrontierSensor
+
+    catalog, before = _world(default_catalog)
+    sensor = FrontierSensor(
+        task_id="wait", sql=SQL, time=50, input_upper_policies={"ct.ops.statuz": "wallclock"}
+    )
+    with pytest.raises(ConfigurationError, match=r"'ct.ops.statuz' names ops.statuz, which is not"):
+        sensor.poke({})
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+@pytest.mark.parametrize("key", ["ct.ext.events", "EXT.Events", "`ct`.`ext`.`events`"])
+def test_a_catalog_qualified_or_cased_policy_key_applies_to_its_input(
+    default_catalog: CatalogConfig, key: str
+) -> None:
+    """The producer's watermark (100) decides, not the wall clock (which seals 150)."""
+    from airflow_provider_ct import FrontierSensor
+
+    catalog, before = _world(default_catalog)
+    policies = {key: f"summary:{WATERMARK}"}
+    with pytest.raises(TimeNotSealedError, match="input ext.events is not complete through 150"):
+        _mint(time=150, input_upper_policies=policies)
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before  # refused: no read hold either
+    sensor = FrontierSensor(task_id="w", tables=[EXT], time=150, input_upper_policies=policies)
+    assert not sensor.poke({})
+    minted = _mint(time=50, input_upper_policies=policies)
+    assert (minted["target"], minted["time"], minted["upper"]) == (VIEW, 50, 51)
+    assert [h.reader for h in read_holds(catalog.load_table(STATUS))] == [VIEW]
+
+
+@pytest.mark.parametrize(
+    ("policies", "message"),
+    [
+        ({"ext.evnets": "wallclock"}, r"'ext.evnets' names ext.evnets, which is not an input"),
+        (
+            {"ext.events": "wallclock", "ct.ext.events": "wallclock:5"},
+            "names input ext.events twice",
+        ),
+        ({"events": "wallclock"}, "'events': table 'events' must be written as namespace.table"),
+        ({EXT: "wallclock:²"}, r"'wallclock:²': the allowance must be milliseconds"),
+        ({EXT: "wallclock:-5"}, "the allowance must be milliseconds"),
+        ({EXT: "wallclock:" + "9" * 5000}, "would never seal anything"),
+        ({EXT: "wallclock:" + "9" * 19}, "would never seal anything"),
+        ({EXT: "summary: "}, "unknown upper policy"),
+        ({EXT: "sometimes"}, "unknown upper policy 'sometimes'"),
+        ({EXT: 5}, "upper policy 5 must be a string"),
+        (["ext.events"], "must map input tables to policies, got list"),
+    ],
+)
+def test_bad_policies_break_the_view_at_dag_parse_time(policies: Any, message: str) -> None:
+    from airflow.sdk import DAG
+
+    from airflow_provider_ct import materialized_view
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    with (
+        DAG("hostile_policies", schedule=None, start_date=start) as dag,
+        pytest.raises(ConfigurationError, match=message),
+    ):
+        materialized_view(target=VIEW, sql=SQL, input_upper_policies=policies)
+    assert dag.task_ids == []  # nothing of the view was added
+
+
+# -- 2. a tick DAG's namespaces ---------------------------------------------------------------
+
+
+# -- 3. diffs in desired states and updates ---------------------------------------------------
+
+
+# -- 4. times that are not ASCII digits ---------------------------------------------------------
+BAD_TIMES = ["²", "١٢", "-5", "1.5e3", "0x10", "12 34", "9" * 30, "9" * 5000, -1, 2**63, True, 1.5]
+
+
+@pytest.mark.parametrize("time", BAD_TIMES, ids=lambda t: repr(t)[:12])
+def test_a_bad_tick_time_is_refused_naming_it(default_catalog: CatalogConfig, time: Any) -> None:
+    catalog, before = _world(default_catalog)
+    with pytest.raises(FrontierError) as info:
+        _mint(time=time)
+    assert repr(time)[:20] in str(info.value)
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+def test_a_huge_producer_watermark_is_a_malformed_summary(default_catalog: CatalogConfig) -> None:
+    """5000 digits: ``int()`` would raise a raw ValueError (beyond its digit limit)."""
+    catalog, before = _world(default_catalog, watermark="9" * 5000)
+    with pytest.raises(MalformedSummaryError, match=f"'{WATERMARK}' in snapshot .* beyond"):
+        _mint(time=50, input_upper_policies={EXT: f"summary:{WATERMARK}"})
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+def test_a_pending_file_with_a_non_ascii_stamp_is_not_ours(default_catalog: CatalogConfig) -> None:
+    catalog, _ = _world(default_catalog)
+    folder = local_path(catalog.load_table(STATUS).location()) / DESIRED_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "²-stray.parquet").write_bytes(b"not ours")
+    assert list_pending(catalog.load_table(STATUS)) == []
+    report = tick_collections(catalog, namespaces=["ops"], now=10_000)
+    assert report.errors == {}
+    assert report.statuses() == {LOG: "advanced", STATUS: "advanced"}
+
+
+# -- 5. other hostile input on the operator surfaces ----------------------------------------------
+
+
+def test_a_tick_time_no_input_has_sealed_registers_no_read_hold(
+    default_catalog: CatalogConfig,
+) -> None:
+    """A first mint at a far-future time used to leave a hold that let expiry drop history."""
+    catalog, before = _world(default_catalog)
+    with pytest.raises(TimeNotSealedError, match="input ext.events is not complete through 10{15}"):
+        _mint(time=10**15)
+    assert read_holds(catalog.load_table(STATUS)) == []
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+def test_a_missing_input_is_named_by_the_sensor_and_the_trigger(
+    default_catalog: CatalogConfig,
+) -> None:
+    from airflow_provider_ct import FrontierSensor
+    from airflow_provider_ct.triggers.frontier import FrontierTrigger
+
+    catalog, before = _world(default_catalog)
+    sensor = FrontierSensor(task_id="w", tables=[LOG, "ops.missing"], time=50)
+    with pytest.raises(ConfigurationError, match="table 'ops.missing' does not exist"):
+        sensor.poke({})
+
+    async def first_event() -> dict[str, Any]:
+        trigger = FrontierTrigger(tables=[LOG, "ops.missing"], time=50, poll_interval=0.1)
+        event = await trigger.run().__anext__()
+        return dict(event.payload)
+
+    payload = asyncio.run(first_event())
+    assert payload["status"] == "error"
+    assert "table 'ops.missing' does not exist" in payload["message"]
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sql": "SELECT * FROM ops.status; DROP TABLE ops.status"}, "exactly one SELECT"),
+        ({"target": None}, "a table name must be a string, got NoneType"),
+    ],
+)
+def test_bad_sql_or_target_at_mint_changes_nothing(
+    default_catalog: CatalogConfig, kwargs: dict[str, Any], message: str
+) -> None:
+    from airflow_provider_ct import MintOperator
+
+    catalog, before = _world(default_catalog)
+    args = {"target": VIEW, "sql": SQL, "time": 50, **kwargs}
+    with pytest.raises(QueryError, match=message):
+        MintOperator(task_id="m", **args).execute({})
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
