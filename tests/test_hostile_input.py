@@ -10,8 +10,10 @@ not exist still do not).
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -19,13 +21,17 @@ import pytest
 
 from airflow_provider_ct.collections import (
     DifferentialCollection,
+    Ticker,
     read_holds,
     register_collection,
+    register_reader,
     tick_collections,
 )
 from airflow_provider_ct.collections.differential import DESIRED_DIR, list_pending
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import (
+    CollectionError,
     ConfigurationError,
     FrontierError,
     MalformedSummaryError,
@@ -160,9 +166,123 @@ def test_bad_policies_break_the_view_at_dag_parse_time(policies: Any, message: s
 
 
 # -- 2. a tick DAG's namespaces ---------------------------------------------------------------
+def test_a_tick_dag_with_a_mistyped_namespace_fails_naming_it(
+    airflow_db: None, default_catalog: CatalogConfig, capfd: pytest.CaptureFixture[str]
+) -> None:
+    catalog, before = _world(default_catalog)
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "dags"))
+    import hostile_tick_typo  # the DAG bundle's copy: dag.test() needs it serialized
+
+    capfd.readouterr()
+    run = hostile_tick_typo.dag.test(logical_date=datetime(2026, 6, 1, tzinfo=UTC))
+    assert run.state == "failed"
+    assert run.get_task_instance("tick").state == "failed"
+    logged = "".join(capfd.readouterr())  # the task log (Airflow's structlog writes to stdio)
+    assert (
+        "CollectionError: namespace 'opz' does not exist in the catalog; its namespaces are "
+        "['ext', 'ops']" in logged
+    )
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before  # nothing ticked
+
+
+def test_a_namespace_without_collections_is_refused_before_anything_ticks(
+    default_catalog: CatalogConfig,
+) -> None:
+    from airflow_provider_ct.operators.collections import (
+        MaintainTablesOperator,
+        TickCollectionsOperator,
+    )
+
+    catalog, _ = _world(default_catalog)
+    create_managed_table(catalog, "plain.table", SCHEMA)  # exists, but is no collection
+    before = _state(catalog, EXT, STATUS, LOG, "plain.table")
+    # "ops" comes first and holds collections: it must not be ticked either.
+    with pytest.raises(CollectionError, match="namespace 'plain' holds no registered collection"):
+        tick_collections(catalog, namespaces=["ops", "plain"], now=10_000)
+    with pytest.raises(CollectionError, match="namespace 'ext' holds no registered collection"):
+        TickCollectionsOperator(task_id="t", namespaces=["ops", "ext"], time=10_000).execute({})
+    with pytest.raises(CollectionError, match="namespace 'opz' does not exist"):
+        MaintainTablesOperator(task_id="m", namespaces=["opz"], retention_ms=0).execute({})
+    with pytest.raises(CollectionError, match="namespace '' is not a namespace name"):
+        tick_collections(catalog, namespaces=[""], now=10_000)
+    assert _state(catalog, EXT, STATUS, LOG, "plain.table") == before
+
+
+def test_namespaces_given_as_one_string_are_refused(default_catalog: CatalogConfig) -> None:
+    """``list("ops")`` is three one-letter namespaces: refused where it is passed."""
+    from airflow_provider_ct import collections_dag
+    from airflow_provider_ct.operators.collections import TickCollectionsOperator
+
+    catalog, before = _world(default_catalog)
+    with pytest.raises(ConfigurationError, match="namespaces must be a list of names, got the"):
+        TickCollectionsOperator(task_id="t", namespaces="ops")
+    with pytest.raises(ConfigurationError, match="got the string 'ops'"):
+        collections_dag(dag_id="hostile_tick_string", namespaces="ops")
+    with pytest.raises(CollectionError, match="got the string 'ops'"):
+        Ticker(catalog, namespaces="ops")
+    with pytest.raises(CollectionError, match="got the string 'ops'"):
+        tick_collections(catalog, namespaces="ops", now=10_000)
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+def test_a_named_namespace_with_collections_still_ticks(default_catalog: CatalogConfig) -> None:
+    catalog, _ = _world(default_catalog)
+    report = tick_collections(catalog, namespaces=["ops", "ops"], now=10_000)
+    assert report.statuses() == {LOG: "advanced", STATUS: "advanced"}  # once each
 
 
 # -- 3. diffs in desired states and updates ---------------------------------------------------
+def test_a_desired_state_keeps_its_diffs_as_copies(default_catalog: CatalogConfig) -> None:
+    from airflow_provider_ct.operators.collections import DifferentialWriteOperator
+
+    catalog, _ = _world(default_catalog)
+    DifferentialWriteOperator(
+        task_id="d", collection=STATUS, desired={"rows": [[1, "a"], [2, "b"]], "diffs": [2, 0]}
+    ).execute({})
+    assert rows_of(catalog.load_table(STATUS)) == Counter({(1, "a"): 2})
+    DifferentialWriteOperator(
+        task_id="u", collection=STATUS, retract=[{"row": [1, "a"], "diff": 2}], insert=[[3, "c"]]
+    ).execute({})
+    assert rows_of(catalog.load_table(STATUS)) == Counter({(3, "c"): 1})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"desired": {"rows": [[1, "a"], [2, "b"]], "diffs": [1, -1]}},
+            r"desired rows\[1\] has diff -1; here a diff counts copies",
+        ),
+        ({"insert": [{"row": [1, "up"], "diff": -1}]}, r"rows to insert\[0\] has diff -1"),
+        ({"retract": [{"row": [1, "up"], "diff": -1}]}, r"rows to retract\[0\] has diff -1"),
+        ({"desired": {"rows": [[1, "a"]], "diffs": [10**12]}}, "at most 10000000 per write"),
+        ({"desired": {"rows": [[1, "a"]], "diffs": ["2"]}}, "a diff must be an integer, got '2'"),
+        ({"desired": {"rows": [[1, "a"]], "diffs": [1, 1]}}, r"got 1 row\(s\) but 2 diff\(s\)"),
+        ({"desired": "[" * 100_000}, "updates are not JSON"),
+    ],
+)
+def test_bad_diffs_in_a_differential_write_are_refused(
+    default_catalog: CatalogConfig, kwargs: dict[str, Any], message: str
+) -> None:
+    from airflow_provider_ct.operators.collections import DifferentialWriteOperator
+
+    catalog, before = _world(default_catalog)
+    with pytest.raises(CollectionError, match=message):
+        DifferentialWriteOperator(task_id="d", collection=STATUS, **kwargs).execute({})
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+    assert list_pending(catalog.load_table(STATUS)) == []  # nothing kept for later either
+
+
+def test_a_blind_write_asking_for_a_trillion_copies_is_refused(
+    default_catalog: CatalogConfig,
+) -> None:
+    from airflow_provider_ct.operators.collections import BlindWriteOperator
+
+    catalog, before = _world(default_catalog)
+    rows = {"rows": [[1, "x"], [2, "y"]], "diffs": [10**12, -(10**12)]}
+    with pytest.raises(CollectionError, match="ask for 2000000000000 row copies"):
+        BlindWriteOperator(task_id="b", collection=LOG, rows=rows).execute({})
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
 
 
 # -- 4. times that are not ASCII digits ---------------------------------------------------------
@@ -175,6 +295,24 @@ def test_a_bad_tick_time_is_refused_naming_it(default_catalog: CatalogConfig, ti
     with pytest.raises(FrontierError) as info:
         _mint(time=time)
     assert repr(time)[:20] in str(info.value)
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+@pytest.mark.parametrize("time", ["²", "-5", "9" * 5000], ids=["superscript", "negative", "huge"])
+def test_bad_times_of_collection_operators_are_refused_naming_them(
+    default_catalog: CatalogConfig, time: str
+) -> None:
+    from airflow_provider_ct.operators.collections import (
+        RegisterReaderOperator,
+        TickCollectionsOperator,
+    )
+
+    catalog, before = _world(default_catalog)
+    with pytest.raises(FrontierError, match=r"time='(²|-5|9{20})"):
+        TickCollectionsOperator(task_id="t", time=time).execute({})
+    reader = RegisterReaderOperator(task_id="r", reader="x.task", inputs=[LOG], since=time)
+    with pytest.raises(FrontierError, match=r"since='(²|-5|9{20})"):
+        reader.execute({})
     assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
 
 
@@ -208,6 +346,21 @@ def test_a_tick_time_no_input_has_sealed_registers_no_read_hold(
     with pytest.raises(TimeNotSealedError, match="input ext.events is not complete through 10{15}"):
         _mint(time=10**15)
     assert read_holds(catalog.load_table(STATUS)) == []
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+def test_registering_a_reader_on_a_missing_input_changes_no_other_input(
+    default_catalog: CatalogConfig,
+) -> None:
+    from airflow_provider_ct.operators.collections import RegisterReaderOperator
+
+    catalog, before = _world(default_catalog)
+    with pytest.raises(ConfigurationError, match="input 'ops.missing' of reader 'x.task'"):
+        register_reader(catalog, "x.task", [LOG, STATUS, "ops.missing"])
+    with pytest.raises(ConfigurationError, match="inputs must be a list of names, got the string"):
+        RegisterReaderOperator(task_id="r", reader="x.task", inputs=LOG)
+    with pytest.raises(ConfigurationError, match="a reader needs a name"):
+        register_reader(catalog, " ", [LOG])
     assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
 
 
@@ -249,4 +402,14 @@ def test_bad_sql_or_target_at_mint_changes_nothing(
     args = {"target": VIEW, "sql": SQL, "time": 50, **kwargs}
     with pytest.raises(QueryError, match=message):
         MintOperator(task_id="m", **args).execute({})
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+def test_an_unknown_collection_kind_is_refused_listing_the_kinds(
+    default_catalog: CatalogConfig,
+) -> None:
+    catalog, before = _world(default_catalog)
+    with pytest.raises(CollectionError, match=r"'sideways' is not one of \['append-only', 'diff"):
+        register_collection(catalog, "ops.new", SCHEMA, "sideways")
+    assert not catalog.table_exists("ops.new")
     assert _state(catalog, EXT, STATUS, LOG, VIEW) == before

@@ -27,14 +27,14 @@ from airflow_provider_ct.collections.maintenance import (
     maintain,
 )
 from airflow_provider_ct.collections.registry import (
-    CollectionKind,
     close_collection,
     list_collections,
+    parse_kind,
     register_collection,
 )
-from airflow_provider_ct.collections.rows import parse_updates
+from airflow_provider_ct.collections.rows import parse_rows, parse_updates
 from airflow_provider_ct.collections.ticker import DEFAULT_CHECKPOINT_MS, tick_collections
-from airflow_provider_ct.core.frontier import check_timestamp, now_ms
+from airflow_provider_ct.core.frontier import now_ms, parse_timestamp
 from airflow_provider_ct.exceptions import CollectionError, ConfigurationError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import read_only_default
@@ -56,14 +56,20 @@ def _schema(columns: Mapping[str, str]) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _time(value: Any) -> int | None:
+def _time(value: Any, what: str = "time") -> int | None:
+    """A templated time argument, or ``None`` when it is not given."""
     if value in (None, ""):
         return None
-    if isinstance(value, str):
-        if not value.strip().isdigit():
-            raise ConfigurationError(f"time={value!r} is not epoch milliseconds")
-        value = int(value.strip())
-    return check_timestamp(value, "time")
+    return parse_timestamp(value, what)
+
+
+def _names(value: Sequence[str] | None, what: str) -> list[str] | None:
+    """A list of names; a plain string is refused, since ``list("ops")`` is ``["o", "p", "s"]``."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes):
+        raise ConfigurationError(f"{what} must be a list of names, got the string {value!r:.100}")
+    return list(value)
 
 
 class RegisterCollectionOperator(BaseOperator):
@@ -92,7 +98,7 @@ class RegisterCollectionOperator(BaseOperator):
         super().__init__(**kwargs)
         self.collection = collection
         self.columns = dict(columns)
-        self.kind = CollectionKind(kind).value
+        self.kind = parse_kind(kind).value
         self.read_only = read_only
         self.iceberg_conn_id = iceberg_conn_id
 
@@ -214,8 +220,8 @@ class DifferentialWriteOperator(BaseOperator):
         )
         if self.retract is not None or self.insert is not None:
             result = writer.update(
-                retract=parse_updates(self.retract or [])[0],
-                insert=parse_updates(self.insert or [])[0],
+                retract=parse_rows(self.retract or [], "rows to retract"),
+                insert=parse_rows(self.insert or [], "rows to insert"),
             )
         else:
             value = self.desired
@@ -223,7 +229,7 @@ class DifferentialWriteOperator(BaseOperator):
                 value = context["ti"].xcom_pull(task_ids=self.desired_task_id)
                 if value is None:
                     raise CollectionError(f"task {self.desired_task_id} pushed no desired rows")
-            result = writer.replace(parse_updates(value)[0])
+            result = writer.replace(parse_rows(value, "desired rows"))
         log.info("desired state of %s: %s", self.collection, result.status)
         return result.to_json()
 
@@ -258,7 +264,7 @@ class TickCollectionsOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.namespaces = None if namespaces is None else list(namespaces)
+        self.namespaces = _names(namespaces, "namespaces")
         self.time = time
         self.checkpoint_ms = checkpoint_ms
         self.read_only = read_only
@@ -319,8 +325,8 @@ class MaintainTablesOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.namespaces = None if namespaces is None else list(namespaces)
-        self.tables = list(tables)
+        self.namespaces = _names(namespaces, "namespaces")
+        self.tables = _names(tables, "tables") or []
         self.include_collections = include_collections
         self.retention_ms = retention_ms
         self.expire = expire
@@ -410,7 +416,7 @@ class RegisterReaderOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.reader = reader
-        self.inputs = list(inputs)
+        self.inputs = _names(inputs, "inputs") or []
         self.since = since
         self.reader_is_table = reader_is_table
         self.iceberg_conn_id = iceberg_conn_id
@@ -421,7 +427,7 @@ class RegisterReaderOperator(BaseOperator):
             catalog,
             self.reader,
             self.inputs,
-            since=_time(self.since),
+            since=_time(self.since, "since"),
             reader_is_table=self.reader_is_table,
         )
         return {"reader": self.reader, "inputs": [h.input for h in holds]}
