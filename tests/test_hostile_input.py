@@ -10,6 +10,7 @@ not exist still do not).
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections import Counter
 from datetime import UTC, datetime
@@ -29,10 +30,13 @@ from airflow_provider_ct.collections import (
 )
 from airflow_provider_ct.collections.differential import DESIRED_DIR, list_pending
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import (
     CollectionError,
     ConfigurationError,
+    DescriptionError,
     FrontierError,
     MalformedSummaryError,
     QueryError,
@@ -336,6 +340,46 @@ def test_a_pending_file_with_a_non_ascii_stamp_is_not_ours(default_catalog: Cata
 
 
 # -- 5. other hostile input on the operator surfaces ----------------------------------------------
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: "[" * 100_000, "batch description is neither JSON nor a dict"),
+        (lambda d: "{[1]: 2}", "batch description is neither JSON nor a dict"),
+        (lambda d: {**d, "lower": 45}, r"id .* does not match its content"),
+        (lambda d: {**d, "id": "../../../elsewhere"}, "cannot name a staging folder"),
+        (lambda d: {**d, "id": "x" * 300}, "cannot name a staging folder"),
+        (
+            lambda d: BatchDescription(
+                "ops.other", Frontier.at(0), Frontier.at(51), 50, None
+            ).to_json(),
+            "is for ops.other, not for this task's target ops.view",
+        ),
+    ],
+)
+def test_a_malformed_description_fails_before_spark_and_stages_nothing(
+    default_catalog: CatalogConfig, mutate: Any, message: str
+) -> None:
+    from airflow_provider_ct import WriteOperator
+
+    catalog, _ = _world(default_catalog)
+    description = mutate(_mint(time=50))
+    before = _state(catalog, EXT, STATUS, LOG, VIEW)
+    warehouse = local_path(default_catalog.warehouse)
+    files = sorted(warehouse.rglob("*"))
+    write = WriteOperator(task_id="write", target=VIEW, sql=SQL, description=description)
+    with pytest.raises(DescriptionError, match=message):
+        write.execute({})
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+    assert sorted(warehouse.rglob("*")) == files  # nothing staged, nothing deleted
+
+
+def test_description_ids_are_checked_when_built_and_when_read() -> None:
+    desc = BatchDescription("ns.v", Frontier.at(5), Frontier.at(11), 10, None)
+    assert BatchDescription.from_json(json.dumps(desc.to_json())) == desc
+    with pytest.raises(DescriptionError, match="cannot name a staging folder"):
+        BatchDescription("ns.v", Frontier.at(5), Frontier.at(11), 10, None, id="a/b")
+    with pytest.raises(DescriptionError, match="does not match its content"):
+        BatchDescription.from_json({**desc.to_json(), "time": 9})
 
 
 def test_a_tick_time_no_input_has_sealed_registers_no_read_hold(
