@@ -22,6 +22,7 @@ import pytest
 
 from airflow_provider_ct.collections import (
     DifferentialCollection,
+    MaintenanceSettings,
     Ticker,
     read_holds,
     register_collection,
@@ -457,3 +458,36 @@ def test_an_unknown_collection_kind_is_refused_listing_the_kinds(
         register_collection(catalog, "ops.new", SCHEMA, "sideways")
     assert not catalog.table_exists("ops.new")
     assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"retention_ms": -3_600_000}, "retention_ms=-3600000 must be an integer >= 0"),
+        ({"retention_ms": "3600000"}, "retention_ms='3600000' must be an integer"),
+        ({"min_files": 0}, "min_files=0 must be an integer >= 1"),
+        ({"target_file_bytes": 0}, "target_file_bytes=0 must be an integer >= 1"),
+    ],
+)
+def test_maintenance_settings_that_would_expire_too_much_are_refused(
+    default_catalog: CatalogConfig, kwargs: dict[str, Any], message: str
+) -> None:
+    """A negative retention puts "readable since" in the future: everything unheld would go."""
+    from airflow_provider_ct.operators.collections import MaintainTablesOperator
+
+    catalog, before = _world(default_catalog)
+    with pytest.raises(ConfigurationError, match=message):
+        MaintenanceSettings(**kwargs)
+    with pytest.raises(ConfigurationError, match=message):
+        MaintainTablesOperator(task_id="m", namespaces=["ops"], **kwargs)
+    assert _state(catalog, EXT, STATUS, LOG, VIEW) == before
+
+
+@pytest.mark.parametrize("columns", [{}, [("k", "int64")], "k int64"])
+def test_a_collection_without_columns_is_refused(columns: Any) -> None:
+    from airflow_provider_ct.operators.collections import RegisterCollectionOperator
+
+    with pytest.raises(ConfigurationError, match="columns must map at least one column name"):
+        RegisterCollectionOperator(
+            task_id="r", collection="ops.new", columns=columns, kind="differential"
+        )

@@ -96,9 +96,13 @@ class RegisterCollectionOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.kind = parse_kind(kind).value
+        if not isinstance(columns, Mapping) or not columns:
+            raise ConfigurationError(
+                f"columns must map at least one column name to an Arrow type, got {columns!r:.100}"
+            )
         self.collection = collection
         self.columns = dict(columns)
-        self.kind = parse_kind(kind).value
         self.read_only = read_only
         self.iceberg_conn_id = iceberg_conn_id
 
@@ -337,13 +341,10 @@ class MaintainTablesOperator(BaseOperator):
         self.delete_files = delete_files
         self.read_only = read_only
         self.iceberg_conn_id = iceberg_conn_id
+        self._settings()  # bad settings fail at DAG-parse time
 
-    def execute(self, context: Any) -> dict[str, Any]:
-        catalog = IcebergCatalogHook(self.iceberg_conn_id).get_catalog()
-        names = list(self.tables)
-        if self.include_collections:
-            names = [c.name for c in list_collections(catalog, self.namespaces)] + names
-        settings = MaintenanceSettings(
+    def _settings(self) -> MaintenanceSettings:
+        return MaintenanceSettings(
             retention_ms=self.retention_ms,
             expire=self.expire,
             delete_files=self.delete_files,
@@ -352,6 +353,13 @@ class MaintainTablesOperator(BaseOperator):
             min_files=self.min_files,
             target_file_bytes=self.target_file_bytes,
         )
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        settings = self._settings()
+        catalog = IcebergCatalogHook(self.iceberg_conn_id).get_catalog()
+        names = list(self.tables)
+        if self.include_collections:
+            names = [c.name for c in list_collections(catalog, self.namespaces)] + names
         report = maintain(catalog, names, settings, read_only=read_only_default(self.read_only))
         if report.errors:
             raise CollectionError(f"maintenance failed for {report.errors}")
