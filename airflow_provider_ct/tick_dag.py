@@ -45,6 +45,8 @@ def collections_dag(
 
     :param schedule: how often to tick (default every minute).
     :param namespaces: namespaces whose collections to tick (default: all).
+        Each must exist and hold a registered collection, else the run fails
+        naming it (a typo would otherwise tick nothing and succeed).
     :param maintenance: maintenance settings; default :class:`MaintenanceSettings`
         (one hour of retention, compaction on). Pass ``expire=False`` and
         ``compact=False`` to tick only.

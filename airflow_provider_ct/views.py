@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import Asset, TaskGroup
 
+from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators.append import AppendOperator
@@ -46,13 +47,17 @@ def materialized_view(
     """A TaskGroup that keeps ``target`` equal to ``sql`` at every tick.
 
     Call it inside a DAG (use ``max_active_runs=1`` so ticks land in order).
-    The query is parsed at DAG-parse time, so a bad query breaks the DAG
-    import with a clear message rather than a task at run time.
+    The query and ``input_upper_policies`` are checked at DAG-parse time, so
+    a bad query or a policy for a table the query does not read breaks the
+    DAG import with a clear message rather than a task at run time.
 
     :param report_only: a dry run: write reports how far the table is from its
         definition; nothing is staged or appended.
+    :param input_upper_policies: per external input (``ns.t`` or
+        ``<catalog>.ns.t``), ``wallclock[:<ms>]`` or ``summary:<key>``.
     """
-    parse_query(sql, target=target, catalog_name=catalog_name)
+    parsed = parse_query(sql, target=target, catalog_name=catalog_name)
+    parse_policies(input_upper_policies, parsed.inputs, catalog_name)
     gid = group_id or f"view_{normalize_table_name(target, catalog_name).replace('.', '_')}"
     with TaskGroup(group_id=gid, **group_kwargs) as group:
         sensor = FrontierSensor(

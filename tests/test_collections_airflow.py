@@ -132,7 +132,7 @@ def test_register_close_and_reader_operators(
 
 
 def test_bad_operator_arguments_fail_at_parse_time() -> None:
-    from airflow_provider_ct.exceptions import ConfigurationError
+    from airflow_provider_ct.exceptions import CollectionError, ConfigurationError
     from airflow_provider_ct.operators.collections import (
         BlindWriteOperator,
         DifferentialWriteOperator,
@@ -143,7 +143,7 @@ def test_bad_operator_arguments_fail_at_parse_time() -> None:
         BlindWriteOperator(task_id="b", collection="x.y")
     with pytest.raises(ValueError, match="desired"):
         DifferentialWriteOperator(task_id="d", collection="x.y", desired=[], insert=[])
-    with pytest.raises(ValueError):
+    with pytest.raises(CollectionError, match="'sideways' is not one of"):
         RegisterCollectionOperator(task_id="r", collection="x.y", columns={}, kind="sideways")
     op = RegisterCollectionOperator(
         task_id="r2", collection="x.y", columns={"a": "no-such-type"}, kind="differential"

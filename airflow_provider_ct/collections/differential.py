@@ -57,7 +57,7 @@ from airflow_provider_ct.collections.rows import (
     stage_change,
     to_arrow,
 )
-from airflow_provider_ct.core.frontier import Frontier, now_ms
+from airflow_provider_ct.core.frontier import Frontier, is_ascii_digits, now_ms
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
     CollectionClosedError,
@@ -140,7 +140,7 @@ def list_pending(table: Table) -> list[PendingDesired]:
         if info.type != pafs.FileType.File or not base.endswith(".parquet"):
             continue
         stamp = base.split("-", 1)[0]
-        if stamp.isdigit():
+        if is_ascii_digits(stamp) and len(stamp) <= 19:  # else not one of ours
             out.append(PendingDesired(prefix + info.path, int(stamp)))
     return sorted(out, key=lambda p: (p.stated_at_ms, p.path))
 

@@ -123,14 +123,21 @@ def register_reader(
 
     if since is not None:
         check_timestamp(since, "since")
-    holds: list[ReadHold] = []
-    for name in inputs:
+    if not isinstance(reader, str) or not reader.strip():
+        raise ConfigurationError(f"a reader needs a name, got {reader!r:.100}")
+    if isinstance(inputs, str):
+        raise ConfigurationError(f"inputs must be a list of tables, got the string {inputs!r:.100}")
+    names = list(inputs)
+    tables: list[Table] = []
+    for name in names:  # all of them first: a missing one must leave the others unchanged
         try:
-            table = catalog.load_table(name)
+            tables.append(catalog.load_table(name))
         except NoSuchTableError:
             raise ConfigurationError(
                 f"input {name!r} of reader {reader!r} does not exist"
             ) from None
+    holds: list[ReadHold] = []
+    for name, table in zip(names, tables, strict=True):
         hold = ReadHold(".".join(table.name()), reader, since, reader_is_table)
         set_table_properties(table, {hold.key: hold.to_property()})
         log.info("registered read hold of %s on %s (since %s)", reader, name, since)

@@ -77,6 +77,24 @@ class MaintenanceSettings:
     min_files: int = DEFAULT_MIN_FILES
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
 
+    def __post_init__(self) -> None:
+        """Refuse settings that would expire what they should keep.
+
+        A negative retention puts the readable-since time in the future, so
+        expiry would drop every snapshot no read hold protects.
+        """
+        for name, least in (
+            ("retention_ms", 0),
+            ("small_file_bytes", 0),
+            ("min_files", 1),
+            ("target_file_bytes", 1),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigurationError(
+                    f"maintenance setting {name}={value!r:.100} must be an integer >= {least}"
+                )
+
 
 # -- expiry --------------------------------------------------------------------------------
 @dataclass(frozen=True)

@@ -26,13 +26,14 @@ import time as _time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.tables import create_managed_table, iter_tables
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
+    CollectionError,
     CommitError,
     NotACollectionError,
     ReadOnlyError,
@@ -77,6 +78,16 @@ class CollectionKind(enum.StrEnum):
     APPEND_ONLY = "append-only"
     #: Contents mirror a small desired state; corrected to match it.
     DIFFERENTIAL = "differential"
+
+
+def parse_kind(kind: Any) -> CollectionKind:
+    """A collection kind from its spelling; anything else is refused naming the kinds."""
+    try:
+        return CollectionKind(kind)
+    except ValueError:
+        raise CollectionError(
+            f"collection kind {kind!r:.100} is not one of {[k.value for k in CollectionKind]}"
+        ) from None
 
 
 def deployment_read_only(environ: Mapping[str, str] | None = None) -> bool:
@@ -148,7 +159,7 @@ def register_collection(
     collection of the other kind is refused, because the two kinds treat
     foreign rows differently (a differential collection retracts them).
     """
-    wanted = CollectionKind(kind)
+    wanted = parse_kind(kind)
     props = {CollectionKeys.KIND: wanted.value, **dict(properties or {})}
     if read_only:
         props[CollectionKeys.READ_ONLY] = "true"
@@ -189,9 +200,32 @@ def load_collection(catalog: Catalog, name: str, kind: CollectionKind | None = N
     return table
 
 
+def _explicit_namespaces(catalog: Catalog, roots: Iterable[str]) -> list[tuple[str, ...]]:
+    """Namespaces a caller named, each of which must exist.
+
+    A typo (``opz`` for ``ops``) would otherwise tick or maintain nothing and
+    report success; a plain string would be iterated as one-letter namespaces.
+    """
+    if isinstance(roots, str | bytes):
+        raise CollectionError(f"namespaces must be a list of names, got the string {roots!r:.100}")
+    out: list[tuple[str, ...]] = []
+    for root in roots:
+        parts = tuple(root.split(".")) if isinstance(root, str) else ()
+        if not parts or not all(p.strip() for p in parts):
+            raise CollectionError(f"namespace {root!r:.100} is not a namespace name")
+        if not catalog.namespace_exists(parts):
+            known = sorted(".".join(n) for n in catalog.list_namespaces())
+            raise CollectionError(
+                f"namespace {root!r} does not exist in the catalog; its namespaces are {known}"
+            )
+        if parts not in out:  # naming one twice must not tick it twice
+            out.append(parts)
+    return out
+
+
 def _namespaces(catalog: Catalog, roots: Iterable[str] | None) -> list[tuple[str, ...]]:
     if roots is not None:
-        return [tuple(r.split(".")) for r in roots]
+        return _explicit_namespaces(catalog, roots)
     found: list[tuple[str, ...]] = []
     pending: list[tuple[str, ...]] = [tuple(n) for n in catalog.list_namespaces()]
     while pending:
@@ -213,18 +247,39 @@ def list_collections(
     *,
     deployment_read_only: bool | None = None,
 ) -> list[CollectionInfo]:
-    """Every registered collection in ``namespaces`` (default: all), sorted by name."""
+    """Every registered collection in ``namespaces`` (default: all), sorted by name.
+
+    A namespace named in ``namespaces`` must exist and hold at least one
+    registered collection, else :class:`CollectionError` names it: a tick or
+    maintenance over a mistyped namespace would otherwise do nothing and
+    succeed. Without ``namespaces`` every namespace is searched, and finding
+    no collection is fine.
+    """
     out: list[CollectionInfo] = []
-    for name, table in iter_tables(catalog, _namespaces(catalog, namespaces)):
+    for namespace in _namespaces(catalog, namespaces):
+        found = _collections_in(catalog, namespace, deployment_read_only)
+        if namespaces is not None and not found:
+            raise CollectionError(
+                f"namespace {'.'.join(namespace)!r} holds no registered collection; "
+                "register one with register_collection(), or drop the namespace from the list"
+            )
+        out += found
+    return sorted(out, key=lambda c: c.name)
+
+
+def _collections_in(
+    catalog: Catalog, namespace: tuple[str, ...], deployment_read_only: bool | None
+) -> list[CollectionInfo]:
+    out: list[CollectionInfo] = []
+    for name, table in iter_tables(catalog, [namespace]):
         try:
             kind = collection_kind(table)
         except NotACollectionError as exc:
             log.warning("skipping %s: %s", name, exc)
             continue
-        if kind is None:
-            continue
-        out.append(CollectionInfo(name, kind, is_read_only(table, deployment_read_only), table))
-    return sorted(out, key=lambda c: c.name)
+        if kind is not None:
+            out.append(CollectionInfo(name, kind, is_read_only(table, deployment_read_only), table))
+    return out
 
 
 def set_read_only(catalog: Catalog, name: str, read_only: bool) -> None:

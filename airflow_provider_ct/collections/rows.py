@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 #: (column -> value) or of sequences (values in column order).
 RowsLike = pa.Table | Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]]
 
+#: At most this many row copies (the sum of ``|diff|``) in one call: every
+#: copy is materialized, so a hostile diff like ``10**12`` would otherwise
+#: exhaust the worker's memory instead of failing. Collections are small.
+MAX_ROW_COPIES = 10_000_000
+
 
 def _freeze(value: Any) -> Any:
     """A hashable stand-in for a row value (lists, dicts and maps of nested columns)."""
@@ -187,16 +192,49 @@ def signed_bags(
     tuples = row_tuples(data)
     if diffs is None:
         diffs = [1] * len(tuples)
-    if len(diffs) != len(tuples):
-        raise CollectionError(f"got {len(tuples)} row(s) but {len(diffs)} diff(s)")
+    check_diffs(diffs, len(tuples))
     net = RowBag()
     for row, diff in zip(tuples, diffs, strict=True):
-        if isinstance(diff, bool) or not isinstance(diff, int):
-            raise CollectionError(f"a diff must be an integer, got {diff!r}")
         net.add(row, diff)
     inserts = RowBag(Counter({k: n for k, n in net.counts.items() if n > 0}), net.originals)
     retracts = RowBag(Counter({k: -n for k, n in net.counts.items() if n < 0}), net.originals)
     return inserts, retracts
+
+
+def check_diffs(diffs: Sequence[Any], rows: int) -> None:
+    """Refuse diffs that are not one integer per row, or that ask for too many copies."""
+    if len(diffs) != rows:
+        raise CollectionError(f"got {rows} row(s) but {len(diffs)} diff(s)")
+    for diff in diffs:
+        if isinstance(diff, bool) or not isinstance(diff, int):
+            raise CollectionError(f"a diff must be an integer, got {diff!r:.100}")
+    copies = sum(abs(d) for d in diffs)
+    if copies > MAX_ROW_COPIES:
+        raise CollectionError(
+            f"the diffs ask for {copies} row copies; at most {MAX_ROW_COPIES} per write"
+        )
+
+
+def parse_rows(value: Any, what: str = "rows") -> list[Any]:
+    """Rows without diffs (a desired state, rows to insert or to retract), from XCom or JSON.
+
+    Accepts everything :func:`parse_updates` does. Here a diff can only count
+    copies (``{"row": r, "diff": 2}`` is two copies of ``r``, ``0`` none), so
+    it is kept as that many copies; a negative diff is refused, because
+    silently dropping it (as taking the rows alone did) would turn a
+    retraction into an insert.
+    """
+    rows, diffs = parse_updates(value)
+    check_diffs(diffs, len(rows))
+    out: list[Any] = []
+    for index, (row, diff) in enumerate(zip(rows, diffs, strict=True)):
+        if diff < 0:
+            raise CollectionError(
+                f"{what}[{index}] has diff {diff}; here a diff counts copies of a row and "
+                "must be >= 0 (retract rows with retract=, or blind-write them with -1)"
+            )
+        out.extend([row] * diff)
+    return out
 
 
 def parse_updates(value: Any) -> tuple[list[Any], list[int]]:
@@ -208,7 +246,7 @@ def parse_updates(value: Any) -> tuple[list[Any], list[int]]:
     if isinstance(value, str | bytes):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError, UnicodeDecodeError) as exc:
             raise CollectionError(f"updates are not JSON: {exc}") from None
     if isinstance(value, Mapping):
         rows = value.get("rows")

@@ -48,7 +48,7 @@ from airflow_provider_ct.collections.registry import (
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier, check_timestamp, now_ms
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import CommitStateUnknownError
+from airflow_provider_ct.exceptions import CollectionError, CommitStateUnknownError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -207,6 +207,9 @@ def tick_collections(
 ) -> TickReport:
     """Tick every registered collection in ``namespaces`` (default: all).
 
+    A named namespace that does not exist or holds no registered collection
+    is refused before anything is ticked (see :func:`list_collections`).
+
     :param now: the tick's time (epoch ms); default the wall clock. All
         collections advance to the same time.
     :param checkpoint_ms: when a collection's newest contents are this much
@@ -260,6 +263,10 @@ class Ticker:
     ) -> None:
         self.catalog = catalog
         self.interval_s = interval_ms / 1000
+        if isinstance(namespaces, str):  # list("ops") would be three one-letter namespaces
+            raise CollectionError(
+                f"namespaces must be a list of names, got the string {namespaces!r}"
+            )
         self.namespaces = None if namespaces is None else list(namespaces)
         self.read_only = read_only
         self.clock = clock

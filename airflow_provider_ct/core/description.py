@@ -28,6 +28,27 @@ from airflow_provider_ct.core.frontier import Frontier, check_timestamp
 from airflow_provider_ct.exceptions import DescriptionError, FrontierError
 
 FIELDS = ("id", "target", "lower", "upper", "time", "base_snapshot_id", "inputs")
+#: ``ct-batch=<id>`` and ``<id>.json`` must fit a file name (255 bytes on most file systems).
+MAX_ID_BYTES = 240
+
+
+def _check_id(batch_id: str) -> None:
+    """Refuse an id that cannot be one path segment.
+
+    The id names the batch's staging folder and manifest; a ``/``, a
+    backslash or a control character would place (and later delete) files
+    outside the table's staging area.
+    """
+    if (
+        not batch_id
+        or len(batch_id.encode()) > MAX_ID_BYTES
+        or batch_id.startswith(".")
+        or any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in batch_id)
+    ):
+        raise DescriptionError(
+            f"batch id {batch_id!r:.100} cannot name a staging folder (no '/', '\\', control "
+            f"characters or leading '.'; at most {MAX_ID_BYTES} bytes)"
+        )
 
 
 @dataclass(frozen=True)
@@ -53,6 +74,7 @@ class BatchDescription:
             )
         if not self.id:
             object.__setattr__(self, "id", self.derive_id())
+        _check_id(self.id)
 
     def derive_id(self) -> str:
         """A stable id from the description's content."""
@@ -87,7 +109,7 @@ class BatchDescription:
         if isinstance(data, str):
             try:
                 data = json.loads(data)
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, RecursionError) as exc:
                 raise DescriptionError(f"batch description is not JSON: {exc}") from None
         if not isinstance(data, dict):
             raise DescriptionError(
@@ -109,7 +131,7 @@ class BatchDescription:
                 raise DescriptionError(f"'base_snapshot_id' must be an integer or null: {base!r}")
             if not isinstance(data["target"], str) or not isinstance(data["id"], str):
                 raise DescriptionError("'target' and 'id' must be strings")
-            return cls(
+            desc = cls(
                 target=data["target"],
                 lower=Frontier.from_json(data["lower"]),
                 upper=Frontier.from_json(data["upper"]),
@@ -120,3 +142,9 @@ class BatchDescription:
             )
         except FrontierError as exc:
             raise DescriptionError(f"batch description has a bad time or frontier: {exc}") from None
+        if desc.id != desc.derive_id():
+            raise DescriptionError(
+                f"batch description id {desc.id!r:.100} does not match its content (expected "
+                f"{desc.derive_id()!r}): it was edited or corrupted on the way"
+            )
+        return desc

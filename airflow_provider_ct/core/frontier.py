@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as _dt
+import re
 import time as _time
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,19 @@ MIN_TIMESTAMP = 0
 #: The largest time we accept: it must fit a signed 64-bit integer, because
 #: Iceberg and Spark read our summary values as ``long``.
 MAX_TIMESTAMP = 2**63 - 1
+#: Digits of MAX_TIMESTAMP: a longer digit string is out of range without
+#: parsing it (``int()`` refuses strings beyond 4300 digits with a raw ValueError).
+_MAX_DIGITS = len(str(MAX_TIMESTAMP))
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+def is_ascii_digits(text: Any) -> bool:
+    """True for a non-empty string of ASCII digits ``0``-``9`` only.
+
+    ``str.isdigit()`` is not enough: it accepts ``"²"`` or Arabic-Indic digits,
+    which ``int()`` then refuses (or, for the latter, silently converts).
+    """
+    return isinstance(text, str) and _ASCII_DIGITS.fullmatch(text) is not None
 
 
 def check_timestamp(value: Any, what: str = "timestamp") -> int:
@@ -41,6 +55,25 @@ def check_timestamp(value: Any, what: str = "timestamp") -> int:
             f"{what} {value} is outside [{MIN_TIMESTAMP}, {MAX_TIMESTAMP}] epoch milliseconds"
         )
     return value
+
+
+def parse_timestamp(value: Any, what: str = "time") -> int:
+    """A time argument (an integer, or decimal text from a template) as epoch ms.
+
+    Rendered templates are strings, so ``"1700000000000"`` is accepted; any
+    other text (signs, decimals, exponents, non-ASCII digits) raises
+    :class:`FrontierError` naming the value rather than a raw ``ValueError``.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if not is_ascii_digits(text):
+            raise FrontierError(
+                f"{what}={value!r:.100} is not an integer of epoch milliseconds (ASCII digits only)"
+            )
+        if len(text.lstrip("0")) > _MAX_DIGITS:
+            raise FrontierError(f"{what}={value!r:.100} is beyond the largest time {MAX_TIMESTAMP}")
+        value = int(text)
+    return check_timestamp(value, what)
 
 
 def now_ms() -> int:
@@ -167,15 +200,15 @@ def parse_summary_timestamp(value: str, *, key: str, where: str = "") -> int:
     """Parse a decimal epoch-ms summary value, naming the key and snapshot on failure."""
     location = f" in {where}" if where else ""
     text = value.strip() if isinstance(value, str) else value
-    # ASCII digits only: str.isdigit() also accepts "²" or Arabic-Indic digits.
-    if not isinstance(text, str) or not text.isascii() or not text.isdigit():
+    if not is_ascii_digits(text):
         raise MalformedSummaryError(
-            f"snapshot-summary key {key!r}{location} has value {value!r}; "
+            f"snapshot-summary key {key!r}{location} has value {value!r:.100}; "
             "expected a non-negative integer of epoch milliseconds"
         )
-    number = int(text)
-    if number > MAX_TIMESTAMP:
+    # Checked before int(): it refuses very long digit strings with a raw ValueError.
+    if len(text.lstrip("0")) > _MAX_DIGITS or int(text) > MAX_TIMESTAMP:
         raise MalformedSummaryError(
-            f"snapshot-summary key {key!r}{location} has value {value!r}, beyond the largest time"
+            f"snapshot-summary key {key!r}{location} has value {value!r:.100}, beyond the "
+            "largest time"
         )
-    return number
+    return int(text)

@@ -23,6 +23,8 @@ INPUT_VIEW_PREFIX = "__ct_input_"
 
 def normalize_table_name(name: str, catalog_name: str) -> str:
     """``catalog.ns.t`` / ``ns.t`` -> ``ns.t`` (lower-cased, as Iceberg catalogs store it)."""
+    if not isinstance(name, str):
+        raise QueryError(f"a table name must be a string, got {type(name).__name__}: {name!r:.100}")
     parts = [p.strip("`").lower() for p in name.split(".")]
     if len(parts) == 3 and parts[0] == catalog_name.lower():
         parts = parts[1:]

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_provider_ct.core.frontier import check_timestamp, timestamp_from_datetime
+from airflow_provider_ct.core.frontier import parse_timestamp, timestamp_from_datetime
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.core.timeline import Timeline
@@ -24,14 +24,11 @@ def tick_time(context: Mapping[str, Any], override: Any = None) -> int:
 
     ``override`` (a templated argument) wins; otherwise the run's
     ``data_interval_end``, falling back to the logical date, then ``run_after``
-    for manual runs that have neither.
+    for manual runs that have neither. A malformed override (``"-5"``, ``"²"``,
+    out of range) raises :class:`FrontierError` naming it.
     """
     if override not in (None, ""):
-        if isinstance(override, str):
-            if not override.strip().isdigit():
-                raise ConfigurationError(f"time={override!r} is not epoch milliseconds")
-            override = int(override.strip())
-        return check_timestamp(override, "time")
+        return parse_timestamp(override, "time")
     for key in ("data_interval_end", "logical_date"):
         value = context.get(key)
         if value is not None:
@@ -50,16 +47,20 @@ def read_only_default(read_only: bool | None) -> bool:
 
 
 def load_json_object(value: Any, what: str) -> dict[str, Any]:
-    """An XCom value as a dict: a dict, JSON text, or a rendered Python dict literal."""
+    """An XCom value as a dict: a dict, JSON text, or a rendered Python dict literal.
+
+    Hostile text (deep nesting, ``{[1]: 2}``) raises :class:`DescriptionError`,
+    never the parsers' own ``RecursionError`` or ``TypeError``.
+    """
     if isinstance(value, dict):
         return value
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             try:
                 parsed = ast.literal_eval(value)
-            except (ValueError, SyntaxError):
+            except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
                 raise DescriptionError(
                     f"{what} is neither JSON nor a dict: {value!r:.200}"
                 ) from None
@@ -75,14 +76,15 @@ def timelines(
     tables: Iterable[str],
     policies: Mapping[str, str] | None = None,
 ) -> dict[str, Timeline]:
-    """Timelines of existing tables (a missing one is a clear error)."""
-    parsed = parse_policies(policies)
-    name = hook.get_config().name
-    out: dict[str, Timeline] = {}
-    for table in tables:
-        key = normalize_table_name(table, name)
-        out[key] = Timeline.of(hook.load_table(key), policy=parsed.get(key))
-    return out
+    """Timelines of existing tables (a missing one is a clear error).
+
+    Policy keys are checked against ``tables`` before any table is loaded, so
+    a typo fails fast instead of leaving its input on the default policy.
+    """
+    catalog_name = hook.get_config().name
+    names = [normalize_table_name(t, catalog_name) for t in tables]
+    parsed = parse_policies(policies, names, catalog_name)
+    return {name: Timeline.of(hook.load_table(name), policy=parsed.get(name)) for name in names}
 
 
 def target_timeline(hook: IcebergCatalogHook, target: str) -> Timeline | None:

@@ -27,14 +27,14 @@ from airflow_provider_ct.collections.maintenance import (
     maintain,
 )
 from airflow_provider_ct.collections.registry import (
-    CollectionKind,
     close_collection,
     list_collections,
+    parse_kind,
     register_collection,
 )
-from airflow_provider_ct.collections.rows import parse_updates
+from airflow_provider_ct.collections.rows import parse_rows, parse_updates
 from airflow_provider_ct.collections.ticker import DEFAULT_CHECKPOINT_MS, tick_collections
-from airflow_provider_ct.core.frontier import check_timestamp, now_ms
+from airflow_provider_ct.core.frontier import now_ms, parse_timestamp
 from airflow_provider_ct.exceptions import CollectionError, ConfigurationError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import read_only_default
@@ -56,14 +56,20 @@ def _schema(columns: Mapping[str, str]) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _time(value: Any) -> int | None:
+def _time(value: Any, what: str = "time") -> int | None:
+    """A templated time argument, or ``None`` when it is not given."""
     if value in (None, ""):
         return None
-    if isinstance(value, str):
-        if not value.strip().isdigit():
-            raise ConfigurationError(f"time={value!r} is not epoch milliseconds")
-        value = int(value.strip())
-    return check_timestamp(value, "time")
+    return parse_timestamp(value, what)
+
+
+def _names(value: Sequence[str] | None, what: str) -> list[str] | None:
+    """A list of names; a plain string is refused, since ``list("ops")`` is ``["o", "p", "s"]``."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes):
+        raise ConfigurationError(f"{what} must be a list of names, got the string {value!r:.100}")
+    return list(value)
 
 
 class RegisterCollectionOperator(BaseOperator):
@@ -90,9 +96,13 @@ class RegisterCollectionOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.kind = parse_kind(kind).value
+        if not isinstance(columns, Mapping) or not columns:
+            raise ConfigurationError(
+                f"columns must map at least one column name to an Arrow type, got {columns!r:.100}"
+            )
         self.collection = collection
         self.columns = dict(columns)
-        self.kind = CollectionKind(kind).value
         self.read_only = read_only
         self.iceberg_conn_id = iceberg_conn_id
 
@@ -214,8 +224,8 @@ class DifferentialWriteOperator(BaseOperator):
         )
         if self.retract is not None or self.insert is not None:
             result = writer.update(
-                retract=parse_updates(self.retract or [])[0],
-                insert=parse_updates(self.insert or [])[0],
+                retract=parse_rows(self.retract or [], "rows to retract"),
+                insert=parse_rows(self.insert or [], "rows to insert"),
             )
         else:
             value = self.desired
@@ -223,7 +233,7 @@ class DifferentialWriteOperator(BaseOperator):
                 value = context["ti"].xcom_pull(task_ids=self.desired_task_id)
                 if value is None:
                     raise CollectionError(f"task {self.desired_task_id} pushed no desired rows")
-            result = writer.replace(parse_updates(value)[0])
+            result = writer.replace(parse_rows(value, "desired rows"))
         log.info("desired state of %s: %s", self.collection, result.status)
         return result.to_json()
 
@@ -258,7 +268,7 @@ class TickCollectionsOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.namespaces = None if namespaces is None else list(namespaces)
+        self.namespaces = _names(namespaces, "namespaces")
         self.time = time
         self.checkpoint_ms = checkpoint_ms
         self.read_only = read_only
@@ -319,8 +329,8 @@ class MaintainTablesOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.namespaces = None if namespaces is None else list(namespaces)
-        self.tables = list(tables)
+        self.namespaces = _names(namespaces, "namespaces")
+        self.tables = _names(tables, "tables") or []
         self.include_collections = include_collections
         self.retention_ms = retention_ms
         self.expire = expire
@@ -331,13 +341,10 @@ class MaintainTablesOperator(BaseOperator):
         self.delete_files = delete_files
         self.read_only = read_only
         self.iceberg_conn_id = iceberg_conn_id
+        self._settings()  # bad settings fail at DAG-parse time
 
-    def execute(self, context: Any) -> dict[str, Any]:
-        catalog = IcebergCatalogHook(self.iceberg_conn_id).get_catalog()
-        names = list(self.tables)
-        if self.include_collections:
-            names = [c.name for c in list_collections(catalog, self.namespaces)] + names
-        settings = MaintenanceSettings(
+    def _settings(self) -> MaintenanceSettings:
+        return MaintenanceSettings(
             retention_ms=self.retention_ms,
             expire=self.expire,
             delete_files=self.delete_files,
@@ -346,6 +353,13 @@ class MaintainTablesOperator(BaseOperator):
             min_files=self.min_files,
             target_file_bytes=self.target_file_bytes,
         )
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        settings = self._settings()
+        catalog = IcebergCatalogHook(self.iceberg_conn_id).get_catalog()
+        names = list(self.tables)
+        if self.include_collections:
+            names = [c.name for c in list_collections(catalog, self.namespaces)] + names
         report = maintain(catalog, names, settings, read_only=read_only_default(self.read_only))
         if report.errors:
             raise CollectionError(f"maintenance failed for {report.errors}")
@@ -410,7 +424,7 @@ class RegisterReaderOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.reader = reader
-        self.inputs = list(inputs)
+        self.inputs = _names(inputs, "inputs") or []
         self.since = since
         self.reader_is_table = reader_is_table
         self.iceberg_conn_id = iceberg_conn_id
@@ -421,7 +435,7 @@ class RegisterReaderOperator(BaseOperator):
             catalog,
             self.reader,
             self.inputs,
-            since=_time(self.since),
+            since=_time(self.since, "since"),
             reader_is_table=self.reader_is_table,
         )
         return {"reader": self.reader, "inputs": [h.input for h in holds]}

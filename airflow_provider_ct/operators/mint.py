@@ -72,24 +72,24 @@ class MintOperator(BaseOperator):
         names = self._inputs(target, catalog_name)
         inputs = timelines(hook, names, self.input_upper_policies)  # all exist
         time = tick_time(context, self.time)
-        read_only = read_only_default(self.read_only)
-        if not read_only:
-            # Before the write job reads the pinned snapshots: collection
-            # expiry must keep what this reader still reads.
-            held = hold_collection_inputs(hook.get_catalog(), target, inputs, since=time)
-            if held:
-                log.info("%s now holds snapshots of %s from T=%s on", target, held, time)
         decision = mint(
             target=target,
             target_timeline=target_timeline(hook, target),
             time=time,
             inputs=inputs,
-            read_only=read_only,
+            read_only=read_only_default(self.read_only),
             previous=self._previous(context),
         )
         if decision.description is None:
             log.info("not minting for %s at T=%s: %s", target, time, decision.reason)
             raise AirflowSkipException(decision.reason)
+        # Before the write job reads the pinned snapshots, collection expiry
+        # must learn what this reader still reads. Only once minted: a refused
+        # tick (a bogus time, an input not yet complete) must change nothing,
+        # and its time as a first hold would let expiry drop what later ticks read.
+        held = hold_collection_inputs(hook.get_catalog(), target, inputs, since=time)
+        if held:
+            log.info("%s now holds snapshots of %s from T=%s on", target, held, time)
         log.info("%s: %s", target, decision.reason)
         return decision.description.to_json()
 
