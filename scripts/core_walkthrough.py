@@ -33,10 +33,10 @@ from airflow_provider_ct.core.frontier import (  # noqa: E402
 from airflow_provider_ct.core.staging import (  # noqa: E402
     StagedBatch,
     batch_data_dir,
-    cleanup_staged,
     manifest_path,
     write_manifest,
 )
+from airflow_provider_ct.core.sweep import sweep_staged  # noqa: E402
 from airflow_provider_ct.core.tables import create_managed_table  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
 
@@ -172,8 +172,8 @@ def main() -> int:
         ),
         manifest_path(table.location(), "stale-writer"),
     )
-    report = cleanup_staged(Timeline.of(table), table.location(), table=table)
-    print(f"cleanup: discarded {list(report.discarded)} ({report.files_deleted} staged file(s))")
+    report = sweep_staged(table)
+    print(f"sweep: discarded {list(report.discarded)} ({report.files_deleted} staged file(s))")
     # An empty tick still advances the frontier: the table stays readable at recent times.
     empty = compare_and_append(
         table,

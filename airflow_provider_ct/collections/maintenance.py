@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.collections.holds import HoldTime, hold_time, read_holds
@@ -43,6 +43,7 @@ from airflow_provider_ct.collections.rows import arrow_schema, delete_files, wri
 from airflow_provider_ct.core.commit import commit_once
 from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.sweep import DEFAULT_GRACE_MS, SweepReport, sweep_staged
 from airflow_provider_ct.core.timeline import Timeline, main_ancestry
 from airflow_provider_ct.exceptions import CommitStateUnknownError, ConfigurationError
 
@@ -76,6 +77,10 @@ class MaintenanceSettings:
     small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES
     min_files: int = DEFAULT_MIN_FILES
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
+    #: Remove staged leftovers (crashed writers, lost races) after expiry.
+    sweep: bool = True
+    #: Age before files no manifest accounts for count as debris (see sweep_staged).
+    sweep_grace_ms: int = DEFAULT_GRACE_MS
 
     def __post_init__(self) -> None:
         """Refuse settings that would expire what they should keep.
@@ -88,6 +93,7 @@ class MaintenanceSettings:
             ("small_file_bytes", 0),
             ("min_files", 1),
             ("target_file_bytes", 1),
+            ("sweep_grace_ms", 0),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -446,11 +452,13 @@ class MaintenanceReport:
     expiry: tuple[ExpiryReport, ...] = ()
     compaction: tuple[CompactionReport, ...] = ()
     errors: dict[str, str] = field(default_factory=dict)
+    sweeps: dict[str, SweepReport] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "expiry": [r.to_json() for r in self.expiry],
             "compaction": [r.to_json() for r in self.compaction],
+            "sweeps": {name: asdict(r) for name, r in self.sweeps.items()},
             "errors": dict(self.errors),
         }
 
@@ -463,15 +471,19 @@ def maintain(
     now: int | None = None,
     read_only: bool | None = None,
 ) -> MaintenanceReport:
-    """Compact, then expire, each table; one table's failure does not stop the others.
+    """Compact, expire, then sweep staged leftovers of each table.
 
     Compaction goes first so that expiry can drop the snapshots that still
-    referenced the small files once no reader needs them.
+    referenced the small files once no reader needs them; the sweep goes
+    last, so files only expired snapshots referenced are gone by then. One
+    table's failure does not stop the others. In read-only mode nothing is
+    swept either.
     """
     chosen = settings or MaintenanceSettings()
     expiry: list[ExpiryReport] = []
     compaction: list[CompactionReport] = []
     errors: dict[str, str] = {}
+    sweeps: dict[str, SweepReport] = {}
     for name in tables:
         try:
             if chosen.compact:
@@ -496,7 +508,12 @@ def maintain(
                         read_only=read_only,
                     )
                 )
+            if chosen.sweep:
+                table = catalog.load_table(name)
+                if not is_read_only(table, read_only):
+                    # File ages are wall-clock ages, whatever time the tick is for.
+                    sweeps[name] = sweep_staged(table, grace_ms=chosen.sweep_grace_ms)
         except Exception as exc:
             log.exception("maintenance of %s failed", name)
             errors[name] = f"{type(exc).__name__}: {exc}"
-    return MaintenanceReport(tuple(expiry), tuple(compaction), errors)
+    return MaintenanceReport(tuple(expiry), tuple(compaction), errors, sweeps)

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.staging import LandResult, land_staged
+from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import DescriptionError, ManifestMissingError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
@@ -132,6 +133,10 @@ class AppendOperator(BaseOperator):
             # The manifest is dropped once its batch lands; a retry after that
             # (or after cleanup) decides from the table's own history.
             return self._without_manifest(table, report, manifest)
+        if not outcome.result.landed:
+            # Losing a race is when leftovers of earlier losers are likeliest: sweep
+            # them (the default grace protects anything a live writer may still own).
+            sweep_staged(table)
         return self._result(outcome)
 
     def _result(self, outcome: LandResult) -> dict[str, Any]:

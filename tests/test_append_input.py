@@ -1,0 +1,195 @@
+"""Hostile input to the append: every bad report or manifest fails clearly and changes nothing.
+
+A real SQLite catalog, a real staged batch written as the write job does
+(write-ahead manifest, a Parquet file in the attempt's folder, the manifest
+marked staged), then the append is handed something wrong. Each case checks
+the error names the problem, the table's head and rows are unchanged, and a
+folder outside the table (the "victim") still has its file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.staging import (
+    StagedFile,
+    StagedTime,
+    begin_batch,
+    finish_batch,
+    land_staged,
+    read_manifest,
+    write_manifest,
+)
+from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.exceptions import CTError, DescriptionError, StagingError
+from airflow_provider_ct.operators.append import AppendOperator
+from tests.conftest import SCHEMA
+from tests.helpers import local_path, rows_of
+
+pytestmark = pytest.mark.faults
+
+IDENT = "ns.v"
+
+
+@dataclasses.dataclass
+class World:
+    table: Any
+    desc: BatchDescription
+    manifest: str
+    report: dict[str, Any]
+    victim: Path
+
+
+@pytest.fixture
+def world(default_catalog: CatalogConfig, tmp_path: Path) -> World:
+    table = create_managed_table(default_catalog.load(), IDENT, SCHEMA)
+    desc = BatchDescription(
+        target=IDENT,
+        lower=Frontier.minimum(),
+        upper=Frontier.at(11),
+        time=10,
+        base_snapshot_id=None,
+    )
+    batch, manifest = begin_batch(table, desc)
+    path = f"{batch.data_dir}/part-0.parquet"
+    local_path(path).parent.mkdir(parents=True)
+    pq.write_table(pa.table({"k": [1, 2], "v": ["a", "b"]}, SCHEMA), local_path(path))
+    finish_batch(batch, manifest, [StagedTime(10, (StagedFile(path, 2, 1),))])
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    report = {
+        "status": "staged",
+        "description_id": desc.id,
+        "target": IDENT,
+        "manifest": manifest,
+        "rows_to_insert": 2,
+        "rows_to_delete": 0,
+    }
+    return World(table, desc, manifest, report, victim)
+
+
+def _append(report: Any) -> dict[str, Any]:
+    out: dict[str, Any] = AppendOperator(task_id="append", report=report).execute({})
+    return out
+
+
+def _unchanged(world: World) -> None:
+    world.table.refresh()
+    assert world.table.metadata.current_snapshot() is None
+    assert rows_of(world.table) == {}
+    assert (world.victim / "precious.txt").read_text() == "keep me"
+    assert local_path(world.manifest).exists()
+
+
+def _edit_manifest(world: World, **changes: Any) -> None:
+    batch = dataclasses.replace(read_manifest(world.manifest), **changes)
+    write_manifest(batch, world.manifest)
+
+
+REPORTS: dict[str, tuple[Callable[[World], Any], str]] = {
+    "empty": (lambda w: {}, "field 'status'"),
+    "not an object": (lambda w: "[1, 2]", "must be a JSON object"),
+    "unknown status": (lambda w: {**w.report, "status": "done"}, "field 'status'"),
+    "no manifest": (lambda w: {**w.report, "manifest": None}, "field 'manifest'"),
+    "manifest not text": (lambda w: {**w.report, "manifest": 7}, "field 'manifest'"),
+    "no target": (lambda w: {**w.report, "target": ""}, "field 'target'"),
+    "no description id": (lambda w: {**w.report, "description_id": None}, "'description_id'"),
+    "manifest outside": (
+        lambda w: {**w.report, "manifest": str(w.victim / "m.json")},
+        "not a manifest in",
+    ),
+    "manifest via ..": (
+        lambda w: {**w.report, "manifest": w.manifest.replace("ct-staging/", "ct-staging/../")},
+        "not a manifest in",
+    ),
+    "other table": (lambda w: {**w.report, "target": "ns.other"}, "ns.other"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPORTS))
+def test_a_malformed_report_fails_the_append_and_changes_nothing(world: World, case: str) -> None:
+    make, message = REPORTS[case]
+    with pytest.raises(CTError, match=message):
+        _append(make(world))
+    _unchanged(world)
+
+
+MANIFESTS: dict[str, tuple[Callable[[World], dict[str, Any]], str]] = {
+    "data_dir outside": (lambda w: {"data_dir": w.victim.as_uri()}, "is not its folder"),
+    "data_dir via ..": (
+        lambda w: {"data_dir": read_manifest(w.manifest).data_dir + "/../.."},
+        "is not its folder",
+    ),
+    "file outside": (
+        lambda w: {
+            "times": (StagedTime(10, (StagedFile(f"file://{w.victim}/precious.txt", 1, 1),)),)
+        },
+        "outside its folder",
+    ),
+    "still writing": (lambda w: {"state": "writing"}, "state 'writing'"),
+    "another table": (lambda w: {"target": "ns.other"}, "is for ns.other"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MANIFESTS))
+def test_a_hostile_manifest_is_refused_before_anything_is_deleted_or_committed(
+    world: World, case: str
+) -> None:
+    make, message = MANIFESTS[case]
+    _edit_manifest(world, **make(world))
+    with pytest.raises(StagingError, match=message):
+        _append(world.report)
+    _unchanged(world)
+
+
+def test_a_manifest_naming_a_path_id_is_refused(world: World) -> None:
+    raw = json.loads(local_path(world.manifest).read_text())
+    raw["batch_id"] = "../../victim"
+    local_path(world.manifest).write_text(json.dumps(raw))
+    with pytest.raises(StagingError, match="not a valid id"):
+        _append(world.report)
+    _unchanged(world)
+
+
+def test_a_manifest_of_another_description_is_refused(world: World) -> None:
+    other = BatchDescription(
+        target=IDENT,
+        lower=Frontier.minimum(),
+        upper=Frontier.at(21),
+        time=20,
+        base_snapshot_id=None,
+    )
+    with pytest.raises(StagingError, match=f"does not answer description {other.id}"):
+        land_staged(world.table, world.manifest, description=other)
+    _unchanged(world)
+
+
+def test_a_manifest_answering_a_different_time_is_refused(world: World) -> None:
+    """Same lower, upper and base, another time: a different description, refused."""
+    other = dataclasses.replace(world.desc, time=5, id="")
+    assert other.id != world.desc.id
+    with pytest.raises(StagingError, match=f"does not answer description {other.id}"):
+        land_staged(world.table, world.manifest, description=other)
+    _unchanged(world)
+
+
+def test_the_untouched_batch_still_lands_after_all_that(world: World) -> None:
+    """The fixture's batch is sound: without tampering the same append lands it."""
+    out = _append(world.report)
+    assert out["appended"] and not out["already_appended"]
+    world.table.refresh()
+    assert rows_of(world.table) == {(1, "a"): 1, (2, "b"): 1}
+    with pytest.raises(DescriptionError):
+        _append({**world.report, "status": None})
