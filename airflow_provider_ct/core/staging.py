@@ -416,7 +416,10 @@ def discard(
             continue  # an old-style manifest: its folder holds newer attempts' folders
         if live is not None and prefix + info.path in live:
             continue
-        fs.delete_file(info.path)
+        try:
+            fs.delete_file(info.path)
+        except FileNotFoundError:
+            continue  # a concurrent sweep got there first
         deleted += 1
     if batch.attempt and live is None:
         _delete_if_exists(batch.data_dir, directory=True)
@@ -455,10 +458,13 @@ def prune_empty_dirs(uri: str) -> None:
 def _delete_if_exists(uri: str, *, directory: bool = False) -> None:
     fs, local = _fs(uri)
     kind = fs.get_file_info(local).type
-    if directory and kind == pafs.FileType.Directory:
-        fs.delete_dir(local)
-    elif not directory and kind == pafs.FileType.File:
-        fs.delete_file(local)
+    try:
+        if directory and kind == pafs.FileType.Directory:
+            fs.delete_dir(local)
+        elif not directory and kind == pafs.FileType.File:
+            fs.delete_file(local)
+    except FileNotFoundError:
+        pass  # deleted concurrently: the outcome wanted
 
 
 def forget(manifest: str) -> None:

@@ -23,10 +23,12 @@ before the manifest existed, an unreadable manifest, a collection write that
 died before its commit) and half-written manifests go once they are older
 than the grace period and no kept snapshot references them.
 
-Why list first and refresh after: a writer writes its manifest before any
-data file, so every data file listed has a manifest that was listed too; and
-a batch that lands after the refresh had its base as the head at the refresh,
-so it was classified "may still land" and kept.
+Why list and read first and refresh after: a writer writes its manifest
+before any data file, so every data file listed has a manifest that was
+listed too; a manifest read before the refresh whose batch lands after it
+had its base as the head at the refresh, so it is classified "may still
+land" and kept; and one that landed and was dropped before it was read
+landed before the refresh, so its files are in the live set.
 """
 
 from __future__ import annotations
@@ -126,19 +128,21 @@ def sweep_staged(
     :param keep: batch ids to leave alone whatever their state.
     """
     cutoff = (now_ms() if now is None else now) - grace_ms
+    location, props = table.location(), table.metadata.properties
     listing = _list(table)
+    # Read every manifest before the refresh: one that lands (and is dropped)
+    # after this point is then seen as live or as "may still land".
+    read = [(path, _readable(path, location, props)) for path in listing.manifests]
     table.refresh()
     timeline = Timeline.of(table)
     live = referenced_files(table)
-    location, props = table.location(), table.metadata.properties
     landed: list[str] = []
     discarded: list[str] = []
     kept: list[str] = []
     skipped: list[str] = []
     protected: list[str] = []
     deleted = 0
-    for path in listing.manifests:
-        batch = _readable(path, location, props)
+    for path, batch in read:
         if batch is None:
             skipped.append(path)
             continue
