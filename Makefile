@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # e.g. make demo DEMO_ARGS=--keep-running
 DEMO_ARGS ?=
 
-.PHONY: setup demo walkthrough test lint unit e2e bench clean
+.PHONY: setup demo walkthrough test lint unit e2e faults bench clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -36,6 +36,10 @@ unit: setup
 # Only the end-to-end suite (real Airflow, Spark cluster, PostgreSQL, Chromium).
 e2e: setup
 	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
+
+# Only the fault-injection, hostile-input and model-checked tests.
+faults: setup
+	$(PY) -m pytest -m faults $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) bench/view_bench.py
