@@ -12,7 +12,7 @@ from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.staging import LandResult, land_staged
 from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import DescriptionError, ManifestMissingError
+from airflow_provider_ct.exceptions import CTError, DescriptionError, ManifestMissingError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import load_json_object
 from airflow_provider_ct.spark.write_job import STATUS_DRY_RUN, STATUS_OUTDATED, STATUS_STAGED
@@ -134,10 +134,20 @@ class AppendOperator(BaseOperator):
             # (or after cleanup) decides from the table's own history.
             return self._without_manifest(table, report, manifest)
         if not outcome.result.landed:
-            # Losing a race is when leftovers of earlier losers are likeliest: sweep
-            # them (the default grace protects anything a live writer may still own).
-            sweep_staged(table)
+            self._sweep_after_loss(table)
         return self._result(outcome)
+
+    @staticmethod
+    def _sweep_after_loss(table: Table) -> None:
+        """Sweep leftovers of earlier losers; a failure here never changes the outcome.
+
+        Losing a race is when such leftovers are likeliest; the default grace
+        protects anything a live writer may still own.
+        """
+        try:
+            sweep_staged(table)
+        except (CTError, OSError) as exc:
+            log.warning("sweeping %s after a lost append failed: %s", ".".join(table.name()), exc)
 
     def _result(self, outcome: LandResult) -> dict[str, Any]:
         batch, result = outcome.batch, outcome.result
