@@ -76,7 +76,10 @@ class CommitStateUnknownError(CommitError):
     """The catalog failed in a way that leaves the commit's outcome unknown.
 
     Staged files must *not* be deleted in this case: they may already be
-    referenced by the table. A retry of the same batch id resolves it.
+    referenced by the table. A retry of the same batch id resolves it. Also
+    raised when the catalog cannot be reached at all during a
+    compare-and-append (its database is down): the remedy is the same, and
+    the message says whether a commit had been sent.
     """
 
 

@@ -37,6 +37,12 @@ class PgServer:
     user: str
     password: str
     database: str
+    #: The cluster's data folder (empty: not controllable, e.g. an external server).
+    pgdata: str = ""
+    #: Where the server puts its Unix socket and log.
+    folder: str = ""
+    #: ``runuser -u postgres --`` when the tests run as root.
+    prefix: tuple[str, ...] = ()
 
     def sqlalchemy_url(self, database: str | None = None) -> str:
         return (
@@ -60,6 +66,54 @@ class PgServer:
             cur.execute(f"CREATE DATABASE {name}")
         conn.close()
         return self.sqlalchemy_url(name)
+
+    def start(self) -> None:
+        """Start the server (again) on the same port and data, and wait until it answers.
+
+        Fault-injection tests stop the catalog's database in the middle of a
+        tick and restart it to check that the retry lands.
+        """
+        options = (
+            f"-h 127.0.0.1 -p {self.port} -k {self.folder} -c fsync=off -c max_connections=100"
+        )
+        log = os.path.join(self.folder, "log")
+        subprocess.run(
+            [
+                *self.prefix,
+                _pg_bin("pg_ctl"),
+                *("-D", self.pgdata, "-l", log, "-w", "-t", "60", "start", "-o", options),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        self._wait_until_up()
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server: ``fast`` ends every connection, ``immediate`` is a crash."""
+        subprocess.run(
+            [*self.prefix, _pg_bin("pg_ctl"), "-D", self.pgdata, "-m", mode, "-w", "stop"],
+            check=True,
+            capture_output=True,
+        )
+
+    def _wait_until_up(self) -> None:
+        import psycopg2
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                psycopg2.connect(
+                    host="127.0.0.1",
+                    port=self.port,
+                    user=self.user,
+                    password=self.password,
+                    dbname=self.database,
+                ).close()
+                return
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
 
 @contextlib.contextmanager
@@ -94,43 +148,20 @@ def running_postgres() -> Iterator[PgServer]:
         check=True,
         capture_output=True,
     )
-    port = free_port()
-    log = os.path.join(data, "log")
-    subprocess.run(
-        [
-            *prefix,
-            _pg_bin("pg_ctl"),
-            "-D",
-            pgdata,
-            "-l",
-            log,
-            "-w",
-            "-t",
-            "60",
-            "start",
-            "-o",
-            f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off -c max_connections=100",
-        ],
-        check=True,
-        capture_output=True,
+    server = PgServer(
+        port=free_port(),
+        user="ct",
+        password=password,
+        database="postgres",
+        pgdata=pgdata,
+        folder=data,
+        prefix=tuple(prefix),
     )
     try:
-        server = PgServer(port=port, user="ct", password=password, database="postgres")
-        deadline = time.monotonic() + 30
-        import psycopg2
-
-        while True:
-            try:
-                psycopg2.connect(
-                    host="127.0.0.1", port=port, user="ct", password=password, dbname="postgres"
-                ).close()
-                break
-            except psycopg2.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        server.start()
         yield server
     finally:
+        # A test may have stopped it already: then this finds nothing to stop.
         subprocess.run(
             [*prefix, _pg_bin("pg_ctl"), "-D", pgdata, "-m", "immediate", "-w", "stop"],
             capture_output=True,

@@ -322,7 +322,7 @@ def compare_and_append(
         raise CommitError("pass either changes= or add_files/remove_files/time, not both")
     _validate_batch(expected_upper, new_upper, changes)
 
-    table.refresh()
+    _refresh(table, batch_id, "before committing; nothing was committed")
     timeline = Timeline.of(table)
     table_name = timeline.table
     if not timeline.managed:
@@ -364,7 +364,7 @@ def compare_and_append(
         failpoint("commit.after-catalog-commit")
     except CommitFailedException as exc:
         _discard_producers(producers)
-        table.refresh()
+        _refresh(table, batch_id, "after it rejected the commit")
         current = Timeline.of(table)
         found = current.find_batch(batch_id)
         if found is not None:  # a concurrent retry of the same batch won
@@ -387,7 +387,7 @@ def compare_and_append(
             batch_id=batch_id,
             reason=f"commit rejected by the catalog: {exc}",
         )
-    except _unknown_outcome_errors() as exc:
+    except catalog_transport_errors() as exc:
         # A transport or server failure leaves the outcome open: keep the
         # staged files (they may be referenced now) and let a retry decide.
         # Anything else (a bug) propagates as itself.
@@ -395,7 +395,7 @@ def compare_and_append(
             f"commit of batch {batch_id} on {table_name} has an unknown outcome: {exc}; "
             "retry with the same batch id"
         ) from exc
-    table.refresh()
+    _refresh(table, batch_id, "after the commit was accepted")
     landed = Timeline.of(table)
     snapshot_ids = tuple(e.snapshot_id for e in landed.entries if e.batch_id == batch_id)
     log.info(
@@ -415,7 +415,24 @@ def compare_and_append(
     )
 
 
-def _unknown_outcome_errors() -> tuple[type[BaseException], ...]:
+def _refresh(table: Table, batch_id: str, when: str) -> None:
+    """Re-read ``table`` from its catalog; an unreachable catalog is CommitStateUnknownError.
+
+    Not a raw SQLAlchemy or socket error: every caller of compare-and-append
+    already handles an unknown outcome the right way for an outage too (keep
+    the staged files, retry the same batch id), and ``when`` tells the
+    operator whether anything can have been committed.
+    """
+    try:
+        table.refresh()
+    except catalog_transport_errors() as exc:
+        raise CommitStateUnknownError(
+            f"commit of batch {batch_id} on {'.'.join(table.name())}: the catalog could not be "
+            f"read {when} ({exc}); retry with the same batch id"
+        ) from exc
+
+
+def catalog_transport_errors() -> tuple[type[BaseException], ...]:
     """Errors after which the catalog may or may not have committed.
 
     PyIceberg's own ``CommitStateUnknownException``, OS and socket errors,

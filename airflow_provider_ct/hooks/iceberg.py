@@ -29,6 +29,7 @@ from urllib.parse import quote
 from airflow.sdk import BaseHook
 
 from airflow_provider_ct.core.catalog import DEFAULT_CATALOG_NAME, CatalogConfig
+from airflow_provider_ct.core.commit import catalog_transport_errors
 from airflow_provider_ct.exceptions import ConfigurationError
 from airflow_provider_ct.spark.conf import spark_conf
 
@@ -142,12 +143,20 @@ class IcebergCatalogHook(BaseHook):
         """Load ``namespace.table``, with a clear error when it does not exist."""
         from pyiceberg.exceptions import NoSuchTableError
 
+        catalog = self.get_catalog()
         try:
-            return self.get_catalog().load_table(identifier)
+            return catalog.load_table(identifier)
         except NoSuchTableError:
             raise ConfigurationError(
                 f"table {identifier!r} does not exist in catalog {self.get_config().name!r}"
             ) from None
+        except catalog_transport_errors() as exc:
+            # The catalog was opened, then its database went away (or the network).
+            config = self.get_config()
+            raise ConfigurationError(
+                f"cannot load table {identifier!r} from Iceberg catalog {config.name!r} at "
+                f"{config.redacted_uri()}: {config.scrub(str(exc))}"
+            ) from exc
 
     def get_spark_conf(self, **kwargs: Any) -> dict[str, str]:
         """Spark properties registering the same catalog (see :func:`spark_conf`).
