@@ -309,41 +309,13 @@ def compare_and_append(
     :param inputs: pinned input snapshots, recorded as ``ct.inputs``.
     :return: an :class:`AppendResult`; a lost race is ``landed=False``.
     """
-    if changes is None:
-        if add_files or remove_files or time is not None:
-            if time is None:
-                if new_upper.is_empty or new_upper.time == 0:
-                    raise CommitError("pass time= when the new upper is empty or 0")
-                time = int(new_upper.time) - 1  # type: ignore[arg-type]
-            changes = [TimedChange(time, tuple(add_files), tuple(remove_files))]
-        else:
-            changes = []
-    elif add_files or remove_files or time is not None:
-        raise CommitError("pass either changes= or add_files/remove_files/time, not both")
+    changes = _as_changes(changes, add_files, remove_files, time, new_upper)
     _validate_batch(expected_upper, new_upper, changes)
-
     _refresh(table, batch_id, "before committing; nothing was committed")
-    timeline = Timeline.of(table)
-    table_name = timeline.table
-    if not timeline.managed:
-        if timeline.head_snapshot_id is not None:
-            raise CommitError(
-                f"table {table_name} is not managed by airflow-provider-ct (no "
-                f"{TableKeys.MANAGED} property and no {SummaryKeys.UPPER} on main); "
-                "refusing to write its frontier"
-            )
-        # Empty and unflagged (created by plain PyIceberg or Spark): nothing is
-        # sealed yet, so it starts at the minimum, and the first batch adopts it
-        # (below). Read as external, its upper would be the wall clock.
-        timeline = replace(timeline, managed=True, upper=Frontier.minimum())
-        adopt = True
-    else:
-        adopt = False
+    timeline, adopt = _writable_timeline(table)
     mismatch = _check_preconditions(timeline, expected_upper, expected_head, batch_id)
     if mismatch is not None:
         return mismatch
-    head = timeline.head_snapshot_id
-
     tx, producers = _stage_snapshots(
         table,
         expected_upper=expected_upper,
@@ -356,8 +328,84 @@ def compare_and_append(
     properties = _adoption_properties(table) if adopt else {}
     properties[TableKeys.UPPER_HIGH_WATER] = new_upper.to_summary()
     tx.set_properties(properties)
+    lost = _commit_or_lose(table, tx, producers, timeline, expected_upper, batch_id)
+    if lost is not None:
+        return lost
+    _refresh(table, batch_id, "after the commit was accepted")
+    landed = Timeline.of(table)
+    snapshot_ids = tuple(e.snapshot_id for e in landed.entries if e.batch_id == batch_id)
+    log.info(
+        "compare-and-append of batch %s on %s landed: upper %s -> %s in %d snapshot(s)",
+        batch_id,
+        timeline.table,
+        expected_upper.to_summary(),
+        new_upper.to_summary(),
+        len(snapshot_ids),
+    )
+    return AppendResult(
+        landed=True,
+        upper=landed.upper,
+        head_snapshot_id=landed.head_snapshot_id,
+        batch_id=batch_id,
+        snapshot_ids=snapshot_ids,
+    )
+
+
+def _as_changes(
+    changes: Sequence[TimedChange] | None,
+    add_files: Sequence[str],
+    remove_files: Sequence[str],
+    time: int | None,
+    new_upper: Frontier,
+) -> list[TimedChange]:
+    """The batch as a list of changes, from ``changes`` or the single-time shorthand."""
+    if changes is not None:
+        if add_files or remove_files or time is not None:
+            raise CommitError("pass either changes= or add_files/remove_files/time, not both")
+        return list(changes)
+    if not (add_files or remove_files or time is not None):
+        return []
+    if time is None:
+        if new_upper.is_empty or new_upper.time == 0:
+            raise CommitError("pass time= when the new upper is empty or 0")
+        time = int(new_upper.time) - 1  # type: ignore[arg-type]
+    return [TimedChange(time, tuple(add_files), tuple(remove_files))]
+
+
+def _writable_timeline(table: Table) -> tuple[Timeline, bool]:
+    """The table's timeline, and whether this commit adopts an empty, unflagged table."""
+    timeline = Timeline.of(table)
+    if timeline.managed:
+        return timeline, False
+    if timeline.head_snapshot_id is not None:
+        raise CommitError(
+            f"table {timeline.table} is not managed by airflow-provider-ct (no "
+            f"{TableKeys.MANAGED} property and no {SummaryKeys.UPPER} on main); "
+            "refusing to write its frontier"
+        )
+    # Empty and unflagged (created by plain PyIceberg or Spark): nothing is
+    # sealed yet, so it starts at the minimum, and the first batch adopts it.
+    # Read as external, its upper would be the wall clock.
+    return replace(timeline, managed=True, upper=Frontier.minimum()), True
+
+
+def _commit_or_lose(
+    table: Table,
+    tx: Transaction,
+    producers: Sequence[Any],
+    timeline: Timeline,
+    expected_upper: Frontier,
+    batch_id: str,
+) -> AppendResult | None:
+    """Commit once; ``None`` when it landed, the outcome when the catalog rejected it.
+
+    A transport or server failure leaves the outcome open: the staged files
+    are kept (they may be referenced now) and a retry decides. Anything else
+    (a bug) propagates as itself.
+    """
     from pyiceberg.exceptions import CommitFailedException
 
+    head = timeline.head_snapshot_id
     try:
         failpoint("commit.before-catalog-commit")
         _commit_once(table, tx, head)
@@ -366,14 +414,13 @@ def compare_and_append(
         _discard_producers(producers)
         _refresh(table, batch_id, "after it rejected the commit")
         current = Timeline.of(table)
-        found = current.find_batch(batch_id)
-        if found is not None:  # a concurrent retry of the same batch won
+        if current.find_batch(batch_id) is not None:  # a concurrent retry of it won
             return _already(current, batch_id)
         log.info(
             "compare-and-append of batch %s on %s lost: expected upper %s at head %s, "
             "now upper %s at head %s (%s)",
             batch_id,
-            table_name,
+            timeline.table,
             expected_upper.to_summary(),
             head,
             current.upper.to_summary(),
@@ -388,31 +435,11 @@ def compare_and_append(
             reason=f"commit rejected by the catalog: {exc}",
         )
     except catalog_transport_errors() as exc:
-        # A transport or server failure leaves the outcome open: keep the
-        # staged files (they may be referenced now) and let a retry decide.
-        # Anything else (a bug) propagates as itself.
         raise CommitStateUnknownError(
-            f"commit of batch {batch_id} on {table_name} has an unknown outcome: {exc}; "
+            f"commit of batch {batch_id} on {timeline.table} has an unknown outcome: {exc}; "
             "retry with the same batch id"
         ) from exc
-    _refresh(table, batch_id, "after the commit was accepted")
-    landed = Timeline.of(table)
-    snapshot_ids = tuple(e.snapshot_id for e in landed.entries if e.batch_id == batch_id)
-    log.info(
-        "compare-and-append of batch %s on %s landed: upper %s -> %s in %d snapshot(s)",
-        batch_id,
-        table_name,
-        expected_upper.to_summary(),
-        new_upper.to_summary(),
-        len(snapshot_ids),
-    )
-    return AppendResult(
-        landed=True,
-        upper=landed.upper,
-        head_snapshot_id=landed.head_snapshot_id,
-        batch_id=batch_id,
-        snapshot_ids=snapshot_ids,
-    )
+    return None
 
 
 def _refresh(table: Table, batch_id: str, when: str) -> None:

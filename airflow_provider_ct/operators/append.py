@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_ct.core.commit import catalog_transport_errors
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.staging import LandResult, land_staged
 from airflow_provider_ct.core.sweep import sweep_staged
@@ -144,9 +145,10 @@ class AppendOperator(BaseOperator):
         Losing a race is when such leftovers are likeliest; the default grace
         protects anything a live writer may still own.
         """
+        expected: tuple[type[BaseException], ...] = (CTError, *catalog_transport_errors())
         try:
             sweep_staged(table)
-        except (CTError, OSError) as exc:
+        except expected as exc:
             log.warning("sweeping %s after a lost append failed: %s", ".".join(table.name()), exc)
 
     def _result(self, outcome: LandResult) -> dict[str, Any]:
