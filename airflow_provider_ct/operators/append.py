@@ -29,6 +29,8 @@ _REPORT_FIELDS: dict[str, tuple[str, ...]] = {
     STATUS_OUTDATED: ("description_id", "target"),
     STATUS_DRY_RUN: ("description_id", "target"),
 }
+#: Optional fields of any report, and their types (a quiet tick's ``quiet``).
+_OPTIONAL_FIELDS: dict[str, type] = {"quiet": bool}
 
 
 def checked_report(value: Any) -> dict[str, Any]:
@@ -49,6 +51,11 @@ def checked_report(value: Any) -> dict[str, Any]:
             raise DescriptionError(
                 f"write report field {name!r} must be a non-empty string, got "
                 f"{report.get(name)!r:.100}"
+            )
+    for name, kind in _OPTIONAL_FIELDS.items():
+        if name in report and not isinstance(report[name], kind):
+            raise DescriptionError(
+                f"write report field {name!r} must be a {kind.__name__}, got {report[name]!r:.100}"
             )
     return report
 
@@ -137,7 +144,7 @@ class AppendOperator(BaseOperator):
             # Losing a race is when leftovers of earlier losers are likeliest: sweep
             # them (the default grace protects anything a live writer may still own).
             sweep_staged(table)
-        return self._result(outcome)
+        return {**self._result(outcome), "quiet": report.get("quiet", False)}
 
     def _result(self, outcome: LandResult) -> dict[str, Any]:
         batch, result = outcome.batch, outcome.result
