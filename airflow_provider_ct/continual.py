@@ -29,6 +29,7 @@ def continual_task(
     sensor_timeout: float = 3600.0,
     read_only: bool | None = None,
     catalog_name: str = "ct",
+    quiet_ticks: bool = True,
     **group_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that runs a continual task for every input time up to each tick.
@@ -36,6 +37,8 @@ def continual_task(
     :param definition: ``CREATE CONTINUAL TASK name (col type, ...) ON INPUT input
         [WITH (SNAPSHOT = true)] AS ( stmt; ... )``, as in Materialize.
     :param namespace: namespace of unqualified table names.
+    :param quiet_ticks: a tick in which the input did not change commits the
+        output's frontier without starting Spark (see ``core/quiet.py``).
     """
     task = parse_continual_task(definition, default_namespace=namespace, catalog_name=catalog_name)
     gid = group_id or f"ct_{task.name.replace('.', '_')}"
@@ -65,6 +68,7 @@ def continual_task(
             spark_conn_id=spark_conn_id,
             spark_master=spark_master,
             iceberg_conn_id=iceberg_conn_id,
+            quiet_ticks=quiet_ticks,
         )
         append = AppendOperator(
             task_id="append",

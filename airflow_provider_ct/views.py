@@ -42,6 +42,7 @@ def materialized_view(
     report_only: bool = False,
     input_upper_policies: Mapping[str, str] | None = None,
     catalog_name: str = "ct",
+    quiet_ticks: bool = True,
     **group_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that keeps ``target`` equal to ``sql`` at every tick.
@@ -55,6 +56,8 @@ def materialized_view(
         definition; nothing is staged or appended.
     :param input_upper_policies: per external input (``ns.t`` or
         ``<catalog>.ns.t``), ``wallclock[:<ms>]`` or ``summary:<key>``.
+    :param quiet_ticks: a tick that provably changes nothing (no input changed,
+        see ``core/quiet.py``) commits its frontier without starting Spark.
     """
     parsed = parse_query(sql, target=target, catalog_name=catalog_name)
     parse_policies(input_upper_policies, parsed.inputs, catalog_name)
@@ -90,6 +93,7 @@ def materialized_view(
             spark_conf=spark_conf,
             report_only=report_only,
             iceberg_conn_id=iceberg_conn_id,
+            quiet_ticks=quiet_ticks,
         )
         sensor >> mint_task >> write
         if not report_only:

@@ -30,6 +30,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import QueryError
 
 _HEADER = re.compile(
@@ -41,6 +42,10 @@ _HEADER = re.compile(
     re.IGNORECASE | re.DOTALL | re.VERBOSE,
 )
 NOW_FUNCTIONS = ("mz_now", "ct_time")
+#: ``kind`` of a continual task's :func:`~airflow_provider_ct.core.query.query_hash`.
+CONTINUAL_TASK_KIND = "continual-task"
+#: The Iceberg operation that rewrites files without changing rows (compaction).
+REPLACE = "replace"
 
 
 @dataclass(frozen=True)
@@ -221,4 +226,24 @@ def _statement(tree: Any, index: int, output: str, columns: Any) -> Statement:
     raise QueryError(
         f"statement {index} must be DELETE FROM {output} ... or INSERT INTO {output} "
         f"SELECT ...; got: {text}"
+    )
+
+
+def input_times(timeline: Timeline, lower: int, upper: int, as_of: int) -> list[int]:
+    """Times at which the input changed, within ``[lower, upper)`` and after the as-of.
+
+    A time whose only snapshots are Iceberg ``replace`` (compaction, a
+    rewrite of files with the same rows) is not a change of the input: the
+    statements do not run for it. This is also what lets a quiet tick
+    (``core/quiet.py``) skip Spark for an input that was only compacted.
+    """
+    return sorted(
+        {
+            e.time
+            for e in timeline.entries
+            if e.time is not None
+            and lower <= e.time < upper
+            and e.time > as_of
+            and e.operation != REPLACE
+        }
     )

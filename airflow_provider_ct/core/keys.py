@@ -22,6 +22,9 @@ class SummaryKeys:
     INPUTS = "ct.inputs"
     #: The write attempt whose staged files the snapshot registered.
     ATTEMPT = "ct.attempt"
+    #: A hash of the query (or continual-task definition) the batch computed;
+    #: a quiet tick needs it to equal the current query's (see ``core/quiet.py``).
+    QUERY_HASH = "ct.query-hash"
 
     #: The spelling of the empty frontier (a closed collection) in ``ct.upper``.
     EMPTY_FRONTIER = "empty"
@@ -39,3 +42,5 @@ class TableKeys:
     #: The highest upper ``main`` ever reached (epoch ms or ``empty``), set by
     #: every compare-and-append: a head below it means ``main`` was rolled back.
     UPPER_HIGH_WATER = "ct.upper-high-water"
+    #: A continual task's output: the time of its first tick (its as-of).
+    AS_OF = "ct.as-of"

@@ -7,6 +7,7 @@ milliseconds, before a JVM starts, with a message naming the problem.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,74 @@ from airflow_provider_ct.exceptions import QueryError
 
 #: Temp-view names the write job registers for pinned inputs.
 INPUT_VIEW_PREFIX = "__ct_input_"
+
+#: Spark SQL functions whose result is not a function of the query's inputs
+#: (randomness, the clock, the session, the file layout, arbitrary Java).
+NONDETERMINISTIC_FUNCTIONS = frozenset(
+    {
+        "aes_encrypt",
+        "curdate",
+        "current_catalog",
+        "current_database",
+        "current_date",
+        "current_schema",
+        "current_time",
+        "current_timestamp",
+        "current_timezone",
+        "current_user",
+        "input_file_block_length",
+        "input_file_block_start",
+        "input_file_name",
+        "java_method",
+        "localtimestamp",
+        "monotonically_increasing_id",
+        "now",
+        "rand",
+        "randn",
+        "random",
+        "randstr",
+        "reflect",
+        "session_user",
+        "shuffle",
+        "spark_partition_id",
+        "try_aes_encrypt",
+        "try_reflect",
+        "uniform",
+        "user",
+        "uuid",
+        "version",
+    }
+)
+
+
+def query_hash(text: str, kind: str = "view") -> str:
+    """A stable hash of a query's exact text, recorded as ``ct.query-hash``.
+
+    The exact text, not a normalized form: any edit (even whitespace) counts
+    as a new query, which costs one Spark run and can never hide a change.
+    ``kind`` keeps a view's and a continual task's hashes apart.
+    """
+    digest = hashlib.sha256(f"{kind}\n{text}".encode()).hexdigest()
+    return f"sha256:{digest}"
+
+
+def nondeterministic_calls(expression: Any) -> list[str]:
+    """The calls in a parsed query whose results do not depend on its inputs alone.
+
+    A quiet tick assumes the query over unchanged inputs gives the same rows;
+    ``rand()`` or ``current_timestamp()`` break that, so such a query always
+    runs Spark. ``TABLESAMPLE`` samples at random. (sqlglot reads
+    ``unix_timestamp()`` without an argument as a call of ``current_timestamp``.)
+    """
+    found: set[str] = set()
+    for node in expression.find_all(exp.Func, exp.TableSample):
+        if isinstance(node, exp.TableSample):
+            found.add("tablesample")
+            continue
+        name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+        if name in NONDETERMINISTIC_FUNCTIONS:
+            found.add(name)
+    return sorted(found)
 
 
 def normalize_table_name(name: str, catalog_name: str) -> str:

@@ -101,6 +101,9 @@ class StagedBatch:
     #: The write attempt that staged these files ("" for manifests written
     #: before attempts had folders of their own).
     attempt: str = ""
+    #: Snapshot-summary entries the append records with the batch (only the
+    #: keys in :data:`MANIFEST_SUMMARY_KEYS`, e.g. ``ct.query-hash``).
+    summary: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def added_files(self) -> list[str]:
@@ -148,6 +151,7 @@ class StagedBatch:
             "state": self.state,
             "created_at_ms": self.created_at_ms,
             "attempt": self.attempt,
+            "summary": dict(self.summary),
             "description": dict(self.description),
             "inputs": dict(self.inputs),
             "times": [
@@ -209,6 +213,7 @@ class StagedBatch:
                 state=str(data["state"]),
                 created_at_ms=_int(data.get("created_at_ms", 0), "created_at_ms"),
                 attempt=str(data.get("attempt") or ""),
+                summary=_manifest_summary(data.get("summary") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StagingError(f"{where} is malformed: {exc!s}") from None
@@ -219,6 +224,27 @@ def _frontier(value: Any, what: str) -> Frontier:
         return Frontier.from_json(value)
     except FrontierError as exc:
         raise ValueError(f"{what}: {exc}") from None
+
+
+#: Summary keys a manifest may ask the append to record: never the frontier
+#: keys, the batch id or the attempt, which the append writes itself.
+MANIFEST_SUMMARY_KEYS = frozenset({SummaryKeys.QUERY_HASH})
+_MAX_SUMMARY_VALUE = 200
+
+
+def _manifest_summary(value: Any) -> dict[str, str]:
+    """A manifest's ``summary``: known keys with short string values, or ``ValueError``."""
+    if not isinstance(value, dict):
+        raise TypeError(f"summary must be an object, got {value!r:.80}")
+    for key, item in value.items():
+        if key not in MANIFEST_SUMMARY_KEYS:
+            raise ValueError(
+                f"summary key {key!r:.80} is not one a manifest may set "
+                f"({sorted(MANIFEST_SUMMARY_KEYS)})"
+            )
+        if not isinstance(item, str) or len(item) > _MAX_SUMMARY_VALUE:
+            raise ValueError(f"summary {key} must be a string of at most 200 characters")
+    return dict(value)
 
 
 def _int(value: Any, what: str) -> int:
@@ -511,13 +537,25 @@ def outdated_reason(table: Table | None, description: BatchDescription) -> str |
     )
 
 
-def begin_batch(table: Table, description: BatchDescription) -> tuple[StagedBatch, str]:
+def begin_batch(
+    table: Table,
+    description: BatchDescription,
+    *,
+    summary: Mapping[str, str] | None = None,
+) -> tuple[StagedBatch, str]:
     """Write the write-ahead manifest of a new attempt at a description's batch.
 
     Each call is a new attempt with a folder of its own, so a retried or
     zombie writer never touches another attempt's files. Written before any
     data file, so a crashed writer leaves a findable folder.
+
+    :param summary: snapshot-summary entries for the append to record (the
+        query hash); only :data:`MANIFEST_SUMMARY_KEYS`.
     """
+    try:
+        checked = _manifest_summary(dict(summary or {}))
+    except ValueError as exc:
+        raise StagingError(f"batch {description.id}: {exc}") from None
     attempt = new_attempt_id()
     batch = StagedBatch(
         batch_id=check_id(description.id, "description id"),
@@ -531,6 +569,7 @@ def begin_batch(table: Table, description: BatchDescription) -> tuple[StagedBatc
         state=STATE_WRITING,
         created_at_ms=now_ms(),
         attempt=attempt,
+        summary=checked,
     )
     path = manifest_path(table.location(), description.id, table.metadata.properties, attempt)
     write_manifest(batch, path)
@@ -607,7 +646,10 @@ def append_batch(table: Table, batch: StagedBatch) -> AppendResult:
         changes=batch.changes(),
         expected_head=batch.base_snapshot_id,
         inputs=batch.inputs,
-        extra_summary={SummaryKeys.ATTEMPT: batch.attempt} if batch.attempt else None,
+        extra_summary={
+            **batch.summary,
+            **({SummaryKeys.ATTEMPT: batch.attempt} if batch.attempt else {}),
+        },
     )
 
 

@@ -6,7 +6,7 @@ import ast
 import json
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.frontier import parse_timestamp, timestamp_from_datetime
 from airflow_provider_ct.core.policies import parse_policies
@@ -14,6 +14,9 @@ from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 #: Deployment-wide read-only switch (0dt upgrades, incident response).
 READ_ONLY_ENV = "CT_READ_ONLY"
@@ -87,11 +90,16 @@ def timelines(
     return {name: Timeline.of(hook.load_table(name), policy=parsed.get(name)) for name in names}
 
 
-def target_timeline(hook: IcebergCatalogHook, target: str) -> Timeline | None:
+def load_table_or_none(hook: IcebergCatalogHook, name: str) -> Table | None:
+    """The table ``name``, or ``None`` if it does not exist (before a first tick)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        table = hook.get_catalog().load_table(target)
+        return hook.get_catalog().load_table(name)
     except NoSuchTableError:
         return None
-    return Timeline.of(table)
+
+
+def target_timeline(hook: IcebergCatalogHook, target: str) -> Timeline | None:
+    table = load_table_or_none(hook, target)
+    return None if table is None else Timeline.of(table)

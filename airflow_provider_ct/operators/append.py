@@ -30,6 +30,8 @@ _REPORT_FIELDS: dict[str, tuple[str, ...]] = {
     STATUS_OUTDATED: ("description_id", "target"),
     STATUS_DRY_RUN: ("description_id", "target"),
 }
+#: Optional fields of any report, and their types (a quiet tick's ``quiet``).
+_OPTIONAL_FIELDS: dict[str, type] = {"quiet": bool}
 
 
 def checked_report(value: Any) -> dict[str, Any]:
@@ -50,6 +52,11 @@ def checked_report(value: Any) -> dict[str, Any]:
             raise DescriptionError(
                 f"write report field {name!r} must be a non-empty string, got "
                 f"{report.get(name)!r:.100}"
+            )
+    for name, kind in _OPTIONAL_FIELDS.items():
+        if name in report and not isinstance(report[name], kind):
+            raise DescriptionError(
+                f"write report field {name!r} must be a {kind.__name__}, got {report[name]!r:.100}"
             )
     return report
 
@@ -136,7 +143,7 @@ class AppendOperator(BaseOperator):
             return self._without_manifest(table, report, manifest)
         if not outcome.result.landed:
             self._sweep_after_loss(table)
-        return self._result(outcome)
+        return {**self._result(outcome), "quiet": report.get("quiet", False)}
 
     @staticmethod
     def _sweep_after_loss(table: Table) -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_ct.core.continual import parse_continual_task
+from airflow_provider_ct.core.continual import CONTINUAL_TASK_KIND, parse_continual_task
 from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.quiet import Quiet, continual_tick_is_quiet
 from airflow_provider_ct.exceptions import DescriptionError, QueryError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
-from airflow_provider_ct.operators._common import timelines
+from airflow_provider_ct.operators._common import load_table_or_none, timelines
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import WriteOperator
 from airflow_provider_ct.spark import continual_job
@@ -55,6 +56,8 @@ class ContinualWriteOperator(WriteOperator):
 
     template_fields = ("definition", "namespace", "description")
     job_kind = "continual-task job"
+    query_kind = CONTINUAL_TASK_KIND
+    quiet_records_time = False
 
     def __init__(self, *, definition: str, namespace: str, **kwargs: Any) -> None:
         self.definition = definition
@@ -73,6 +76,18 @@ class ContinualWriteOperator(WriteOperator):
         missing = [t for t in tables if t not in desc.inputs]
         if missing:
             raise DescriptionError(f"description {desc.id} does not pin {missing}")
+
+    def _quiet(self, hook: IcebergCatalogHook, desc: BatchDescription, target: str) -> Quiet:
+        """Quiet when the job would process no input time (the input did not change)."""
+        task = parse_continual_task(
+            self.definition, default_namespace=self.namespace, catalog_name=hook.get_config().name
+        )
+        return continual_tick_is_quiet(
+            load_table_or_none(hook, target),
+            desc,
+            input_name=task.input,
+            input_table=hook.load_table(task.input),
+        )
 
     def _application(self) -> str:
         return str(continual_job.__file__)

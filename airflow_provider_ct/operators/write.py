@@ -15,13 +15,20 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.query import normalize_table_name, parse_query
+from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.query import normalize_table_name, parse_query, query_hash
+from airflow_provider_ct.core.quiet import Quiet, stage_empty_batch, view_tick_is_quiet
 from airflow_provider_ct.exceptions import DescriptionError, SparkJobError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
-from airflow_provider_ct.operators._common import load_json_object, timelines
+from airflow_provider_ct.operators._common import (
+    load_json_object,
+    load_table_or_none,
+    timelines,
+)
 from airflow_provider_ct.spark import write_job
 from airflow_provider_ct.spark.conf import spark_jars
 from airflow_provider_ct.spark.job_errors import ERROR_FILE, job_error
+from airflow_provider_ct.spark.write_job import STATUS_STAGED, WriteReport
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +65,10 @@ class WriteOperator(BaseOperator):
     :param report_only: a dry run: report the rows to insert and to delete (how
         far the table is from its definition) without staging anything.
     :param spark_conf: extra Spark properties.
+    :param quiet_ticks: decide from metadata first whether the tick can change
+        the target at all, and if provably not, stage an empty batch without
+        starting Spark (see ``core/quiet.py``). ``False`` always runs the job
+        (e.g. after changing a Spark setting that changes the query's result).
     """
 
     template_fields: Sequence[str] = ("target", "sql", "description")
@@ -65,6 +76,11 @@ class WriteOperator(BaseOperator):
     ui_color = "#f7e6c4"
     #: The job, as messages name it.
     job_kind = "write job"
+    #: ``kind`` of this job's :func:`~airflow_provider_ct.core.query.query_hash`.
+    query_kind = "view"
+    #: Whether a quiet batch records the tick's time (a view) or only advances
+    #: the upper (a continual task whose input did not change).
+    quiet_records_time = True
 
     def __init__(
         self,
@@ -79,6 +95,7 @@ class WriteOperator(BaseOperator):
         spark_conf: dict[str, str] | None = None,
         driver_memory: str = "2g",
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+        quiet_ticks: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -94,6 +111,7 @@ class WriteOperator(BaseOperator):
         self.spark_conf = dict(spark_conf or {})
         self.driver_memory = driver_memory
         self.iceberg_conn_id = iceberg_conn_id
+        self.quiet_ticks = quiet_ticks
 
     def _description(self, context: Any) -> BatchDescription:
         value = self.description
@@ -111,6 +129,32 @@ class WriteOperator(BaseOperator):
         missing = [t for t in parsed.inputs if t not in desc.inputs]
         if missing:
             raise DescriptionError(f"description {desc.id} does not pin inputs {missing}")
+
+    def _quiet(self, hook: IcebergCatalogHook, desc: BatchDescription, target: str) -> Quiet:
+        """Whether the tick provably changes nothing (metadata reads only, no JVM)."""
+        catalog_name = hook.get_config().name
+        parsed = parse_query(self.sql, target=target, catalog_name=catalog_name)
+        return view_tick_is_quiet(
+            load_table_or_none(hook, target),
+            desc,
+            sql=self.sql,
+            inputs={name: hook.load_table(name) for name in parsed.inputs},
+            catalog_name=catalog_name,
+        )
+
+    def _stage_quiet(
+        self, hook: IcebergCatalogHook, desc: BatchDescription, target: str, reason: str
+    ) -> dict[str, Any]:
+        """Stage the quiet tick's empty batch; the append commits it like any other."""
+        _, manifest = stage_empty_batch(
+            hook.load_table(target),
+            desc,
+            record_time=self.quiet_records_time,
+            summary={SummaryKeys.QUERY_HASH: query_hash(self.sql, self.query_kind)},
+        )
+        log.info("quiet tick for %s (no Spark job): %s", target, reason)
+        report = WriteReport(STATUS_STAGED, desc.id, target, manifest=manifest, reason=reason)
+        return {**report.to_json(), "quiet": True}
 
     def _application(self) -> str:
         """The PySpark program to submit."""
@@ -132,11 +176,17 @@ class WriteOperator(BaseOperator):
             )
         # Everything checkable without a JVM is checked before Spark starts.
         self._check_before_spark(hook, desc, target)
+        if self.quiet_ticks and not self.report_only:
+            quiet = self._quiet(hook, desc, target)
+            if quiet.quiet:
+                return self._stage_quiet(hook, desc, target, quiet.reason)
+            log.info("not a quiet tick, running Spark: %s", quiet.reason)
         with tempfile.TemporaryDirectory(prefix="ct-write-") as tmp:
             folder = Path(tmp)
             submit = self.submit_hook(hook, desc, target, folder)
             log.info("submitting the %s for %s (description %s)", self.job_kind, target, desc.id)
             report = self._run_job(submit, folder, f"the {self.job_kind} for {target}")
+        report.setdefault("quiet", False)
         log.info(
             "%s for %s: %s, +%s -%s rows%s",
             self.job_kind,

@@ -34,9 +34,17 @@ import pyarrow.parquet as pq
 from sqlglot import exp
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.continual import NOW_FUNCTIONS, ContinualTaskDef, parse_continual_task
+from airflow_provider_ct.core.continual import (
+    CONTINUAL_TASK_KIND,
+    NOW_FUNCTIONS,
+    ContinualTaskDef,
+    input_times,
+    parse_continual_task,
+)
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.staging import (
     StagedFile,
     StagedTime,
@@ -62,7 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_provider_ct.continual_job")
 
 #: Table property recording the task's initial as-of (its first tick time).
-AS_OF_PROPERTY = "ct.as-of"
+AS_OF_PROPERTY = TableKeys.AS_OF
 SELF_VIEW, INPUT_VIEW, REF_VIEW = "__ct_self", "__ct_input", "__ct_ref_"
 FILE_COL, POS_COL = "__ct_file", "__ct_pos"
 
@@ -74,12 +82,6 @@ class _State:
     base: DataFrame | None  # output at the base snapshot, with FILE_COL/POS_COL
     written: list[dict[str, Any]] = field(default_factory=list)  # rows staged this batch
     deleted: set[tuple[str, int]] = field(default_factory=set)
-
-
-def input_times(timeline: Timeline, lower: int, upper: int, as_of: int) -> list[int]:
-    """Times at which the input changed, within ``[lower, upper)`` and after the as-of."""
-    times = sorted({t for t, _ in timeline.data_times() if lower <= t < upper and t > as_of})
-    return times
 
 
 def _rename_tables(tree: Any, mapping: dict[str, str]) -> Any:
@@ -302,7 +304,9 @@ def run_continual(
                 F.col("_pos").alias(POS_COL),
             )
         )
-    batch, manifest = begin_batch(table, desc)
+    batch, manifest = begin_batch(
+        table, desc, summary={SummaryKeys.QUERY_HASH: query_hash(task_sql, CONTINUAL_TASK_KIND)}
+    )
     data_dir = batch.data_dir
     staged_times: list[StagedTime] = []
     all_times = ([snapshot_time] if snapshot_time is not None else []) + times

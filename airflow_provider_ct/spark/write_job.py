@@ -39,7 +39,8 @@ import pyarrow.parquet as pq
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query
+from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
 from airflow_provider_ct.core.staging import (
     StagedFile,
     StagedTime,
@@ -247,7 +248,9 @@ def run_write(
             rows_to_delete=correction.retract_count,
         )
 
-    batch, manifest = begin_batch(table, desc)
+    # The query's hash lands with the batch: a later tick can then prove
+    # itself quiet without Spark (core/quiet.py).
+    batch, manifest = begin_batch(table, desc, summary={SummaryKeys.QUERY_HASH: query_hash(sql)})
     data_dir = batch.data_dir
     added: list[StagedFile] = []
     if correction.insert_count:

@@ -1,0 +1,283 @@
+"""Quiet ticks: proving from metadata alone that a tick cannot change its target.
+
+Most ticks of a view find that no input changed. Running the write job for
+them starts a JVM (~15 s) to compute an empty correction and commit only the
+frontier. Here we decide, with PyIceberg reads of table metadata only, that
+the correction *must* be empty, so the write operator can stage an empty
+batch without Spark and the ordinary compare-and-append commits it.
+
+A view tick is **quiet** when all of these hold (anything else, including
+anything we cannot read, runs Spark, which corrects exactly):
+
+* the target's head is the description's base, and it is a batch of a view
+  (``ct.batch-id``, ``ct.inputs`` and ``ct.query-hash`` on it): not a
+  foreign commit (drift), and ``main`` was not rolled back below the highest
+  upper it reached;
+* the target's schema is the one that batch was written with;
+* the query's text hashes to that batch's ``ct.query-hash`` and the query
+  calls nothing nondeterministic (``rand()``, ``current_timestamp()``...);
+* the description pins the same inputs as that batch's ``ct.inputs``, and for
+  each input either the same snapshot, or a newer one that descends on
+  ``main`` from the old one through snapshots that change no row: ``replace``
+  (compaction) or a commit whose live manifests are its parent's (an empty
+  append, e.g. an upstream view's quiet tick); the old snapshot must still be
+  in the input's metadata (not expired) and the input's schema must not have
+  changed.
+
+Why that is enough: the head is the result of our last batch, which made the
+table equal to the query over the inputs it pinned (the write job computed
+``desired - persisted`` against exactly that head, or the batch was itself
+quiet). Same query, same input rows, same schemas: the desired rows are the
+same, and nothing else wrote the table, so ``desired - persisted`` is empty.
+
+A continual task's tick is quiet when its job would process no input time:
+the output exists with its as-of, its head is the base, and the input has no
+change in ``[lower, upper)`` (:func:`~airflow_provider_ct.core.continual.input_times`,
+which already ignores ``replace`` snapshots). Its job would stage nothing
+either, and the output's upper would still advance.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from airflow_provider_ct.core.continual import REPLACE, input_times
+from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.query import nondeterministic_calls, parse_query, query_hash
+from airflow_provider_ct.core.staging import StagedBatch, StagedTime, begin_batch, finish_batch
+from airflow_provider_ct.core.timeline import Timeline, TimelineEntry, highest_upper
+from airflow_provider_ct.exceptions import CTError
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from airflow_provider_ct.core.description import BatchDescription
+
+log = logging.getLogger(__name__)
+
+#: The reason every quiet decision starts with.
+NO_INPUT_CHANGED = "no input changed"
+
+
+class Quiet(NamedTuple):
+    """Whether a tick is provably quiet, and why (or why not)."""
+
+    quiet: bool
+    reason: str
+
+
+def _not(reason: str) -> Quiet:
+    return Quiet(False, reason)
+
+
+# -- views --------------------------------------------------------------------------------
+def view_tick_is_quiet(
+    target: Table | None,
+    description: BatchDescription,
+    *,
+    sql: str,
+    inputs: Mapping[str, Table],
+    catalog_name: str = "ct",
+) -> Quiet:
+    """Whether a view tick can only produce an empty correction (see the module docstring).
+
+    :param target: the view's table as loaded now (``None``: it does not exist).
+    :param sql: the view's query, exactly as the write job would get it.
+    :param inputs: every input the query reads, loaded now.
+    """
+    last, reason = _last_batch(target, description)
+    if last is None:
+        return _not(reason)
+    recorded = last.summary.get(SummaryKeys.QUERY_HASH)
+    if recorded is None:
+        return _not(f"the last batch {last.batch_id} recorded no query hash: cannot prove quiet")
+    if recorded != query_hash(sql):
+        return _not(f"the query changed since the last batch {last.batch_id}")
+    calls = nondeterministic_calls(parse_query(sql, catalog_name=catalog_name).expression)
+    if calls:
+        return _not(f"the query is not a function of its inputs alone (it calls {calls})")
+    before = dict(last.inputs or {})
+    if sorted(before) != sorted(description.inputs) or sorted(inputs) != sorted(before):
+        return _not(
+            f"the inputs {sorted(description.inputs)} are not those of the last batch "
+            f"{sorted(before)}"
+        )
+    notes: list[str] = []
+    for name in sorted(before):
+        change = _input_change(name, inputs[name], before[name], description.inputs[name])
+        if change is not None:
+            return _not(change)
+        if before[name] != description.inputs[name]:
+            notes.append(f"{name} {before[name]} -> {description.inputs[name]} changed no row")
+    detail = "; ".join(notes) if notes else "every input is at the same snapshot"
+    return Quiet(True, f"{NO_INPUT_CHANGED} since batch {last.batch_id} ({detail})")
+
+
+def _last_batch(
+    target: Table | None, description: BatchDescription
+) -> tuple[TimelineEntry | None, str]:
+    """The target's head as our last view batch, or ``None`` and why it is not one."""
+    if target is None:
+        return None, "the target does not exist yet"
+    metadata = target.metadata
+    head = metadata.current_snapshot()
+    if head is None:
+        return None, "the target has no batch yet"
+    if head.snapshot_id != description.base_snapshot_id:
+        return None, (
+            f"the target's head {head.snapshot_id} is not the description's base "
+            f"{description.base_snapshot_id}"
+        )
+    try:
+        timeline = Timeline.from_metadata(
+            metadata, name=".".join(target.name()), check_regression=False
+        )
+        high, _ = highest_upper(metadata)
+    except CTError as exc:
+        return None, f"cannot read the target's history: {exc}"
+    last = timeline.entries[-1] if timeline.entries else None
+    if last is None or last.batch_id is None or last.inputs is None or last.time is None:
+        return None, (
+            f"the target's head {head.snapshot_id} is not a view batch of ours (a foreign "
+            "commit: drift)"
+        )
+    if last.upper != description.lower or timeline.upper < high:
+        return None, (
+            f"the target's upper {timeline.upper.to_summary()} is not the description's lower "
+            f"{description.lower.to_summary()} or is below the highest upper "
+            f"{high.to_summary()} (main was rolled back)"
+        )
+    if metadata.current_schema_id != head.schema_id:
+        return None, "the target's schema changed since the last batch"
+    return last, ""
+
+
+def _input_change(name: str, table: Table, before: int | None, after: int | None) -> str | None:
+    """Why ``name`` may hold other rows at ``after`` than at ``before``; ``None``: same rows."""
+    if before is None or after is None:
+        # Spark reads an input without a snapshot with the table's current
+        # schema, and which one the last batch saw is not recorded.
+        return f"input {name} has no snapshot at the tick's time (before: {before}, now: {after})"
+    if before == after:
+        return _schema_change(name, table, after)
+    metadata = table.metadata
+    old, new = metadata.snapshot_by_id(before), metadata.snapshot_by_id(after)
+    if old is None:
+        return (
+            f"input {name}: snapshot {before} pinned by the last batch has expired; what "
+            "happened since cannot be seen"
+        )
+    if new is None:
+        return f"input {name}: pinned snapshot {after} is not in its metadata"
+    chain: list[Snapshot] = []
+    current: Snapshot | None = new
+    while current is not None and current.snapshot_id != before:
+        chain.append(current)
+        parent = current.parent_snapshot_id
+        current = None if parent is None else metadata.snapshot_by_id(parent)
+    if current is None:
+        return (
+            f"input {name}: snapshot {after} does not descend from {before} through kept "
+            "snapshots (rolled back, another branch, or expired in between)"
+        )
+    for snapshot in reversed(chain):
+        if not _changes_no_row(table, snapshot):
+            operation = "?" if snapshot.summary is None else snapshot.summary.operation.value
+            return f"input {name} changed: snapshot {snapshot.snapshot_id} ({operation})"
+    if old.schema_id != new.schema_id:
+        return f"input {name}'s schema changed between snapshots {before} and {after}"
+    return _schema_change(name, table, after)
+
+
+def _schema_change(name: str, table: Table, pinned: int) -> str | None:
+    """Why the pinned snapshot may be read with another schema than before (or ``None``).
+
+    Whether Spark reads a pinned snapshot with the snapshot's schema or the
+    table's current one, both are the same as last time when they are equal.
+    """
+    snapshot = table.metadata.snapshot_by_id(pinned)
+    if snapshot is None:
+        return f"input {name}: pinned snapshot {pinned} is not in its metadata"
+    if snapshot.schema_id == table.metadata.current_schema_id:
+        return None
+    return f"input {name}'s schema changed after its pinned snapshot {pinned}"
+
+
+def _changes_no_row(table: Table, snapshot: Snapshot) -> bool:
+    """Whether ``snapshot`` holds exactly its parent's rows, by its metadata alone.
+
+    ``replace`` is Iceberg's operation for rewriting files without changing
+    rows (compaction). Any other commit changes nothing only if it keeps
+    exactly its parent's live manifests (an append of no file: a frontier
+    commit or a quiet tick of an upstream view). Manifests are immutable, so
+    the same live manifests mean the same live files.
+    """
+    if snapshot.summary is not None and snapshot.summary.operation.value == REPLACE:
+        return True
+    parent_id = snapshot.parent_snapshot_id
+    parent = None if parent_id is None else table.metadata.snapshot_by_id(parent_id)
+    if parent is None:
+        return False
+    return _live_manifests(table, snapshot) == _live_manifests(table, parent)
+
+
+def _live_manifests(table: Table, snapshot: Snapshot) -> set[str]:
+    """The manifests of ``snapshot`` that hold a live (added or existing) file."""
+    return {
+        m.manifest_path
+        for m in snapshot.manifests(io=table.io)
+        if m.has_added_files() or m.has_existing_files()
+    }
+
+
+# -- continual tasks ----------------------------------------------------------------------
+def continual_tick_is_quiet(
+    output: Table | None, description: BatchDescription, *, input_name: str, input_table: Table
+) -> Quiet:
+    """Whether a continual task's job would process no input time for ``description``."""
+    if output is None:
+        return _not("the output does not exist yet (first tick)")
+    as_of = output.metadata.properties.get(TableKeys.AS_OF)
+    if as_of is None or not as_of.isascii() or not as_of.isdigit():
+        return _not(f"the output has no as-of ({TableKeys.AS_OF}) yet: first tick")
+    head = output.metadata.current_snapshot()
+    head_id = None if head is None else head.snapshot_id
+    if head_id != description.base_snapshot_id:
+        return _not(
+            f"the output's head {head_id} is not the description's base "
+            f"{description.base_snapshot_id}"
+        )
+    lower, upper = int(description.lower.time or 0), int(description.upper.time or 0)
+    try:
+        timeline = Timeline.of(input_table)
+    except CTError as exc:  # the job would fail on it too: let it say so
+        return _not(f"cannot read input {input_name}'s history: {exc}")
+    times = input_times(timeline, lower, upper, int(as_of))
+    if times:
+        return _not(f"input {input_name} changed at {len(times)} time(s) in [{lower}, {upper})")
+    window = f"[{lower}, {upper})"
+    return Quiet(True, f"{NO_INPUT_CHANGED}: input {input_name} has no change in {window}")
+
+
+# -- staging ------------------------------------------------------------------------------
+def stage_empty_batch(
+    table: Table,
+    description: BatchDescription,
+    *,
+    record_time: bool,
+    summary: Mapping[str, str] | None = None,
+) -> tuple[StagedBatch, str]:
+    """Stage a batch with no file for a quiet tick; the ordinary append commits it.
+
+    :param record_time: a view's batch states that its contents at the tick's
+        time are the head's (one change with no file: ``ct.time`` recorded); a
+        continual task's quiet batch only advances the upper, as its job does
+        when no input time falls into the batch.
+    :return: the staged batch and its manifest path.
+    """
+    batch, manifest = begin_batch(table, description, summary=summary)
+    times: Any = (StagedTime(description.time),) if record_time else ()
+    return finish_batch(batch, manifest, times), manifest
