@@ -20,11 +20,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.staging import (
     StagedFile,
     StagedTime,
+    append_batch,
     begin_batch,
     finish_batch,
     land_staged,
@@ -32,6 +34,7 @@ from airflow_provider_ct.core.staging import (
     write_manifest,
 )
 from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError, DescriptionError, StagingError
 from airflow_provider_ct.operators.append import AppendOperator
 from tests.conftest import SCHEMA
@@ -193,3 +196,24 @@ def test_the_untouched_batch_still_lands_after_all_that(world: World) -> None:
     assert rows_of(world.table) == {(1, "a"): 1, (2, "b"): 1}
     with pytest.raises(DescriptionError):
         _append({**world.report, "status": None})
+
+
+def test_a_retry_after_the_landed_snapshot_expired_keeps_the_live_files(world: World) -> None:
+    """Crash after the commit (manifest kept), the snapshot expired, then the retry."""
+    batch = read_manifest(world.manifest)
+    assert append_batch(world.table, batch).landed  # the commit, then the "crash"
+    tick = compare_and_append(
+        world.table, expected_upper=Frontier.at(11), new_upper=Frontier.at(21), batch_id="tick"
+    )
+    landed_snapshot = Timeline.of(world.table).find_batch(batch.batch_id)
+    assert tick.landed and landed_snapshot is not None
+    world.table.maintenance.expire_snapshots().by_id(landed_snapshot.snapshot_id).commit()
+    world.table.refresh()
+    assert Timeline.of(world.table).find_batch(batch.batch_id) is None
+
+    outcome = land_staged(world.table, world.manifest, description=world.desc)
+    assert outcome.result.landed and outcome.result.already_landed
+    assert outcome.files_deleted == 0
+    assert all(local_path(f).exists() for f in batch.staged_files)
+    assert not local_path(world.manifest).exists()
+    assert rows_of(world.table) == {(1, "a"): 1, (2, "b"): 1}

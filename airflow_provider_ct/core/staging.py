@@ -694,7 +694,17 @@ def land_staged(
     result = append_batch(table, batch)
     location, props = table.location(), table.metadata.properties
     if not result.landed:
-        deleted = discard(batch, manifest, table_location=location, properties=props)
+        live = referenced_files(table)
+        if any(f in live for f in batch.staged_files):
+            # This attempt landed earlier and its snapshot has since been
+            # expired: its batch id is no longer on main, but its files are
+            # the table's. Never delete them; report it as landed.
+            forget(manifest)
+            landed = dataclasses.replace(
+                result, landed=True, already_landed=True, reason="files already live"
+            )
+            return LandResult(landed, batch, 0, batch.attempt)
+        deleted = discard(batch, manifest, table_location=location, properties=props, live=live)
         return LandResult(result, batch, deleted)
     entry = Timeline.of(table).find_batch(batch.batch_id)
     attempt = "" if entry is None else entry.summary.get(SummaryKeys.ATTEMPT, "")
