@@ -10,8 +10,8 @@ Checked against DuckDB over inputs the test chose, in both orders.
 from __future__ import annotations
 
 import threading
-from collections import Counter
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
