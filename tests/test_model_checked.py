@@ -48,6 +48,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -137,6 +138,7 @@ STEP_WEIGHTS = {
     "continual": 3,
     "blind": 10,
     "diff": 8,
+    "drift": 2,
     "tick": 6,
     "maintain": 4,
     "sweep": 6,
@@ -427,8 +429,8 @@ def orphans(table: Any) -> tuple[list[str], list[str], list[str]]:
 class World:
     """The product's tables, the model beside them, and one method per step kind."""
 
-    def __init__(self, spark: Any, config: CatalogConfig, seed: int) -> None:
-        self.spark, self.config, self.seed = spark, config, seed
+    def __init__(self, spark: Any, config: CatalogConfig, seed: int, scratch: Path) -> None:
+        self.spark, self.config, self.seed, self.scratch = spark, config, seed, scratch
         self.rng = random.Random(seed)
         self.checker = Checker(random.Random(seed + 1))
         self.catalog = config.load()
@@ -492,6 +494,7 @@ class World:
             catalog.load_table(self.state.name), read_only=False, clock=self._now
         )
         self.remembered: Rows | None = None  # what `differential` remembers as desired
+        self.state_drift: Rows = Counter()  # rows foreign commits added since its last write
         self.ticker = Ticker(
             catalog, namespaces=[ns], read_only=False, clock=self._now, checkpoint_ms=CHECKPOINT_MS
         )
@@ -743,7 +746,7 @@ class World:
             return None
         view, pending, attempt = self.rng.choice(choices)
         fault = self.rng.choices(
-            [None, "commit.before-catalog-commit", "commit.after-catalog-commit"], [80, 10, 10]
+            [None, "commit.before-catalog-commit", "commit.after-catalog-commit"], [70, 15, 15]
         )[0]
         current = self._current(view, pending)
         name = f"{view.tracked.name} at {pending.desc.time}"
@@ -845,7 +848,14 @@ class World:
             return None
         time = high if self.rng.random() < 0.7 else self.rng.randint(max(low, high - 8_000), high)
         desc = self._mint_task(time)
-        mode = self.rng.choices(["plain", "twice", "retry", "abandon-second"], [60, 15, 15, 10])[0]
+        mode = self.rng.choices(
+            ["plain", "twice", "retry", "abandon-second", "crash-first"], [50, 15, 15, 10, 10]
+        )[0]
+        if mode == "crash-first":  # a first writer dies mid-staging; the retry runs through
+            crash = self.rng.choice(["staging.after-begin", "staging.before-finish"])
+            with failpoint(f"{crash}=raise"), pytest.raises(InjectedFault):
+                run_continual(self.spark, self.config, self.task_sql, self.ns, desc)
+            self.faults[f"crash:{crash}"] += 1
         runs = 2 if mode in ("twice", "abandon-second") else 1
         reports = [
             run_continual(self.spark, self.config, self.task_sql, self.ns, desc)
@@ -887,10 +897,12 @@ class World:
                 rows += [row, row] if rng.random() < 0.2 else [row]
             futures.append((writer.submit(rows), Counter(rows)))
         ticked = rng.random() < 0.3
-        if ticked:  # a tick racing the writers' commits
-            assert not self.ticker.tick().errors
-            self._ticked()
-        receipts = [(future.result(timeout=300), delta) for future, delta in futures]
+        with self._once(self._commit_fault(0.2)):
+            if ticked:  # a tick racing the writers' commits
+                report = self.ticker.tick()
+                assert not report.errors, report.errors
+                self._ticked(report.statuses())
+            receipts = [(future.result(timeout=300), delta) for future, delta in futures]
         self._record_blind(receipts)
         times = sorted({r.time for r, _ in receipts if r.time is not None})
         return f"{len(futures)} write(s){' racing a tick' if ticked else ''}, at {times}"
@@ -907,49 +919,84 @@ class World:
             self.log.history.record(time, self.log_rows)
             self.log.upper = max(self.log.upper, time + 1)
 
-    def step_diff(self) -> str:
+    def _state_head(self) -> Rows:
+        """What the differential collection's head holds: its contents plus any drift."""
+        return self.state.history.latest + self.state_drift
+
+    def _differential_op(self, op: str, writer: DifferentialCollection, base: Rows) -> Any:
+        """Run ``op``; returns (the desired rows the model expects, the writer's result)."""
         rng = self.rng
-        op = rng.choices(
+        if op.endswith("replace"):
+            wanted = [(k, rng.choice(["p", "q", None])) for k in rng.sample(range(10), 4)]
+            return Counter(wanted), writer.replace(wanted)
+        if op.endswith("update"):
+            retract = [rng.choice(sorted(base, key=repr))] if base and rng.random() < 0.8 else []
+            insert = [(rng.randint(0, 9), rng.choice(["p", "r"])) for _ in range(rng.randint(0, 2))]
+            return base - Counter(retract) + Counter(insert), writer.update(
+                retract=retract, insert=insert
+            )
+        return base, writer.sync()
+
+    def step_diff(self) -> str:
+        op = self.rng.choices(
             ["replace", "update", "sync", "fresh-update", "fresh-replace"], [30, 30, 10, 20, 10]
         )[0]
         fresh = op.startswith("fresh-")
-        writer = (
-            DifferentialCollection(
-                self.catalog.load_table(self.state.name), read_only=False, clock=self._now
-            )
-            if fresh
-            else self.differential
-        )
-        base = self.state.history.latest if fresh or self.remembered is None else self.remembered
-        if op.endswith("replace"):
-            wanted = [(k, rng.choice(["p", "q", None])) for k in rng.sample(range(10), 4)]
-            new, result = Counter(wanted), writer.replace(wanted)
-        elif op.endswith("update"):
-            retract = [rng.choice(sorted(base, key=repr))] if base and rng.random() < 0.8 else []
-            insert = [(rng.randint(0, 9), rng.choice(["p", "r"])) for _ in range(rng.randint(0, 2))]
-            new = base - Counter(retract) + Counter(insert)
-            result = writer.update(retract=retract, insert=insert)
-        else:
-            new = base
-            result = writer.sync()
-        changed = new != self.state.history.latest
-        assert result.status == ("landed" if changed else "in-sync"), (op, result)
+        writer = self.differential
+        if fresh:  # a new task: no remembered state, updates apply to the head
+            table = self.catalog.load_table(self.state.name)
+            writer = DifferentialCollection(table, read_only=False, clock=self._now)
+        remembered = None if fresh else self.remembered
+        base = self._state_head() if remembered is None else remembered
+        with self._once(self._commit_fault(0.15)) as fault:
+            new, result = self._differential_op(op, writer, base)
+        changed = new != self._state_head()
+        assert result.status == ("landed" if changed else "in-sync"), (op, fault, result)
         if changed:
             assert result.time is not None and result.time >= self.clock, result
             self.state.history.record(result.time, new)
             self.state.upper = max(self.state.upper, result.time + 1)
+            self.state_drift = Counter()
+            self.state.tampered = False
         if not fresh and (op != "sync" or self.remembered is not None):
             self.remembered = new
-        return f"{op}: {result.status} at {result.time}"
+        return f"{op}{f' ({fault})' if fault else ''}: {result.status} at {result.time}"
 
-    def _ticked(self) -> None:
+    def step_drift(self) -> str:
+        """A foreign commit on the differential collection: no time vouches for it."""
+        table = self.state.table
+        table.refresh()
+        rows = [(self.rng.randint(0, 9), "foreign") for _ in range(self.rng.randint(1, 2))]
+        table.append(arrow(table.schema().as_arrow(), rows))
+        self.state_drift.update(rows)
+        self.state.tampered = True
+        self.faults["drift"] += 1
+        return f"{self.state.name}: a foreign append of {rows}"
+
+    def _commit_fault(self, probability: float) -> str | None:
+        """Maybe an unknown commit outcome (raised before or after the catalog commit)."""
+        if self.rng.random() >= probability:
+            return None
+        return self.rng.choice(["commit.before-catalog-commit", "commit.after-catalog-commit"])
+
+    @contextlib.contextmanager
+    def _once(self, fault: str | None) -> Iterator[str | None]:
+        """Let ``fault`` fire at the next commit of any thread of this process, once."""
+        marker = self.scratch / f"fired-{uuid.uuid4().hex}"
+        with failpoint(None if fault is None else f"{fault}=raise@{marker}"):
+            yield fault
+        if fault is not None and marker.exists():
+            self.faults[f"unknown-outcome:{fault}"] += 1
+
+    def _ticked(self, statuses: dict[str, str]) -> None:
         for tracked in (self.log, self.state):
-            tracked.upper = max(tracked.upper, self.clock)
+            if statuses.get(tracked.name) != "unknown":  # a tick that may not have landed
+                tracked.upper = max(tracked.upper, self.clock)
 
     def step_tick(self) -> str:
         report = self.ticker.tick()
         assert not report.errors, report.errors
-        self._ticked()
+        self._ticked(report.statuses())
         return str(report.statuses())
 
     # -- maintenance ----------------------------------------------------------------------
@@ -1075,13 +1122,16 @@ class World:
 
 
 def test_randomized_model_checked_run(
-    spark: Any, spark_catalog_config: CatalogConfig, capsys: pytest.CaptureFixture[str]
+    spark: Any,
+    spark_catalog_config: CatalogConfig,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     seed = int(os.environ.get("CT_MODEL_SEED") or random.SystemRandom().randrange(1, 2**31))
     steps = int(os.environ.get("CT_MODEL_STEPS", "300"))
     print(f"model-checked run: seed {seed}, {steps} steps")
     started = _time.monotonic()
-    world = World(spark, spark_catalog_config, seed)
+    world = World(spark, spark_catalog_config, seed, tmp_path)
     try:
         for number in range(steps):
             world.step(number)
