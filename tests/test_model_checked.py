@@ -268,9 +268,9 @@ def upper_time(timeline: Timeline) -> int:
     return int(timeline.upper.time)
 
 
-def snapshot_at(data: list[tuple[int, int]], time: int) -> int | None:
+def snapshot_at(data: list[tuple[int, int]], times: list[int], time: int) -> int | None:
     """``Timeline.snapshot_at`` over its ``data_times()`` (without the sealing check)."""
-    index = bisect.bisect_right([t for t, _ in data], time)
+    index = bisect.bisect_right(times, time)
     return None if index == 0 else data[index - 1][1]
 
 
@@ -342,8 +342,11 @@ class Checker:
     def _times(self, tracked: Tracked, data: list[tuple[int, int]], floor: int, upper: int) -> None:
         times = [t for t, _ in data]
         assert times == sorted(set(times)), f"{tracked.name}: data times not increasing {times}"
-        product = {t for t in times if t >= floor}
-        model = {t for t in tracked.history.times if floor <= t < upper}
+        product = set(times[bisect.bisect_left(times, floor) :])
+        history = tracked.history.times
+        model = set(
+            history[bisect.bisect_left(history, floor) : bisect.bisect_left(history, upper)]
+        )
         if tracked.exact:
             assert product == model, (
                 f"{tracked.name}: data times only in the product {sorted(product - model)}, "
@@ -352,8 +355,10 @@ class Checker:
         else:
             assert model <= product, f"{tracked.name}: no snapshot at {sorted(model - product)}"
         points = product | model | ({floor} if 0 < floor < upper else set())
+        for time in [t for t in tracked.sealed if t < floor]:
+            del tracked.sealed[time]  # expired: no longer promised
         for time in sorted(points):
-            snapshot = snapshot_at(data, time)
+            snapshot = snapshot_at(data, times, time)
             if time not in tracked.sealed:
                 self.scan(tracked, snapshot, time)
                 tracked.sealed[time] = snapshot
@@ -378,20 +383,21 @@ class Checker:
     def readable(self, name: str, table: Any) -> None:
         """Every file some kept snapshot needs to be read exists."""
         needed: set[str] = set()
+        manifests: dict[str, Any] = {}
         for snapshot in table.metadata.snapshots:
             path = snapshot.manifest_list
             assert local_path(path).exists(), f"{name}: manifest list {path} is gone"
             if path not in self._lists:
                 self._lists[path] = list(snapshot.manifests(table.io))
-            for manifest in self._lists[path]:
-                needed.add(manifest.manifest_path)
-                if manifest.manifest_path not in self._live:
-                    assert local_path(manifest.manifest_path).exists(), (
-                        f"{name}: manifest {manifest.manifest_path} is gone"
-                    )
-                    entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-                    self._live[manifest.manifest_path] = {e.data_file.file_path for e in entries}
-                needed |= self._live[manifest.manifest_path]
+            needed.add(path)
+            manifests.update((m.manifest_path, m) for m in self._lists[path])
+        for path, manifest in manifests.items():
+            needed.add(path)
+            if path not in self._live:
+                assert local_path(path).exists(), f"{name}: manifest {path} is gone"
+                entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+                self._live[path] = {e.data_file.file_path for e in entries}
+            needed |= self._live[path]
         missing = sorted(p for p in needed if not local_path(p).exists())
         assert not missing, (
             f"{name}: {len(missing)} file(s) a kept snapshot needs are gone: {missing[:3]}"
@@ -616,8 +622,7 @@ class World:
         )
         assert result.landed, result
         self.event_batches.append((time, rows))
-        everything = Counter(r for _, batch_rows in self.event_batches for r in batch_rows)
-        tracked.history.record(time, everything)
+        tracked.history.record(time, tracked.history.latest + Counter(rows))
         tracked.upper = time + 1
         return f"{len(rows)} rows at {time}"
 
