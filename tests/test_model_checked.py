@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_ct.collections import (
@@ -60,6 +61,7 @@ from airflow_provider_ct.collections import (
     MaintenanceSettings,
     Ticker,
     WriteReceipt,
+    expire_snapshots,
     maintain,
     readable_since,
     register_collection,
@@ -74,6 +76,11 @@ from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.mint import mint
 from airflow_provider_ct.core.staging import (
     STATE_STAGED,
+    StagedFile,
+    StagedTime,
+    begin_batch,
+    finish_batch,
+    land_staged,
     list_manifests,
     read_manifest,
     referenced_files,
@@ -1124,6 +1131,68 @@ class World:
             f"orphan_files={leftovers['orphan files']} manifests_left={leftovers['manifests']} "
             f"half_written_left={leftovers['half-written manifests']} (time: {slowest})"
         )
+
+
+# -- sub-scenarios the run found, replayed deterministically --------------------------------
+T1, T2 = 1_700_000_000_000, 1_700_000_060_000
+EXPIRY_CONN = "ct_model_expiry"
+
+
+def _landed_then_expired(
+    config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, marker: Path | None
+) -> tuple[Any, BatchDescription, WriteReport]:
+    """A view batch staged by one attempt and landed at T1 (with an unknown outcome when
+    ``marker`` is given); then a later batch at T2, and expiry drops T1's snapshot while
+    T1's file stays live in T2's."""
+    from tests.conftest import connection_json
+
+    monkeypatch.setenv(f"AIRFLOW_CONN_{EXPIRY_CONN.upper()}", connection_json(config))
+    catalog = config.load()
+    table = create_managed_table(catalog, "expiry.view", KV)
+    desc = BatchDescription("expiry.view", Frontier.minimum(), Frontier.sealing(T1), T1, None)
+    batch, manifest = begin_batch(table, desc)
+    path = f"{batch.data_dir}/part-0.parquet"
+    local_path(path).parent.mkdir(parents=True)
+    pq.write_table(arrow(KV, [(1, "a")]), local_path(path))
+    size = local_path(path).stat().st_size
+    finish_batch(batch, manifest, [StagedTime(T1, (StagedFile(path, 1, size),))])
+    report = WriteReport(STATUS_STAGED, desc.id, desc.target, manifest=manifest)
+    if marker is None:
+        assert land_staged(table, manifest, description=desc).landed_by_this_attempt
+    else:
+        monkeypatch.setenv(FAILPOINTS, f"commit.after-catalog-commit=raise@{marker}")
+        with pytest.raises(CommitStateUnknownError):
+            land_staged(table, manifest, description=desc)
+        monkeypatch.delenv(FAILPOINTS)
+    later = compare_and_append(
+        table,
+        expected_upper=Frontier.sealing(T1),
+        new_upper=Frontier.sealing(T2),
+        batch_id="later",
+        add_files=stage_arrow(table, "later", arrow(KV, [(2, "b")])),
+        time=T2,
+    )
+    assert later.landed
+    expiry = expire_snapshots(catalog, "expiry.view", retention_ms=0, now=now_ms() + 10**9)
+    assert expiry.status == "expired"
+    table.refresh()
+    assert Timeline.of(table).find_batch(desc.id) is None  # T1's snapshot is gone ...
+    assert rows_of(table) == Counter({(1, "a"): 1, (2, "b"): 1})  # ... its file is not
+    return table, desc, report
+
+
+def test_an_append_retried_after_expiry_reports_the_batch_that_landed(
+    sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 12: the manifest was dropped when the batch landed, expiry then dropped its
+    snapshot, and the retried append said "staged batch vanished", appended false."""
+    from airflow_provider_ct.operators.append import AppendOperator
+
+    table, _desc, report = _landed_then_expired(sqlite_catalog_config, monkeypatch, None)
+    op = AppendOperator(task_id="retry", report=report.to_json(), iceberg_conn_id=EXPIRY_CONN)
+    out = op.execute({})
+    assert out["appended"] and out["already_appended"], out
+    assert rows_of(table) == Counter({(1, "a"): 1, (2, "b"): 1})
 
 
 def test_randomized_model_checked_run(
