@@ -32,8 +32,26 @@ allow. At the end: final ticks, maintenance and a sweep of every table, every
 readable time rescanned, and no orphan: no file under ``data/ct-batch=*``
 that no kept snapshot references, no manifest, no half-written manifest.
 
-``CT_MODEL_SEED`` replays a run (the seed is in the summary line and in every
-failure, with the tail of the step log); ``CT_MODEL_STEPS`` runs longer.
+Step kinds (``STEP_WEIGHTS``; the clock advances 0.2-1.5 virtual seconds per
+step): ``items`` / ``groups`` (inserts, deletes, updates, duplicates, NULLs;
+one overwrite snapshot at the time), ``events`` (an append), ``seal``
+(``advance``); ``mint`` a view tick, ``write`` one or two attempts of a
+pending description in the shared Spark session (or a crash at one of three
+staging failpoints, or an attempt staged and never appended; a quarter of the
+writes run beside a sweep of the same table), ``append`` an attempt (maybe
+with an unknown outcome before or after the catalog commit, maybe a retry,
+maybe two attempts at once), ``abandon`` an attempt, ``tamper`` (a foreign
+PyIceberg append to a view); ``continual`` (mint, one or two writers, one of
+them maybe crashed or never appended, appends and retries); ``blind``
+(writes through two writers, retractions, maybe racing a tick, maybe an
+unknown outcome), ``diff`` (replace / update / sync by the long-lived writer
+or a fresh one, maybe an unknown outcome), ``drift`` (a foreign append to
+the differential collection), ``tick``; ``maintain`` (compaction and expiry
+of a random subset of tables) and ``sweep`` (``grace_ms=0``).
+
+``CT_MODEL_SEED`` replays a run (default: a new random seed; it is in the
+summary line, printed even without ``-s``, and in every failure, with the
+tail of the step log); ``CT_MODEL_STEPS`` runs longer (default 300).
 """
 
 from __future__ import annotations
