@@ -473,7 +473,6 @@ class World:
         self.faults: Counter[str] = Counter()
         self.seconds: dict[str, float] = {}
         self.items_rows: list[Row] = []
-        self.groups_rows: list[Row] = []
         self.event_batches: list[tuple[int, list[Row]]] = []
         self.next_id = 1
         self._inputs()
@@ -538,9 +537,11 @@ class World:
     def tables(self) -> list[Tracked]:
         """Every product table that exists (a view's is created by its first write)."""
         out = [self.items, self.groups, self.events, self.log, self.state]
+        from pyiceberg.exceptions import NoSuchTableError
+
         for tracked in [*(v.tracked for v in self.views), self.task]:
             if tracked.table is None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(NoSuchTableError):
                     tracked.table = self.catalog.load_table(tracked.name)
             if tracked.table is not None:
                 out.append(tracked)
@@ -620,7 +621,6 @@ class World:
             if rng.random() < 0.8:
                 row = (grp, rng.choice(["x", "y", "z", None]))
                 out += [row, (grp, "dup")] if rng.random() < 0.15 else [row]
-        self.groups_rows = out
         return f"{len(out)} rows at {self._replace(self.groups, GROUPS, out)}"
 
     def step_seal(self) -> str:
