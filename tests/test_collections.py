@@ -24,6 +24,7 @@ from airflow_provider_ct.collections import (
 from airflow_provider_ct.collections.differential import list_pending
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.commit import compare_and_append
+from airflow_provider_ct.core.faults import ENV as FAILPOINTS
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.tables import create_managed_table
@@ -256,6 +257,26 @@ def test_conflicting_commit_makes_the_writer_resync_to_the_table(
     )
     assert writer.sync().landed
     assert rows_of(_fresh(catalog, STATE)) == Counter({(1, "a"): 1, (3, "c"): 1})
+
+
+def test_a_correction_whose_commit_outcome_was_unknown_reports_where_it_landed(
+    sqlite_catalog_config: CatalogConfig, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit lands, then the connection drops: the result must still say "landed at t"."""
+    catalog = _setup(sqlite_catalog_config)
+    writer = DifferentialCollection.open(catalog, STATE, clock=lambda: 5_000)
+    writer.replace([(1, "a")])
+    marker = tmp_path / "fired"
+    monkeypatch.setenv(FAILPOINTS, f"commit.after-catalog-commit=raise@{marker}")
+    result = writer.replace([(1, "a"), (2, "b")])
+    assert marker.exists()  # the first commit landed and then reported an unknown outcome
+    assert result.landed and result.time == 5_001 and result.attempts == 2, result
+    assert (result.inserted, result.retracted) == (1, 0)
+    table = _fresh(catalog, STATE)
+    assert rows_of(table, Timeline.of(table).snapshot_at(5_001)) == Counter(
+        {(1, "a"): 1, (2, "b"): 1}
+    )
+    assert [e.batch_id for e in Timeline.of(table).entries].count(result.batch_id) == 1
 
 
 # -- ticking and closing ----------------------------------------------------------------------

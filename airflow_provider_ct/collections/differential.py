@@ -48,6 +48,7 @@ from airflow_provider_ct.collections.registry import (
 )
 from airflow_provider_ct.collections.rows import (
     RowBag,
+    StagedChange,
     append_change_now,
     arrow_schema,
     contents,
@@ -57,6 +58,7 @@ from airflow_provider_ct.collections.rows import (
     stage_change,
     to_arrow,
 )
+from airflow_provider_ct.core.commit import AppendResult
 from airflow_provider_ct.core.frontier import Frontier, is_ascii_digits, now_ms
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
@@ -314,13 +316,23 @@ class DifferentialCollection:
         return SyncResult(self._name, PENDING, Timeline.of(self._table).upper)
 
     def _correct(self, want: Callable[[RowBag], RowBag]) -> SyncResult:
-        """Commit ``want(head) - head`` against the current head, re-syncing after lost races."""
+        """Commit ``want(head) - head`` against the current head, re-syncing after lost races.
+
+        A commit whose outcome was unknown may have landed: its batch id is
+        looked for on ``main`` first, so that the result says where it landed
+        instead of "in-sync" (the re-read head would already be the desired one).
+        """
         table = self._table
         attempt = 0
+        unknown: list[tuple[str, StagedChange, RowBag]] = []
         while True:
             attempt += 1
             table.refresh()
             timeline = Timeline.of(table)
+            for batch_id, change, desired in unknown:
+                found = timeline.find_batch(batch_id)
+                if found is not None and found.time is not None:
+                    return self._landed(batch_id, change, desired, found.time, timeline, attempt)
             if timeline.upper.is_empty:
                 raise CollectionClosedError(f"collection {self._name} is closed")
             try:
@@ -342,30 +354,12 @@ class DifferentialCollection:
             try:
                 result, time = append_change_now(table, timeline, batch_id, change, self._clock())
             except CommitStateUnknownError as exc:
-                # Re-reading settles it: if it landed, the next correction is empty.
-                log.warning("correction of %s: %s; re-syncing", self._name, exc)
+                log.warning("correction of %s: %s; checking again", self._name, exc)
+                unknown.append((batch_id, change, desired))
                 backoff(attempt)
                 continue
             if result.landed:
-                self._desired = desired
-                log.info(
-                    "corrected %s at %d: +%d -%d row(s) (attempt %d)",
-                    self._name,
-                    time,
-                    change.inserted,
-                    change.retracted,
-                    attempt,
-                )
-                return SyncResult(
-                    self._name,
-                    LANDED,
-                    result.upper,
-                    time=time,
-                    inserted=change.inserted,
-                    retracted=change.retracted,
-                    attempts=attempt,
-                    batch_id=batch_id,
-                )
+                return self._landed(batch_id, change, desired, time, result, attempt)
             delete_files(table, change.add_files)
             log.debug(
                 "correction of %s lost (%s); re-syncing to the table", self._name, result.reason
@@ -375,6 +369,35 @@ class DifferentialCollection:
                     f"correction of {self._name} lost {attempt} races in a row; giving up"
                 )
             backoff(attempt)
+
+    def _landed(
+        self,
+        batch_id: str,
+        change: StagedChange,
+        desired: RowBag,
+        time: int,
+        after: Timeline | AppendResult,
+        attempt: int,
+    ) -> SyncResult:
+        self._desired = desired
+        log.info(
+            "corrected %s at %d: +%d -%d row(s) (attempt %d)",
+            self._name,
+            time,
+            change.inserted,
+            change.retracted,
+            attempt,
+        )
+        return SyncResult(
+            self._name,
+            LANDED,
+            after.upper,
+            time=time,
+            inserted=change.inserted,
+            retracted=change.retracted,
+            attempts=attempt,
+            batch_id=batch_id,
+        )
 
 
 def _apply_delta(name: str, head: RowBag, retract: RowBag, insert: RowBag) -> RowBag:
