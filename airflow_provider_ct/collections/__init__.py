@@ -2,7 +2,7 @@
 
 Materialize keeps its own small collections (introspection, catalog state)
 in persist shards it writes itself; these are the same for Iceberg tables
-written through compare-and-append (DESIGN.md section 5, docs/collections.md):
+written through compare-and-append (docs/collections.md):
 
 * :class:`AppendOnlyCollection`: blind writes that always land, batched;
 * :class:`DifferentialCollection`: state the desired contents, the table is

@@ -72,7 +72,7 @@ class CollectionKeys:
 
 
 class CollectionKind(enum.StrEnum):
-    """The two kinds of storage-managed collections (DESIGN.md section 5)."""
+    """The two kinds of storage-managed collections (docs/collections.md)."""
 
     #: Only blind writes: rows with diffs that land at any time >= the upper.
     APPEND_ONLY = "append-only"

@@ -3,7 +3,7 @@
 A correction that retracts 1% of a table's rows spread over every file would
 rewrite every file with copy-on-write. Iceberg's merge-on-read instead
 records ``(file_path, pos)`` pairs in a *position-delete file*; readers skip
-those rows. DESIGN.md measured 0.4 s / 74 KB against 9-12 s / 143 MB.
+those rows. Measured here: 0.4 s / 74 KB against 9-12 s / 143 MB for file rewrites.
 
 PyIceberg 0.12 reads position deletes but its snapshot producers only write
 data manifests. This module adds the missing pieces on top of PyIceberg's

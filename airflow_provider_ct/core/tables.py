@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Properties every managed table gets. Merge-on-read because corrections are
-#: small and spread out (DESIGN.md section 3); format v2 for position deletes.
+#: small and spread out (measured here, see docs/views.md); format v2 for position deletes.
 MANAGED_TABLE_PROPERTIES: dict[str, str] = {
     TableKeys.MANAGED: "true",
     "format-version": "2",

@@ -8,7 +8,7 @@ One signed aggregation over the union of fingerprints (desired +1,
 persisted -1, grouped by fingerprint, sums != 0) finds every difference with
 a single shuffle of 16-byte keys; full rows are pulled only for differing
 fingerprints afterwards. Carrying rows or ``_file`` strings through the
-aggregation would multiply the shuffle (DESIGN.md section 3).
+aggregation would multiply the shuffle (measured here; see docs/views.md).
 
 * ``m > 0``: insert ``m`` copies of that row (taken from the desired side);
 * ``m < 0``: retract ``|m|`` copies, chosen deterministically (lowest
