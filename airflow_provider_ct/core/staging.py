@@ -506,6 +506,17 @@ def live_files(table: Table) -> set[str]:
     return referenced_files(table, [snapshot])
 
 
+def batch_files_live(table: Table, batch_id: str) -> bool:
+    """Whether a kept snapshot references a file staged for ``batch_id`` (by any attempt).
+
+    Snapshot expiry can remove the snapshot a batch landed in while its files
+    stay live in later ones: the batch is still on the table, and a retried
+    append must say so. (A batch that staged no file leaves no such trace.)
+    """
+    folder = batch_data_dir(table.location(), batch_id) + "/"
+    return any(path.startswith(folder) for path in referenced_files(table))
+
+
 def referenced_files(table: Table, snapshots: Iterable[Any] | None = None) -> set[str]:
     """Every data and delete file some snapshot references (default: every kept snapshot).
 

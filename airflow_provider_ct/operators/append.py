@@ -10,12 +10,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.commit import catalog_transport_errors
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.staging import (
-    LandResult,
-    batch_data_dir,
-    land_staged,
-    referenced_files,
-)
+from airflow_provider_ct.core.staging import LandResult, batch_files_live, land_staged
 from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError, DescriptionError, ManifestMissingError
@@ -208,7 +203,7 @@ class AppendOperator(BaseOperator):
     ) -> dict[str, Any]:
         batch_id, target = report["description_id"], report["target"]
         timeline = Timeline.of(table)
-        landed = timeline.find_batch(batch_id) is not None or _files_live(table, batch_id)
+        landed = timeline.find_batch(batch_id) is not None or batch_files_live(table, batch_id)
         if landed:
             log.info(
                 "batch %s is already on %s (manifest gone); reporting success", batch_id, target
@@ -232,14 +227,3 @@ class AppendOperator(BaseOperator):
             "rows_deleted": 0,
             "reason": "batch already on main" if landed else "staged batch vanished",
         }
-
-
-def _files_live(table: Table, batch_id: str) -> bool:
-    """Whether a kept snapshot references a file staged for ``batch_id`` (by any attempt).
-
-    Snapshot expiry can remove the snapshot a batch landed in while its files
-    stay live in later ones: the batch is still on the table, and a retried
-    append must say so. (A batch that staged no file leaves no such trace.)
-    """
-    folder = batch_data_dir(table.location(), batch_id) + "/"
-    return any(path.startswith(folder) for path in referenced_files(table))
