@@ -43,6 +43,8 @@ def materialized_view(
     input_upper_policies: Mapping[str, str] | None = None,
     catalog_name: str = "ct",
     quiet_ticks: bool = True,
+    refresh: str = "auto",
+    verify_every: int = 0,
     **group_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that keeps ``target`` equal to ``sql`` at every tick.
@@ -58,6 +60,8 @@ def materialized_view(
         ``<catalog>.ns.t``), ``wallclock[:<ms>]`` or ``summary:<key>``.
     :param quiet_ticks: a tick that provably changes nothing (no input changed,
         see ``core/quiet.py``) commits its frontier without starting Spark.
+    :param refresh: ``auto`` | ``incremental`` | ``full`` (see docs/views.md).
+    :param verify_every: every N-th tick runs the full correction (0: never).
     """
     parsed = parse_query(sql, target=target, catalog_name=catalog_name)
     parse_policies(input_upper_policies, parsed.inputs, catalog_name)
@@ -94,6 +98,8 @@ def materialized_view(
             report_only=report_only,
             iceberg_conn_id=iceberg_conn_id,
             quiet_ticks=quiet_ticks,
+            refresh=refresh,
+            verify_every=verify_every,
         )
         sensor >> mint_task >> write
         if not report_only:

@@ -18,7 +18,7 @@ from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.query import normalize_table_name, parse_query, query_hash
 from airflow_provider_ct.core.quiet import Quiet, stage_empty_batch, view_tick_is_quiet
-from airflow_provider_ct.exceptions import DescriptionError, SparkJobError
+from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError, SparkJobError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import (
     load_json_object,
@@ -69,6 +69,11 @@ class WriteOperator(BaseOperator):
         the target at all, and if provably not, stage an empty batch without
         starting Spark (see ``core/quiet.py``). ``False`` always runs the job
         (e.g. after changing a Spark setting that changes the query's result).
+    :param refresh: ``auto`` (incremental where possible, the full correction
+        otherwise, with the reason in the report), ``incremental`` (never fall
+        back for the query's shape) or ``full`` (see docs/views.md).
+    :param verify_every: every N-th tick runs the full correction and reports
+        how many rows it fixed (0: never).
     """
 
     template_fields: Sequence[str] = ("target", "sql", "description")
@@ -96,6 +101,8 @@ class WriteOperator(BaseOperator):
         driver_memory: str = "2g",
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
         quiet_ticks: bool = True,
+        refresh: str = "auto",
+        verify_every: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -112,6 +119,14 @@ class WriteOperator(BaseOperator):
         self.driver_memory = driver_memory
         self.iceberg_conn_id = iceberg_conn_id
         self.quiet_ticks = quiet_ticks
+        if refresh not in write_job.REFRESH_MODES:
+            raise ConfigurationError(
+                f"refresh={refresh!r}: expected one of {', '.join(write_job.REFRESH_MODES)}"
+            )
+        if not isinstance(verify_every, int) or verify_every < 0:
+            raise ConfigurationError(f"verify_every={verify_every!r}: expected an integer >= 0")
+        self.refresh = refresh
+        self.verify_every = verify_every
 
     def _description(self, context: Any) -> BatchDescription:
         value = self.description
@@ -163,7 +178,15 @@ class WriteOperator(BaseOperator):
     def _job_args(self, folder: Path) -> list[str]:
         """Program-specific arguments (files go into ``folder``)."""
         (folder / "query.sql").write_text(self.sql)
-        return ["--sql", f"@{folder / 'query.sql'}", *(["--dry-run"] if self.report_only else [])]
+        return [
+            "--sql",
+            f"@{folder / 'query.sql'}",
+            "--refresh",
+            self.refresh,
+            "--verify-every",
+            str(self.verify_every),
+            *(["--dry-run"] if self.report_only else []),
+        ]
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = IcebergCatalogHook(self.iceberg_conn_id)

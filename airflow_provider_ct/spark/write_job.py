@@ -62,6 +62,8 @@ log = logging.getLogger("airflow_provider_ct.write_job")
 STATUS_STAGED = "staged"
 STATUS_OUTDATED = "outdated"
 STATUS_DRY_RUN = "dry_run"
+#: ``refresh=`` values (see :func:`run_write`).
+REFRESH_MODES = ("auto", "incremental", "full")
 #: Rows per staged Parquet file (roughly; Spark splits by partition).
 ROWS_PER_FILE = 2_000_000
 
@@ -172,8 +174,17 @@ def run_write(
     description: BatchDescription,
     *,
     dry_run: bool = False,
+    refresh: str = "auto",
+    verify_every: int = 0,
 ) -> WriteReport:
-    """Compute and stage one batch. See the module docstring."""
+    """Compute and stage one batch. See the module docstring.
+
+    :param refresh: ``auto`` (incremental where the query and the target's
+        history allow, else the full correction), ``incremental`` (fail rather
+        than fall back for a query that cannot be maintained incrementally)
+        or ``full`` (always the full correction).
+    :param verify_every: run the full correction every N ticks (0: never).
+    """
     from pyiceberg.exceptions import NoSuchTableError
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -297,6 +308,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--report", required=True, help="where to write the JSON report")
     parser.add_argument("--error", help=ERROR_HELP)
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--refresh", default="auto", choices=REFRESH_MODES)
+    parser.add_argument("--verify-every", type=int, default=0)
     return parser
 
 
@@ -354,7 +367,13 @@ def main(argv: list[str] | None = None) -> int:
         args,
         "ct-write",
         lambda spark, config, desc: run_write(
-            spark, config, arg_text(args.sql), desc, dry_run=args.dry_run
+            spark,
+            config,
+            arg_text(args.sql),
+            desc,
+            dry_run=args.dry_run,
+            refresh=args.refresh,
+            verify_every=args.verify_every,
         ),
     )
 
