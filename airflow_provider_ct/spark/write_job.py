@@ -293,6 +293,7 @@ def run_write(
         rows_to_delete=correction.retract_count,
         manifest=manifest,
         staged_bytes=sum(f.size_bytes for f in (*added, *deletes)),
+        extra={"strategy": "full", "phases": dict(clock.phases)},
     )
 
 
