@@ -103,6 +103,13 @@ class SchemaMismatchError(CTError):
     """A query's result schema no longer matches its target table."""
 
 
+class IncrementalMismatchError(CTError):
+    """An incremental tick found the target not as its last batch left it.
+
+    The write job then runs the full correction for the tick instead.
+    """
+
+
 class SparkJobError(CTError):
     """A Spark job failed with something other than one of our errors.
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import Asset, TaskGroup
 
+from airflow_provider_ct.core.planner import choose_plan
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
@@ -65,6 +66,7 @@ def materialized_view(
     """
     parsed = parse_query(sql, target=target, catalog_name=catalog_name)
     parse_policies(input_upper_policies, parsed.inputs, catalog_name)
+    choose_plan(parsed, refresh)  # refresh="incremental" fails here for a query it cannot do
     gid = group_id or f"view_{normalize_table_name(target, catalog_name).replace('.', '_')}"
     with TaskGroup(group_id=gid, **group_kwargs) as group:
         sensor = FrontierSensor(

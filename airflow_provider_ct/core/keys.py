@@ -25,6 +25,10 @@ class SummaryKeys:
     #: A hash of the query (or continual-task definition) the batch computed;
     #: a quiet tick needs it to equal the current query's (see ``core/quiet.py``).
     QUERY_HASH = "ct.query-hash"
+    #: How a view batch was computed: ``full`` or an incremental strategy.
+    REFRESH = "ct.refresh"
+    #: Incremental view batches since the last full correction (``verify_every``).
+    INCREMENTAL_TICKS = "ct.incremental-ticks"
 
     #: The spelling of the empty frontier (a closed collection) in ``ct.upper``.
     EMPTY_FRONTIER = "empty"

@@ -88,7 +88,7 @@ def view_tick_is_quiet(
     :param sql: the view's query, exactly as the write job would get it.
     :param inputs: every input the query reads, loaded now.
     """
-    last, reason = _last_batch(target, description)
+    last, reason = last_view_batch(target, description)
     if last is None:
         return _not(reason)
     recorded = last.summary.get(SummaryKeys.QUERY_HASH)
@@ -116,7 +116,7 @@ def view_tick_is_quiet(
     return Quiet(True, f"{NO_INPUT_CHANGED} since batch {last.batch_id} ({detail})")
 
 
-def _last_batch(
+def last_view_batch(
     target: Table | None, description: BatchDescription
 ) -> tuple[TimelineEntry | None, str]:
     """The target's head as our last view batch, or ``None`` and why it is not one."""
@@ -161,17 +161,36 @@ def _input_change(name: str, table: Table, before: int | None, after: int | None
         # Spark reads an input without a snapshot with the table's current
         # schema, and which one the last batch saw is not recorded.
         return f"input {name} has no snapshot at the tick's time (before: {before}, now: {after})"
-    if before == after:
-        return _schema_change(name, table, after)
+    chain, problem = snapshots_between(name, table, before, after)
+    if chain is None:
+        return problem
+    for snapshot in chain:
+        if not _changes_no_row(table, snapshot):
+            operation = "?" if snapshot.summary is None else snapshot.summary.operation.value
+            return f"input {name} changed: snapshot {snapshot.snapshot_id} ({operation})"
+    return None
+
+
+def snapshots_between(
+    name: str, table: Table, before: int, after: int
+) -> tuple[list[Snapshot] | None, str]:
+    """The snapshots after ``before`` up to ``after`` on its ancestry, oldest first.
+
+    ``None`` and the reason when what happened between them cannot be seen
+    from the metadata: ``before`` expired, ``after`` does not descend from it
+    (a rollback, another branch, an expired snapshot in between), or the
+    input's schema changed (then Spark may read the pinned rows differently
+    than last time).
+    """
     metadata = table.metadata
     old, new = metadata.snapshot_by_id(before), metadata.snapshot_by_id(after)
     if old is None:
-        return (
+        return None, (
             f"input {name}: snapshot {before} pinned by the last batch has expired; what "
             "happened since cannot be seen"
         )
     if new is None:
-        return f"input {name}: pinned snapshot {after} is not in its metadata"
+        return None, f"input {name}: pinned snapshot {after} is not in its metadata"
     chain: list[Snapshot] = []
     current: Snapshot | None = new
     while current is not None and current.snapshot_id != before:
@@ -179,17 +198,16 @@ def _input_change(name: str, table: Table, before: int | None, after: int | None
         parent = current.parent_snapshot_id
         current = None if parent is None else metadata.snapshot_by_id(parent)
     if current is None:
-        return (
+        return None, (
             f"input {name}: snapshot {after} does not descend from {before} through kept "
             "snapshots (rolled back, another branch, or expired in between)"
         )
-    for snapshot in reversed(chain):
-        if not _changes_no_row(table, snapshot):
-            operation = "?" if snapshot.summary is None else snapshot.summary.operation.value
-            return f"input {name} changed: snapshot {snapshot.snapshot_id} ({operation})"
     if old.schema_id != new.schema_id:
-        return f"input {name}'s schema changed between snapshots {before} and {after}"
-    return _schema_change(name, table, after)
+        return None, f"input {name}'s schema changed between snapshots {before} and {after}"
+    problem = _schema_change(name, table, after)
+    if problem is not None:
+        return None, problem
+    return list(reversed(chain)), ""
 
 
 def _schema_change(name: str, table: Table, pinned: int) -> str | None:

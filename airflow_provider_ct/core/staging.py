@@ -228,7 +228,9 @@ def _frontier(value: Any, what: str) -> Frontier:
 
 #: Summary keys a manifest may ask the append to record: never the frontier
 #: keys, the batch id or the attempt, which the append writes itself.
-MANIFEST_SUMMARY_KEYS = frozenset({SummaryKeys.QUERY_HASH})
+MANIFEST_SUMMARY_KEYS = frozenset(
+    {SummaryKeys.QUERY_HASH, SummaryKeys.REFRESH, SummaryKeys.INCREMENTAL_TICKS}
+)
 _MAX_SUMMARY_VALUE = 200
 
 

@@ -16,6 +16,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.planner import REFRESH_MODES
 from airflow_provider_ct.core.query import normalize_table_name, parse_query, query_hash
 from airflow_provider_ct.core.quiet import Quiet, stage_empty_batch, view_tick_is_quiet
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError, SparkJobError
@@ -119,9 +120,9 @@ class WriteOperator(BaseOperator):
         self.driver_memory = driver_memory
         self.iceberg_conn_id = iceberg_conn_id
         self.quiet_ticks = quiet_ticks
-        if refresh not in write_job.REFRESH_MODES:
+        if refresh not in REFRESH_MODES:
             raise ConfigurationError(
-                f"refresh={refresh!r}: expected one of {', '.join(write_job.REFRESH_MODES)}"
+                f"refresh={refresh!r}: expected one of {', '.join(REFRESH_MODES)}"
             )
         if not isinstance(verify_every, int) or verify_every < 0:
             raise ConfigurationError(f"verify_every={verify_every!r}: expected an integer >= 0")

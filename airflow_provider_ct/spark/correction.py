@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_ct.exceptions import SchemaMismatchError
+from airflow_provider_ct.exceptions import IncrementalMismatchError, SchemaMismatchError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -88,13 +88,23 @@ def with_fingerprint(df: DataFrame, columns: list[str]) -> DataFrame:
 
 
 def compute_correction(
-    desired: DataFrame, persisted: DataFrame | None, columns: list[str]
+    desired: DataFrame,
+    persisted: DataFrame | None,
+    columns: list[str],
+    *,
+    located: DataFrame | None = None,
 ) -> Correction:
     """Compare ``desired`` with ``persisted`` (read with ``_file`` and ``_pos``).
 
     The differing fingerprints stay in the JVM (persisted once, broadcast
     into the two pulls); only their total counts and the retracted
     positions (via Arrow) come back to Python.
+
+    :param located: where retracted rows are found (with ``_file``, ``_pos``)
+        when ``persisted`` is not the target itself: an incremental tick
+        compares the rows its inputs' changes add with those they remove,
+        and retracts the latter from the target's head. Every retracted row
+        must be found there, else :class:`IncrementalMismatchError`.
     """
     from pyspark import StorageLevel
     from pyspark.sql import Window
@@ -131,16 +141,22 @@ def compute_correction(
         inserts = desired.select(*select).limit(0)
 
     retractions: list[tuple[str, int]] = []
-    if retract_count and persisted_fp is not None:
+    source = persisted_fp if located is None else with_fingerprint(located, columns)
+    if retract_count and source is not None:
         unwanted = F.broadcast(diff.where(F.col(MULT) < 0).withColumn(MULT, -F.col(MULT)))
         order = Window.partitionBy(H1, H2).orderBy("_file", "_pos")
         picked = (
-            persisted_fp.join(unwanted, [H1, H2])
+            source.join(unwanted, [H1, H2])
             .withColumn("__ct_rank", F.row_number().over(order))
             .where(F.col("__ct_rank") <= F.col(MULT))
             .select(F.col("_file").alias("file_path"), F.col("_pos").alias("pos"))
         )
         retractions = _collect_positions(picked)
+        if len(retractions) != retract_count:
+            diff.unpersist()
+            raise IncrementalMismatchError(
+                f"{retract_count} rows to retract, {len(retractions)} found in the target"
+            )
     return Correction(
         inserts=inserts,
         retractions=retractions,
@@ -159,3 +175,46 @@ def _collect_positions(df: DataFrame) -> list[tuple[str, int]]:
         )
     except ImportError:  # no pandas on the driver: plain rows
         return [(str(r["file_path"]), int(r["pos"])) for r in df.collect()]
+
+
+def correction_difference(
+    full: Correction, other: Correction, persisted: DataFrame, columns: list[str]
+) -> int:
+    """How many rows ``other`` would have left wrong where ``full`` is right.
+
+    Each correction's net effect is its inserted rows minus the rows at its
+    retracted positions; the answer is the size of the multiset difference
+    of the two effects (0 when the incremental tick was exact).
+    """
+    from pyspark.sql import functions as F
+
+    spark = persisted.sparkSession
+    select = [F.col(f"`{c}`") for c in columns]
+    schema = "file_path string, pos long"
+
+    def retracted(correction: Correction) -> DataFrame:
+        at = spark.createDataFrame(correction.retractions or [], schema)
+        on = (persisted["_file"] == at["file_path"]) & (persisted["_pos"] == at["pos"])
+        return persisted.join(F.broadcast(at), on, "left_semi").select(*select)
+
+    def signed(frame: DataFrame, sign: int) -> DataFrame:
+        return with_fingerprint(frame.select(*select), columns).select(
+            H1, H2, F.lit(sign).alias(MULT)
+        )
+
+    parts = [
+        signed(full.inserts, 1),
+        signed(retracted(full), -1),
+        signed(other.inserts, -1),
+        signed(retracted(other), 1),
+    ]
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    total = (
+        union.groupBy(H1, H2)
+        .agg(F.sum(MULT).alias(MULT))
+        .agg(F.coalesce(F.sum(F.abs(F.col(MULT))), F.lit(0)).alias("n"))
+        .collect()[0]["n"]
+    )
+    return int(total)

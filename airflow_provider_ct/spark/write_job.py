@@ -11,7 +11,11 @@ Given a batch description it
 2. registers every input pinned to its snapshot from the description;
 3. runs the query, creating the target from the query's schema on first use
    and refusing a query whose schema no longer matches;
-4. computes ``desired - persisted`` (see :mod:`.correction`);
+4. computes the correction: incrementally from the inputs' changes where
+   the query's plan (:mod:`airflow_provider_ct.core.planner`) and the
+   target's history (:mod:`airflow_provider_ct.core.incremental`) allow (see
+   :mod:`.incremental`), else ``desired - persisted`` in full (see
+   :mod:`.correction`);
 5. stages inserts as Parquet and retractions as a position-delete file under
    the table location, and writes the staged-batch manifest.
 
@@ -39,7 +43,9 @@ import pyarrow.parquet as pq
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.planner import FULL, REFRESH_MODES, Plan, choose_plan
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
 from airflow_provider_ct.core.staging import (
     StagedFile,
@@ -49,9 +55,19 @@ from airflow_provider_ct.core.staging import (
     outdated_reason,
 )
 from airflow_provider_ct.core.tables import create_managed_table
-from airflow_provider_ct.exceptions import ConfigurationError, CTError
+from airflow_provider_ct.exceptions import ConfigurationError, CTError, IncrementalMismatchError
 from airflow_provider_ct.spark.conf import job_session
-from airflow_provider_ct.spark.correction import check_schema, compute_correction
+from airflow_provider_ct.spark.correction import (
+    Correction,
+    check_schema,
+    compute_correction,
+    correction_difference,
+)
+from airflow_provider_ct.spark.incremental import (
+    bind_inputs,
+    incremental_correction,
+    release_bindings,
+)
 from airflow_provider_ct.spark.job_errors import report_failure
 
 if TYPE_CHECKING:
@@ -62,8 +78,6 @@ log = logging.getLogger("airflow_provider_ct.write_job")
 STATUS_STAGED = "staged"
 STATUS_OUTDATED = "outdated"
 STATUS_DRY_RUN = "dry_run"
-#: ``refresh=`` values (see :func:`run_write`).
-REFRESH_MODES = ("auto", "incremental", "full")
 #: Rows per staged Parquet file (roughly; Spark splits by partition).
 ROWS_PER_FILE = 2_000_000
 
@@ -167,6 +181,28 @@ def _staged_file(table: Any, path: str) -> StagedFile:
     return StagedFile(path=path, record_count=rows, size_bytes=len(input_file))
 
 
+@dataclass
+class _Target:
+    """The target as the job found it, and the query's rows and columns."""
+
+    table: Any
+    desired: DataFrame
+    columns: list[str]
+    #: The head (the description's base) with ``_file`` and ``_pos``; None: empty.
+    persisted: DataFrame | None
+
+
+@dataclass
+class _Computed:
+    """A correction and how it was computed (for the report)."""
+
+    correction: Correction
+    strategy: str
+    reason: str
+    incremental_ticks: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+
 def run_write(
     spark: SparkSession,
     config: CatalogConfig,
@@ -186,10 +222,10 @@ def run_write(
     :param verify_every: run the full correction every N ticks (0: never).
     """
     from pyiceberg.exceptions import NoSuchTableError
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     desc = description
     parsed = parse_query(sql, target=desc.target, catalog_name=config.name)
+    plan = choose_plan(parsed, refresh)
     catalog = config.load()
     try:
         table = catalog.load_table(desc.target)
@@ -203,51 +239,38 @@ def run_write(
     clock = _PhaseClock()
     views = _register_inputs(spark, config, desc, parsed.inputs)
     desired: DataFrame = spark.sql(parsed.pinned_sql(views))
-    columns = [f.name for f in desired.schema.fields]
-    if len({c.lower() for c in columns}) != len(columns):
-        raise CTError(f"the query for {desc.target} has duplicate column names: {columns}")
-
-    persisted: DataFrame | None = None
-    if table is None:
-        if dry_run:
-            count = desired.count()
-            return WriteReport(
-                STATUS_DRY_RUN,
-                desc.id,
-                desc.target,
-                rows_to_insert=count,
-                reason="target does not exist yet",
-            )
-        # Every column optional: Spark's nullability flags shift with plans
-        # (joins, explode), and a required column would reject staged files.
-        arrow_schema = to_arrow_schema(desired.schema)
-        arrow_schema = pa.schema([f.with_nullable(True) for f in arrow_schema])
-        table = create_managed_table(catalog, desc.target, arrow_schema)
-        if table.metadata.current_snapshot() is not None:
-            return WriteReport(
-                STATUS_OUTDATED,
-                desc.id,
-                desc.target,
-                reason="target was created and written concurrently",
-            )
-    current = spark.table(_qualified(config, desc.target))
-    check_schema(desired, current, desc.target)
-    if desc.base_snapshot_id is not None:
-        persisted = (
-            spark.read.option("snapshot-id", str(desc.base_snapshot_id))
-            .table(_qualified(config, desc.target))
-            .select(*[f"`{c.name}`" for c in current.schema.fields], "_file", "_pos")
+    if table is None and dry_run:
+        return WriteReport(
+            STATUS_DRY_RUN,
+            desc.id,
+            desc.target,
+            rows_to_insert=desired.count(),
+            reason="target does not exist yet",
+            extra={"strategy": FULL, "plan": plan.explain()},
         )
+    target = _prepare_target(spark, config, catalog, desc, table, desired)
+    if target is None:
+        reason = "target was created and written concurrently"
+        return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
-    correction = compute_correction(desired, persisted, [f.name for f in current.schema.fields])
+    computed = _compute(spark, config, sql, desc, plan, target, verify_every)
     clock.lap("diff")
+    correction = computed.correction
     log.info(
-        "correction for %s at %s: +%d -%d rows",
+        "correction for %s at %s (%s: %s): +%d -%d rows",
         desc.target,
         desc.time,
+        computed.strategy,
+        computed.reason,
         correction.insert_count,
         correction.retract_count,
     )
+    extra = {
+        "strategy": computed.strategy,
+        "plan": plan.explain(),
+        **computed.details,
+        "phases": clock.phases,
+    }
     if dry_run:
         if correction.release is not None:
             correction.release()
@@ -257,11 +280,121 @@ def run_write(
             desc.target,
             rows_to_insert=correction.insert_count,
             rows_to_delete=correction.retract_count,
+            reason=computed.reason,
+            extra=extra,
         )
+    report = _stage(target.table, desc, sql, computed, clock)
+    report.reason = computed.reason
+    report.extra = {**extra, "phases": dict(clock.phases)}
+    log.info("write job phases (s): %s", clock.summary())
+    return report
 
+
+def _prepare_target(
+    spark: SparkSession,
+    config: CatalogConfig,
+    catalog: Any,
+    desc: BatchDescription,
+    table: Any,
+    desired: DataFrame,
+) -> _Target | None:
+    """Create the target on first use; check the query's schema; read the head."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    columns = [f.name for f in desired.schema.fields]
+    if len({c.lower() for c in columns}) != len(columns):
+        raise CTError(f"the query for {desc.target} has duplicate column names: {columns}")
+    if table is None:
+        # Every column optional: Spark's nullability flags shift with plans
+        # (joins, explode), and a required column would reject staged files.
+        arrow_schema = to_arrow_schema(desired.schema)
+        arrow_schema = pa.schema([f.with_nullable(True) for f in arrow_schema])
+        table = create_managed_table(catalog, desc.target, arrow_schema)
+        if table.metadata.current_snapshot() is not None:
+            return None
+    current = spark.table(_qualified(config, desc.target))
+    check_schema(desired, current, desc.target)
+    columns = [f.name for f in current.schema.fields]
+    persisted = None
+    if desc.base_snapshot_id is not None:
+        persisted = (
+            spark.read.option("snapshot-id", str(desc.base_snapshot_id))
+            .table(_qualified(config, desc.target))
+            .select(*[f"`{c}`" for c in columns], "_file", "_pos")
+        )
+    return _Target(table, desired, columns, persisted)
+
+
+def _compute(
+    spark: SparkSession,
+    config: CatalogConfig,
+    sql: str,
+    desc: BatchDescription,
+    plan: Plan,
+    target: _Target,
+    verify_every: int,
+) -> _Computed:
+    """The tick's correction: incremental where the plan and history allow, else full."""
+    base, why_not = (None, plan.reason)
+    if plan.incremental and target.persisted is not None:
+        catalog = config.load()
+        inputs = {name: catalog.load_table(name) for name in desc.inputs}
+        base, why_not = incremental_base(target.table, desc, sql=sql, inputs=inputs)
+    elif plan.incremental:
+        why_not = "the target has no rows yet"
+    if base is None:
+        full = compute_correction(target.desired, target.persisted, target.columns)
+        return _Computed(full, FULL, why_not, 0)
+    verify = verify_every > 0 and base.incremental_ticks + 1 >= verify_every
+    bindings = bind_inputs(spark, config, base.before, desc.inputs)
+    try:
+        assert target.persisted is not None
+        try:
+            incr = incremental_correction(
+                spark, plan, bindings, config.name, target.persisted, target.columns
+            )
+        except IncrementalMismatchError as exc:
+            reason = f"the incremental correction did not fit the target ({exc})"
+            full = compute_correction(target.desired, target.persisted, target.columns)
+            return _Computed(full, FULL, reason, 0, bindings.report())
+        if not verify:
+            ticks = base.incremental_ticks + 1
+            return _Computed(incr, plan.strategy, plan.reason, ticks, bindings.report())
+        return _verify(target, incr, verify_every, bindings.report())
+    finally:
+        release_bindings(bindings)
+
+
+def _verify(
+    target: _Target, incr: Correction, verify_every: int, details: dict[str, Any]
+) -> _Computed:
+    """Every ``verify_every``-th tick: the full correction, and how far the incremental was off."""
+    full = compute_correction(target.desired, target.persisted, target.columns)
+    assert target.persisted is not None
+    fixed = correction_difference(full, incr, target.persisted, target.columns)
+    if incr.release is not None:
+        incr.release()
+    if fixed:
+        log.warning("verification fixed %d rows the incremental correction got wrong", fixed)
+    reason = f"verify_every={verify_every}: the full correction ran to verify the incremental ones"
+    return _Computed(
+        full, FULL, reason, 0, {**details, "verified": True, "verify_fixed_rows": fixed}
+    )
+
+
+def _stage(
+    table: Any, desc: BatchDescription, sql: str, computed: _Computed, clock: _PhaseClock
+) -> WriteReport:
+    """Stage inserts as Parquet and retractions as a position-delete file, then the manifest."""
+    correction = computed.correction
     # The query's hash lands with the batch: a later tick can then prove
-    # itself quiet without Spark (core/quiet.py).
-    batch, manifest = begin_batch(table, desc, summary={SummaryKeys.QUERY_HASH: query_hash(sql)})
+    # itself quiet (core/quiet.py) or incremental (core/incremental.py).
+    summary = {
+        SummaryKeys.QUERY_HASH: query_hash(sql),
+        SummaryKeys.REFRESH: computed.strategy,
+        SummaryKeys.INCREMENTAL_TICKS: str(computed.incremental_ticks),
+    }
+    batch, manifest = begin_batch(table, desc, summary=summary)
     data_dir = batch.data_dir
     added: list[StagedFile] = []
     if correction.insert_count:
@@ -284,7 +417,6 @@ def run_write(
         batch, manifest, [StagedTime(desc.time, tuple(added), (), tuple(deletes), retractions)]
     )
     clock.lap("deletes+manifest")
-    log.info("write job phases (s): %s", clock.summary())
     return WriteReport(
         STATUS_STAGED,
         desc.id,
@@ -293,7 +425,6 @@ def run_write(
         rows_to_delete=correction.retract_count,
         manifest=manifest,
         staged_bytes=sum(f.size_bytes for f in (*added, *deletes)),
-        extra={"strategy": "full", "phases": dict(clock.phases)},
     )
 
 

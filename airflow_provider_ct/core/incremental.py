@@ -1,0 +1,85 @@
+"""Whether a view tick may be computed incrementally, from the target's history.
+
+An incremental tick computes the view's change from its inputs' changes
+since the snapshots the target's last batch pinned, and applies it to the
+target's head. That is exact only if the head is what that batch made it:
+the result of the query over those snapshots. So before every incremental
+tick we check, from metadata alone (PyIceberg, no Spark):
+
+* the head is the description's base and our own view batch (not a foreign
+  commit: drift), ``main`` was not rolled back, the target's schema is the
+  one that batch wrote (:func:`~airflow_provider_ct.core.quiet.last_view_batch`);
+* the query's text hashes to the batch's ``ct.query-hash``;
+* the description pins the inputs the batch pinned, and each input's old
+  snapshot is still in its metadata, the new one descends from it, and its
+  schema did not change (:func:`~airflow_provider_ct.core.quiet.snapshots_between`).
+
+Anything else runs the full correction for this tick, with the reason; the
+full correction compares the whole query with the whole head, so it repairs
+whatever happened. ``verify_every`` forces it every N-th tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.query import query_hash
+from airflow_provider_ct.core.quiet import last_view_batch, snapshots_between
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from airflow_provider_ct.core.description import BatchDescription
+
+
+@dataclass(frozen=True)
+class IncrementalBase:
+    """What an incremental tick starts from."""
+
+    #: The batch whose result the head is.
+    batch_id: str
+    #: Each input's snapshot as that batch pinned it (``None``: empty then).
+    before: dict[str, int | None]
+    #: Incremental ticks since the last full correction, this one excluded.
+    incremental_ticks: int
+
+
+def incremental_base(
+    target: Table | None,
+    description: BatchDescription,
+    *,
+    sql: str,
+    inputs: Mapping[str, Table],
+) -> tuple[IncrementalBase | None, str]:
+    """The base of an incremental tick, or ``None`` and why the tick must run in full."""
+    last, reason = last_view_batch(target, description)
+    if last is None:
+        return None, reason
+    recorded = last.summary.get(SummaryKeys.QUERY_HASH)
+    if recorded != query_hash(sql):
+        return None, f"the query changed since the last batch {last.batch_id} (or was not recorded)"
+    before = dict(last.inputs or {})
+    if sorted(before) != sorted(description.inputs) or sorted(inputs) != sorted(before):
+        return None, (
+            f"the inputs {sorted(description.inputs)} are not those of the last batch "
+            f"{sorted(before)}"
+        )
+    for name in sorted(before):
+        old, new = before[name], description.inputs[name]
+        if new is None and old is not None:
+            return None, f"input {name} has no snapshot at the tick's time, but had {old}"
+        if old is None or new is None:
+            continue
+        chain, problem = snapshots_between(name, inputs[name], old, new)
+        if chain is None:
+            return None, problem
+    assert last.batch_id is not None  # last_view_batch only returns our batches
+    return IncrementalBase(last.batch_id, before, _incremental_ticks(last.summary)), ""
+
+
+def _incremental_ticks(summary: Mapping[str, str]) -> int:
+    value = summary.get(SummaryKeys.INCREMENTAL_TICKS, "0")
+    return int(value) if value.isascii() and value.isdigit() else 0

@@ -1,0 +1,359 @@
+"""Which incremental strategy a view's query allows, decided from its SQL alone.
+
+The planner reads the query with sqlglot (no Spark) and picks one of:
+
+* ``linear``: a ``UNION ALL`` of blocks, each a projection and filter over one
+  table or an inner join of several (each table read once per block). The
+  view's change is the query over the inputs' changes (delta rules:
+  ``Δ(A⋈B) = ΔA⋈B_old + A_new⋈ΔB``, and so on for more inputs).
+* ``linear`` over ``A LEFT JOIN B ON <equalities>``: ``ΔA ⟕ B_old``, plus,
+  for the join keys ``K`` that occur in ``ΔB``, ``A_new|K ⟕ B_new`` minus
+  ``A_new|K ⟕ B_old`` (the rows of ``A`` outside ``K`` see the same ``B``).
+* ``group``: ``GROUP BY`` (or ``SELECT DISTINCT``) at the top of such a
+  block: every group whose key occurs in the change of the rows below the
+  aggregation is recomputed from the new inputs, and only those groups' rows
+  of the target are corrected. Exact for every deterministic aggregate
+  (``SUM``, ``COUNT``, ``AVG``, ``MIN``, ``MAX``, ``COUNT(DISTINCT)``...) and
+  for ``HAVING``.
+* ``full``: anything else (windows, subqueries, CTEs, ``LIMIT``, ``UNION``
+  without ``ALL``, a table read twice, outer joins other than one ``LEFT
+  JOIN`` of two tables, aggregates without ``GROUP BY``, nondeterministic
+  calls), with the reason.
+
+Only the shape is decided here. Whether a tick can use the plan also depends
+on the target's history (drift, rollbacks, expired input snapshots: see
+:mod:`airflow_provider_ct.core.incremental`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_provider_ct.core.query import (
+    ParsedQuery,
+    nondeterministic_calls,
+    normalize_table_name,
+)
+from airflow_provider_ct.exceptions import ConfigurationError, QueryError
+
+LINEAR = "linear"
+GROUP = "group"
+FULL = "full"
+#: ``refresh=`` of a view: incremental where possible, never falling back for
+#: the query's shape, or always the full correction.
+REFRESH_MODES = ("auto", "incremental", FULL)
+
+
+class NotIncremental(Exception):
+    """The query's shape has no incremental strategy; the message says why."""
+
+
+@dataclass(frozen=True)
+class LeftJoin:
+    """``preserved LEFT JOIN optional ON preserved.a = optional.b AND ...``."""
+
+    preserved: str
+    optional: str
+    #: Column names of the preserved / optional side, pairwise equal in ``ON``.
+    preserved_keys: tuple[str, ...]
+    optional_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One ``SELECT`` of the query (a leaf of its ``UNION ALL``)."""
+
+    #: The block's tree; tables still name the inputs.
+    tree: Any
+    #: The inputs it reads, normalized, each exactly once.
+    inputs: tuple[str, ...]
+    left_join: LeftJoin | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The strategy for a query, and enough of its shape to run it."""
+
+    strategy: str
+    reason: str
+    blocks: tuple[Block, ...] = ()
+    #: ``group``: 0-based positions of the grouping keys in the select list.
+    key_positions: tuple[int, ...] = ()
+    #: ``group``: the grouping expressions, in Spark SQL, in the block's scope.
+    key_sql: tuple[str, ...] = ()
+    steps: tuple[str, ...] = field(default=())
+
+    @property
+    def incremental(self) -> bool:
+        return self.strategy != FULL
+
+    def explain(self) -> list[str]:
+        """Human-readable lines, like ``EXPLAIN``: the strategy, why, and the steps."""
+        return [f"strategy: {self.strategy}", f"why: {self.reason}", *self.steps]
+
+
+def plan_query(parsed: ParsedQuery) -> Plan:
+    """The incremental strategy for ``parsed`` (``full`` with the reason if none)."""
+    try:
+        return _plan(parsed)
+    except NotIncremental as exc:
+        return Plan(FULL, str(exc))
+
+
+def choose_plan(parsed: ParsedQuery, refresh: str) -> Plan:
+    """The query's incremental plan under ``refresh`` (``full``: none)."""
+    if refresh not in REFRESH_MODES:
+        raise ConfigurationError(f"refresh={refresh!r}: expected one of {', '.join(REFRESH_MODES)}")
+    if refresh == FULL:
+        return Plan(FULL, "refresh='full'")
+    plan = plan_query(parsed)
+    if refresh == "incremental" and not plan.incremental:
+        raise QueryError(f"refresh='incremental', but the query is not incremental: {plan.reason}")
+    return plan
+
+
+def _plan(parsed: ParsedQuery) -> Plan:
+    tree = parsed.expression
+    calls = nondeterministic_calls(tree)
+    if calls:
+        raise NotIncremental(f"the query calls nondeterministic functions {calls}")
+    if tree.find(exp.Window):
+        raise NotIncremental("window functions are recomputed in full")
+    if tree.find(exp.With) or tree.find(exp.CTE):
+        raise NotIncremental("a WITH clause (CTE) is recomputed in full")
+    if isinstance(tree, exp.Select):
+        return _plan_select(tree, parsed.catalog_name)
+    leaves = _union_all_leaves(tree)
+    blocks = tuple(_block(leaf, parsed.catalog_name) for leaf in leaves)
+    for leaf in leaves:
+        _check_linear_select(leaf)
+    steps = tuple(_block_step(i, b) for i, b in enumerate(blocks))
+    return Plan(LINEAR, f"UNION ALL of {len(blocks)} linear blocks", blocks, steps=steps)
+
+
+def _union_all_leaves(tree: Any) -> list[Any]:
+    if isinstance(tree, exp.Select):
+        return [tree]
+    if isinstance(tree, exp.Union) and not isinstance(tree, exp.Except | exp.Intersect):
+        if tree.args.get("distinct"):
+            raise NotIncremental("UNION (without ALL) removes duplicates across branches")
+        if tree.args.get("limit") or tree.args.get("order"):
+            raise NotIncremental("ORDER BY / LIMIT over a UNION is recomputed in full")
+        return [*_union_all_leaves(tree.left), *_union_all_leaves(tree.right)]
+    if isinstance(tree, exp.Subquery):
+        return _union_all_leaves(tree.this)
+    raise NotIncremental(f"{tree.key.upper()} is recomputed in full")
+
+
+def _plan_select(select: Any, catalog_name: str) -> Plan:
+    block = _block(select, catalog_name)
+    group = select.args.get("group")
+    distinct = select.args.get("distinct")
+    if group is None and not distinct:
+        if select.find(exp.AggFunc):
+            raise NotIncremental("an aggregate without GROUP BY (one group) is recomputed in full")
+        _check_linear_select(select)
+        return Plan(LINEAR, _linear_reason(block), (block,), steps=(_block_step(0, block),))
+    if select.args.get("limit") or select.args.get("offset"):
+        raise NotIncremental("LIMIT is recomputed in full")
+    if distinct and (group is not None or distinct.args.get("on")):
+        raise NotIncremental("SELECT DISTINCT with GROUP BY or DISTINCT ON is recomputed in full")
+    if group is not None and (group.args.get("rollup") or group.args.get("cube")):
+        raise NotIncremental("ROLLUP / CUBE / GROUPING SETS are recomputed in full")
+    if group is not None and group.args.get("grouping_sets"):
+        raise NotIncremental("GROUPING SETS are recomputed in full")
+    items = list(select.expressions)
+    if any(isinstance(i, exp.Star) or (i.find(exp.Star) and not _is_count_star(i)) for i in items):
+        raise NotIncremental("SELECT * with GROUP BY / DISTINCT is recomputed in full")
+    if distinct:
+        positions = tuple(range(len(items)))
+        keys = tuple(i.unalias().sql(dialect="spark") for i in items)
+        if any(i.find(exp.AggFunc) for i in items):
+            raise NotIncremental("SELECT DISTINCT over aggregates is recomputed in full")
+    else:
+        positions, keys = _group_keys(select, items)
+    reason = (
+        f"GROUP BY {', '.join(keys)}: groups whose keys occur in the change are recomputed"
+        if not distinct
+        else "SELECT DISTINCT: rows whose values occur in the change are recomputed"
+    )
+    steps = (
+        _block_step(0, block),
+        "affected keys: the grouping keys of the changed rows below the aggregation",
+        "recompute those groups over the new inputs; correct only their rows of the target",
+    )
+    return Plan(GROUP, reason, (block,), positions, keys, steps)
+
+
+def _is_count_star(node: Any) -> bool:
+    star = node.find(exp.Star)
+    return star is not None and isinstance(star.parent, exp.Count)
+
+
+def _group_keys(select: Any, items: list[Any]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Positions in the select list of every grouping key (each must be an output column)."""
+    by_sql = {i.unalias().sql(dialect="spark"): n for n, i in reversed(list(enumerate(items)))}
+    by_alias = {i.alias.lower(): n for n, i in enumerate(items) if i.alias}
+    positions: list[int] = []
+    keys: list[str] = []
+    for key in select.args["group"].expressions:
+        if isinstance(key, exp.Literal) and key.is_int:
+            n = int(key.name) - 1
+            if not 0 <= n < len(items):
+                raise NotIncremental(f"GROUP BY {key.name} names no select item")
+            positions.append(n)
+            keys.append(items[n].unalias().sql(dialect="spark"))
+            continue
+        text = key.sql(dialect="spark")
+        n_or_none = by_sql.get(text)
+        if n_or_none is None and isinstance(key, exp.Column) and not key.table:
+            n_or_none = by_alias.get(key.name.lower())
+            if n_or_none is not None:
+                text = items[n_or_none].unalias().sql(dialect="spark")
+        if n_or_none is None:
+            raise NotIncremental(
+                f"grouping key {text} is not an output column, so the target's rows of a "
+                "group cannot be found"
+            )
+        positions.append(n_or_none)
+        keys.append(text)
+    if not positions:
+        raise NotIncremental("GROUP BY without keys is recomputed in full")
+    return tuple(positions), tuple(keys)
+
+
+def _linear_reason(block: Block) -> str:
+    if block.left_join is not None:
+        return "a LEFT JOIN of two tables: delta rules with the changed join keys"
+    if len(block.inputs) > 1:
+        return f"an inner join of {len(block.inputs)} tables: delta rules"
+    return "a projection and filter: the view's change is the query over the input's change"
+
+
+def _block_step(index: int, block: Block) -> str:
+    rule = "left-join delta rule" if block.left_join else "delta rule per input"
+    return f"block {index}: reads {', '.join(block.inputs)}; {rule}"
+
+
+def _check_linear_select(select: Any) -> None:
+    """A block without aggregation: no aggregate, no DISTINCT, no LIMIT."""
+    if select.args.get("group") is not None or select.find(exp.AggFunc):
+        raise NotIncremental("an aggregate below the top of the query is recomputed in full")
+    if select.args.get("distinct"):
+        raise NotIncremental("DISTINCT inside a UNION ALL is recomputed in full")
+    if select.args.get("limit") or select.args.get("offset"):
+        raise NotIncremental("LIMIT is recomputed in full")
+    if select.args.get("having") is not None:
+        raise NotIncremental("HAVING without GROUP BY is recomputed in full")
+
+
+def _block(select: Any, catalog_name: str) -> Block:
+    """The tables of one SELECT; each read once, joined inner or by one LEFT JOIN."""
+    for node in select.find_all(exp.Subquery, exp.Exists, exp.In):
+        if isinstance(node, exp.In) and node.args.get("query") is None:
+            continue
+        raise NotIncremental("subqueries are recomputed in full")
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None or not isinstance(from_.this, exp.Table):
+        raise NotIncremental("the FROM clause is not a table")
+    joins = list(select.args.get("joins") or [])
+    tables = [from_.this, *(j.this for j in joins)]
+    if not all(isinstance(t, exp.Table) and t.name for t in tables):
+        raise NotIncremental("a join of something other than a table is recomputed in full")
+    if any(t.args.get("joins") or t.find(exp.Lateral) for t in tables):
+        raise NotIncremental("LATERAL views are recomputed in full")
+    names = [normalize_table_name(_qualified(t), catalog_name) for t in tables]
+    if len(set(names)) != len(names):
+        raise NotIncremental("a table read more than once (a self-join) is recomputed in full")
+    left = _left_join(select, joins, tables, names)
+    return Block(tree=select, inputs=tuple(names), left_join=left)
+
+
+def _left_join(select: Any, joins: list[Any], tables: list[Any], names: list[str]) -> Any:
+    """The block's one LEFT JOIN, if any; inner and cross joins need nothing more."""
+    sides = [(j.side or "").upper() for j in joins]
+    for join, side in zip(joins, sides, strict=True):
+        kind = (join.kind or "").upper()
+        if kind in {"SEMI", "ANTI"} or join.args.get("using"):
+            raise NotIncremental(f"{kind or 'USING'} joins are recomputed in full")
+        if side and join.args.get("on") is None:
+            raise NotIncremental(f"a {side} JOIN without ON is recomputed in full")
+    if not any(sides):
+        return None
+    if len(joins) != 1 or sides[0] != "LEFT":
+        raise NotIncremental(
+            "outer joins other than one LEFT JOIN of two tables are recomputed in full"
+        )
+    preserved_alias = tables[0].alias_or_name.lower()
+    optional_alias = tables[1].alias_or_name.lower()
+    pairs = _equalities(joins[0].args["on"], preserved_alias, optional_alias)
+    return LeftJoin(
+        preserved=names[0],
+        optional=names[1],
+        preserved_keys=tuple(p for p, _ in pairs),
+        optional_keys=tuple(o for _, o in pairs),
+    )
+
+
+def _equalities(on: Any, preserved: str, optional: str) -> list[tuple[str, str]]:
+    """``a.x = b.y AND ...`` as (preserved column, optional column) pairs."""
+    conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    pairs: list[tuple[str, str]] = []
+    for c in conjuncts:
+        if not isinstance(c, exp.EQ):
+            raise NotIncremental("a LEFT JOIN whose ON is not a conjunction of equalities")
+        left, right = c.this, c.expression
+        if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+            raise NotIncremental("a LEFT JOIN whose ON compares expressions, not columns")
+        sides = {left.table.lower(): left.name, right.table.lower(): right.name}
+        if set(sides) != {preserved, optional}:
+            raise NotIncremental("a LEFT JOIN whose ON columns are not qualified by both tables")
+        pairs.append((sides[preserved], sides[optional]))
+    return pairs
+
+
+def _qualified(table: Any) -> str:
+    return ".".join(p for p in (table.catalog, table.db, table.name) if p)
+
+
+def bind_tables(tree: Any, views: dict[str, str], catalog_name: str) -> Any:
+    """A copy of ``tree`` (a block) with each input replaced by the view bound to it."""
+    copy = tree.copy()
+    for table in list(copy.find_all(exp.Table)):
+        if not table.name:
+            continue
+        name = normalize_table_name(_qualified(table), catalog_name)
+        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+        table.replace(exp.Table(this=exp.to_identifier(views[name]), alias=alias))
+    return copy
+
+
+def key_select(tree: Any, key_sql: tuple[str, ...]) -> Any:
+    """A block's FROM/WHERE with the grouping keys as its only (distinct) columns."""
+    tree = tree.copy()
+    for arg in ("group", "having", "order", "limit", "distinct"):
+        tree.set(arg, None)
+    keys = [
+        exp.alias_(exp.maybe_parse(k, dialect="spark"), f"__ct_k{i}") for i, k in enumerate(key_sql)
+    ]
+    tree.set("expressions", keys)
+    tree.set("distinct", exp.Distinct())
+    return tree
+
+
+def restrict_to_keys(tree: Any, key_sql: tuple[str, ...], keys_view: str) -> Any:
+    """A block keeping only rows whose grouping keys are in ``keys_view`` (``__ct_k<i>``).
+
+    ``<=>`` so that a NULL key is a key like any other (a group of its own).
+    The filter sits below the aggregation, so a kept group is whole.
+    """
+    tree = tree.copy()
+    matches = [f"__ct_keys.__ct_k{i} <=> ({k})" for i, k in enumerate(key_sql)]
+    condition: Any = exp.maybe_parse(
+        f"EXISTS (SELECT 1 FROM {keys_view} AS __ct_keys WHERE {' AND '.join(matches)})",
+        dialect="spark",
+    )
+    return tree.where(condition, append=tree.args.get("where") is not None, copy=False)

@@ -1,0 +1,295 @@
+"""Incremental corrections: a view's change computed from its inputs' changes.
+
+Given a :class:`~airflow_provider_ct.core.planner.Plan` and the inputs'
+snapshots before (as the target's last batch pinned them) and now, we bind
+each input to temp views ``new``, ``old``, ``plus`` (rows the input gained)
+and ``minus`` (rows it lost), and evaluate the plan's *terms*: the query's
+blocks over those bindings, each with a sign. Their signed sum is the view's
+change (the delta rules, see the planner). Then:
+
+* ``linear``: the positive rows are inserted, the negative ones retracted
+  from the target's head (located by fingerprint, lowest ``(_file, _pos)``
+  first), after cancelling pairs through the same fingerprint aggregation as
+  the full correction;
+* ``group``: the grouping keys of the terms' rows are the affected groups;
+  the query restricted to them (over the new inputs) is compared with the
+  target's rows of those groups by the full correction's fingerprint diff.
+
+Rows are compared as multisets everywhere, so duplicates and NULLs behave
+as in the full correction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_ct.core.planner import (
+    GROUP,
+    Block,
+    Plan,
+    bind_tables,
+    key_select,
+    restrict_to_keys,
+)
+from airflow_provider_ct.spark.correction import Correction, compute_correction
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from airflow_provider_ct.core.catalog import CatalogConfig
+
+log = logging.getLogger(__name__)
+
+NEW, OLD, PLUS, MINUS = "new", "old", "plus", "minus"
+KEYS_VIEW = "__ct_affected_keys"
+
+
+@dataclass
+class InputChange:
+    """One input's change between two snapshots, as Spark frames."""
+
+    plus: DataFrame
+    minus: DataFrame
+    inserted_rows: int
+    deleted_rows: int
+    files_read: int = 0
+    bytes_read: int = 0
+
+
+@dataclass
+class Bindings:
+    """The temp views of every input, per binding (``new``, ``old``, ``plus``, ``minus``)."""
+
+    views: dict[str, dict[str, str]]
+    #: Inputs whose rows changed, in the order the blocks read them.
+    changed: set[str]
+    changes: dict[str, InputChange] = field(default_factory=dict)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "input_changes": {
+                name: {"inserted": c.inserted_rows, "deleted": c.deleted_rows}
+                for name, c in sorted(self.changes.items())
+            },
+            "files_read": sum(c.files_read for c in self.changes.values()),
+            "bytes_read": sum(c.bytes_read for c in self.changes.values()),
+        }
+
+
+@dataclass(frozen=True)
+class Term:
+    """One block of the query over one choice of bindings, added or subtracted."""
+
+    sign: int
+    block: Block
+    views: dict[str, str]
+
+
+def _read(spark: SparkSession, config: CatalogConfig, name: str, snapshot: int | None) -> Any:
+    table = f"{config.name}.{name}"
+    if snapshot is None:
+        return spark.table(table).limit(0)
+    return spark.read.option("snapshot-id", str(snapshot)).table(table)
+
+
+def input_change(
+    spark: SparkSession, config: CatalogConfig, name: str, before: int | None, after: int | None
+) -> InputChange:
+    """The rows ``name`` gained and lost between ``before`` and ``after``."""
+    new = _read(spark, config, name, after)
+    old = _read(spark, config, name, before)
+    plus = new.exceptAll(old).cache()
+    minus = old.exceptAll(new).cache()
+    return InputChange(plus, minus, plus.count(), minus.count())
+
+
+def bind_inputs(
+    spark: SparkSession,
+    config: CatalogConfig,
+    before: Mapping[str, int | None],
+    after: Mapping[str, int | None],
+) -> Bindings:
+    """Register every input's views; compute the changes of those that moved."""
+    views: dict[str, dict[str, str]] = {}
+    changed: set[str] = set()
+    changes: dict[str, InputChange] = {}
+    for index, name in enumerate(sorted(after)):
+        names = {b: f"__ct_{b}_{index}" for b in (NEW, OLD, PLUS, MINUS)}
+        _read(spark, config, name, after[name]).createOrReplaceTempView(names[NEW])
+        _read(spark, config, name, before[name]).createOrReplaceTempView(names[OLD])
+        if before[name] != after[name]:
+            change = input_change(spark, config, name, before[name], after[name])
+            change.plus.createOrReplaceTempView(names[PLUS])
+            change.minus.createOrReplaceTempView(names[MINUS])
+            changes[name] = change
+            if change.inserted_rows or change.deleted_rows:
+                changed.add(name)
+        views[name] = names
+    return Bindings(views, changed, changes)
+
+
+def terms(plan: Plan, bindings: Bindings) -> list[Term]:
+    """The signed terms whose sum is the change of the rows below any aggregation."""
+    out: list[Term] = []
+    for block in plan.blocks:
+        if block.left_join is not None:
+            out.extend(_left_join_terms(block, bindings))
+            continue
+        for position, name in enumerate(block.inputs):
+            if name not in bindings.changed:
+                continue
+            chosen = {
+                other: bindings.views[other][NEW if i < position else OLD]
+                for i, other in enumerate(block.inputs)
+            }
+            for sign, side in ((1, PLUS), (-1, MINUS)):
+                out.append(Term(sign, block, {**chosen, name: bindings.views[name][side]}))
+    return out
+
+
+def _left_join_terms(block: Block, bindings: Bindings) -> list[Term]:
+    """``ΔP ⟕ O_old`` and, for the keys ``K`` changed in ``O``, ``P|K ⟕ O_new - P|K ⟕ O_old``."""
+    join = block.left_join
+    assert join is not None
+    views = bindings.views
+    out: list[Term] = []
+    preserved, optional = join.preserved, join.optional
+    if preserved in bindings.changed:
+        for sign, side in ((1, PLUS), (-1, MINUS)):
+            chosen = {preserved: views[preserved][side], optional: views[optional][OLD]}
+            out.append(Term(sign, block, chosen))
+    if optional in bindings.changed:
+        restricted = f"{views[preserved][NEW]}_k"
+        for sign, side in ((1, NEW), (-1, OLD)):
+            chosen = {preserved: restricted, optional: views[optional][side]}
+            out.append(Term(sign, block, chosen))
+    return out
+
+
+def register_left_join_restrictions(spark: SparkSession, plan: Plan, bindings: Bindings) -> None:
+    """``P_new`` restricted to the join keys that changed in ``O`` (plain equality: a NULL
+    key of ``P`` matches nothing in any ``O``, so its rows do not depend on ``O``)."""
+    from pyspark.sql import functions as F
+
+    for block in plan.blocks:
+        join = block.left_join
+        if join is None or join.optional not in bindings.changed:
+            continue
+        change = bindings.changes[join.optional]
+        okeys = [F.col(f"`{k}`").alias(f"__ct_j{i}") for i, k in enumerate(join.optional_keys)]
+        keys = change.plus.select(*okeys).union(change.minus.select(*okeys)).distinct()
+        new = spark.table(bindings.views[join.preserved][NEW])
+        condition = None
+        for i, k in enumerate(join.preserved_keys):
+            clause = new[f"`{k}`"] == keys[f"__ct_j{i}"]
+            condition = clause if condition is None else condition & clause
+        restricted = new.join(F.broadcast(keys), condition, "left_semi")
+        restricted.createOrReplaceTempView(f"{bindings.views[join.preserved][NEW]}_k")
+
+
+def _frame(spark: SparkSession, tree: Any, columns: list[str]) -> DataFrame:
+    return spark.sql(tree.sql(dialect="spark")).toDF(*columns)
+
+
+def _signed_frames(
+    parts: list[tuple[int, DataFrame]], empty: DataFrame
+) -> tuple[DataFrame, DataFrame]:
+    plus = [f for s, f in parts if s > 0]
+    minus = [f for s, f in parts if s < 0]
+
+    def union(frames: list[DataFrame]) -> DataFrame:
+        out = empty
+        for frame in frames:
+            out = out.union(frame)
+        return out
+
+    return union(plus), union(minus)
+
+
+def linear_correction(
+    spark: SparkSession,
+    plan: Plan,
+    bindings: Bindings,
+    catalog_name: str,
+    empty: DataFrame,
+    located: DataFrame,
+    columns: list[str],
+) -> Correction:
+    """The view's change as inserts and located retractions (strategy ``linear``)."""
+    parts = []
+    for term in terms(plan, bindings):
+        tree = bind_tables(term.block.tree, term.views, catalog_name)
+        parts.append((term.sign, _frame(spark, tree, columns)))
+    plus, minus = _signed_frames(parts, empty)
+    return compute_correction(plus, minus, columns, located=located)
+
+
+def group_correction(
+    spark: SparkSession,
+    plan: Plan,
+    bindings: Bindings,
+    catalog_name: str,
+    persisted: DataFrame,
+    columns: list[str],
+) -> Correction:
+    """Recompute the groups whose keys occur in the change; correct only their rows."""
+    from pyspark.sql import functions as F
+
+    key_names = [f"__ct_k{i}" for i in range(len(plan.key_sql))]
+    block = plan.blocks[0]
+    keys: DataFrame | None = None
+    for term in terms(plan, bindings):
+        tree = key_select(bind_tables(block.tree, term.views, catalog_name), plan.key_sql)
+        frame = _frame(spark, tree, key_names)
+        keys = frame if keys is None else keys.union(frame)
+    if keys is None:
+        tree = key_select(bind_tables(block.tree, _all(bindings, NEW), catalog_name), plan.key_sql)
+        keys = _frame(spark, tree, key_names).limit(0)
+    keys = keys.distinct().cache()
+    keys.createOrReplaceTempView(KEYS_VIEW)
+    new_tree = bind_tables(block.tree, _all(bindings, NEW), catalog_name)
+    desired = _frame(spark, restrict_to_keys(new_tree, plan.key_sql, KEYS_VIEW), columns)
+    condition = None
+    for name, position in zip(key_names, plan.key_positions, strict=True):
+        clause = persisted[f"`{columns[position]}`"].eqNullSafe(keys[name])
+        condition = clause if condition is None else condition & clause
+    affected = persisted.join(F.broadcast(keys), condition, "left_semi")
+    correction = compute_correction(desired, affected, columns)
+    release = correction.release
+
+    def release_all() -> None:
+        if release is not None:
+            release()
+        keys.unpersist()
+
+    correction.release = release_all
+    return correction
+
+
+def _all(bindings: Bindings, side: str) -> dict[str, str]:
+    return {name: names[side] for name, names in bindings.views.items()}
+
+
+def incremental_correction(
+    spark: SparkSession,
+    plan: Plan,
+    bindings: Bindings,
+    catalog_name: str,
+    persisted: DataFrame,
+    columns: list[str],
+) -> Correction:
+    """The correction of one incremental tick, by the plan's strategy."""
+    register_left_join_restrictions(spark, plan, bindings)
+    if plan.strategy == GROUP:
+        return group_correction(spark, plan, bindings, catalog_name, persisted, columns)
+    empty = persisted.select(*[f"`{c}`" for c in columns]).limit(0)
+    return linear_correction(spark, plan, bindings, catalog_name, empty, persisted, columns)
+
+
+def release_bindings(bindings: Bindings) -> None:
+    for change in bindings.changes.values():
+        change.plus.unpersist()
+        change.minus.unpersist()
