@@ -38,8 +38,8 @@ How the oracle stays independent of the product
 * Check (2), incremental == full correction: a full correction cannot be
   minted after the append (the tick's time is sealed), and minting one for a
   later time would need the view-over-view's input (a view's table) sealed
-  beyond its last tick. So every ``CT_INCR_FULL_EVERY`` steps (and at the
-  last step) the test runs the full correction as a dry run
+  beyond its last tick. So every ``CT_INCR_FULL_EVERY`` steps (at the last
+  step of a shorter run) the test runs the full correction as a dry run
   (``run_write(dry_run=True, refresh="full")``) with a description it builds
   itself: base = the target's head after the incremental tick, inputs = the
   snapshots the test recorded (for the view over a view, the head of the
@@ -54,8 +54,11 @@ Environment: ``CT_INCR_SEED`` (default 20260611) chooses the history,
 ``CT_INCR_TICKS`` the number of view ticks (one view's mint, write and append;
 rounded up to whole steps that tick every view; default 4 steps' worth),
 ``CT_INCR_FULL_EVERY`` how often check (2) runs (default every 3rd step).
-``pytest -s`` prints a summary: ticks, the ``strategy`` each view's write
-reported (``extra`` of the report, ``"-"`` when absent), mutations, drift.
+Default run: 28 view ticks and 7 full-correction dry runs. Measured 7 minutes
+(then with 14 dry runs) while other Spark jobs held the 2 cores at a load of
+about 12; not measured on an idle machine. ``pytest -s`` prints a summary:
+ticks, the ``strategy`` each view's write reported (``extra`` of the report,
+``"-"`` when absent), mutations, drift.
 """
 
 from __future__ import annotations
@@ -587,7 +590,7 @@ class World:
         self.note_cases()
         for view in VIEWS:
             self.tick(view, time)
-        if step % FULL_EVERY == 0 or step == STEPS:
+        if step % FULL_EVERY == 0 or (step == STEPS < FULL_EVERY):
             for view in VIEWS:
                 self.full_correction_is_empty(view, time)
         self.stats.steps += 1
