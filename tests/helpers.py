@@ -56,8 +56,12 @@ def live_data_files(table: Any) -> list[str]:
     return [task.file.file_path for task in table.scan().plan_files()]
 
 
-def replace_contents(table: Any, time: int, data: pa.Table) -> None:
-    """Make a managed input hold exactly ``data`` from ``time`` on (one snapshot at ``time``)."""
+def replace_contents(table: Any, time: int, data: pa.Table) -> int:
+    """Make a managed input hold exactly ``data`` from ``time`` on (one snapshot at ``time``).
+
+    Returns the id of that snapshot, read from the table's head right after
+    the commit: tests use it as their own record of where ``data`` lives.
+    """
     from airflow_provider_ct.core.commit import compare_and_append
     from airflow_provider_ct.core.frontier import Frontier
     from airflow_provider_ct.core.timeline import Timeline
@@ -76,6 +80,32 @@ def replace_contents(table: Any, time: int, data: pa.Table) -> None:
         time=time,
     )
     assert result.landed, result
+    table.refresh()
+    return int(table.metadata.current_snapshot().snapshot_id)
+
+
+def stamp(table: Any, time: int) -> int:
+    """Declare a managed input's current contents to be its contents at ``time``.
+
+    For inputs changed by writers that record no ``ct.time`` (Spark DML, a
+    PyIceberg append, a compaction): one empty compare-and-append at ``time``
+    (no file, so the contents stay those of the head). Returns its snapshot id.
+    """
+    from airflow_provider_ct.core.commit import compare_and_append
+    from airflow_provider_ct.core.frontier import Frontier
+    from airflow_provider_ct.core.timeline import Timeline
+
+    table.refresh()
+    result = compare_and_append(
+        table,
+        expected_upper=Timeline.of(table).upper,
+        new_upper=Frontier.sealing(time),
+        batch_id=f"stamp-{time}-{uuid.uuid4().hex[:8]}",
+        time=time,
+    )
+    assert result.landed, result
+    table.refresh()
+    return int(table.metadata.current_snapshot().snapshot_id)
 
 
 def advance(table: Any, time: int) -> None:
@@ -100,7 +130,13 @@ def advance(table: Any, time: int) -> None:
 def oracle(
     catalog: Any, sql: str, pinned: dict[str, int | None], catalog_name: str = "ct"
 ) -> Counter[tuple[Any, ...]]:
-    """Run ``sql`` in DuckDB over the pinned input snapshots (read by PyIceberg)."""
+    """Run ``sql`` in DuckDB over the given input snapshots (read by PyIceberg).
+
+    ``pinned`` maps each input to a snapshot id (``None``: empty). For an
+    oracle, pass snapshots the test recorded itself when it wrote the inputs,
+    never the ones the product pinned (a description's ``inputs``, ``ct.inputs``):
+    a pinning bug would then check itself.
+    """
     import duckdb
 
     from airflow_provider_ct.core.query import parse_query

@@ -27,9 +27,14 @@ def _tick(
     target: str,
     sql: str,
     time: int,
+    snapshots: dict[str, int | None],
     spark_conn_id: str | None = None,
 ) -> Counter[tuple[Any, ...]]:
-    """Mint, write through spark-submit, append; returns the oracle's rows for T."""
+    """Mint, write through spark-submit, append; returns the oracle's rows for T.
+
+    The oracle reads the inputs at ``snapshots``, which the test recorded when
+    it wrote them (not at the snapshots the description pinned).
+    """
     catalog = config.load()
     desc = mint_view_tick(catalog, target, sql, time).description
     assert desc is not None
@@ -44,7 +49,7 @@ def _tick(
     ).execute({})
     out = AppendOperator(task_id="a", report=report, iceberg_conn_id=conn_id).execute({})
     assert out["appended"], out
-    return oracle(catalog, sql, dict(desc.inputs))
+    return oracle(catalog, sql, snapshots)
 
 
 def _two_ticks(
@@ -58,7 +63,10 @@ def _two_ticks(
     for n in (1, 2):
         shop.mutate(1000 * n - 500)
         shop.seal(1000 * n)
-        expected.append(_tick(config, conn_id, "scale.view", sql, 1000 * n, spark_conn_id))
+        snapshots = shop.snapshots_at(1000 * n)
+        expected.append(
+            _tick(config, conn_id, "scale.view", sql, 1000 * n, snapshots, spark_conn_id)
+        )
     return catalog.load_table("scale.view"), expected
 
 

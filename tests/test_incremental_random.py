@@ -1,0 +1,641 @@
+"""Views maintained with ``refresh="auto"`` over random histories, checked against an oracle.
+
+Seeded random histories: at every step the test changes two inputs the way
+other writers do (Spark ``INSERT``/``DELETE``/``UPDATE``/``MERGE INTO``,
+PyIceberg appends, ``rewrite_data_files`` compactions), sometimes changes
+nothing, sometimes edits a view's table behind the product's back (drift),
+then ticks every view in-process (mint -> ``run_write(refresh="auto")`` ->
+append) and checks each one.
+
+Input ``a`` is merge-on-read (Spark's DML writes position deletes), input
+``b`` copy-on-write (Spark rewrites data files). Both hold NULL keys, NULL
+values and duplicate rows (same id included). The views, each its own
+target, cover what incremental maintenance handles: projection + filter,
+UNION ALL, inner join, left join, a GROUP BY with SUM, COUNT(*), COUNT(col),
+AVG, MIN, MAX and COUNT(DISTINCT), a GROUP BY over a join, and a view over
+another view's table.
+
+How the oracle stays independent of the product
+-----------------------------------------------
+
+* The test keeps a Python model of each input (a list of rows), applying
+  to it the same change it asks Spark or PyIceberg to make, with SQL's
+  three-valued logic for the predicates. Right after its own changes to an
+  input, and before it declares them the input's contents at a time (the
+  empty ``stamp`` commit: Spark and PyIceberg commits carry no ``ct.time``,
+  so without it the input's timeline would not place them at any time) and
+  seals that time, the test notes the input's
+  current snapshot id and checks that PyIceberg reads exactly the model
+  there. The description's pinned inputs, ``ct.inputs`` and the product's
+  SQL rewriting are never used.
+* The expected contents of a view are DuckDB running the view's query,
+  written by the test for DuckDB (the same text with the test's own table
+  names), over the models. The view over a view reads the *expected*
+  contents of the view below it, not its table.
+* Check (1), after every tick: the target's head (read by PyIceberg) equals
+  the oracle as a multiset. Drift is undone by the tick, so this check also
+  covers "the next tick corrects drift".
+* Check (2), incremental == full correction: a full correction cannot be
+  minted after the append (the tick's time is sealed), and minting one for a
+  later time would need the view-over-view's input (a view's table) sealed
+  beyond its last tick. So every ``CT_INCR_FULL_EVERY`` steps (at the last
+  step of a shorter run) the test runs the full correction as a dry run
+  (``run_write(dry_run=True, refresh="full")``) with a description it builds
+  itself: base = the target's head after the incremental tick, inputs = the
+  snapshots the test recorded (for the view over a view, the head of the
+  view below after its tick). The full correction being empty means Spark's
+  own full evaluation of the query at those snapshots equals what the
+  incremental tick left in the table: the two paths agree, independently of
+  DuckDB's semantics (float rounding, NULL ordering). The description's
+  lower/upper/time are only placeholders one past the tick (the dry run
+  stages and appends nothing).
+
+Environment: ``CT_INCR_SEED`` (default 20260611) chooses the history,
+``CT_INCR_TICKS`` the number of view ticks (one view's mint, write and append;
+rounded up to whole steps that tick every view; default 4 steps' worth),
+``CT_INCR_FULL_EVERY`` how often check (2) runs (default every 3rd step).
+Default run: 28 view ticks and 7 full-correction dry runs. Measured 7 minutes
+(then with 14 dry runs) while other Spark jobs held the 2 cores at a load of
+about 12; not measured on an idle machine. ``pytest -s`` prints a summary:
+ticks, the ``strategy`` each view's write reported (``extra`` of the report,
+``"-"`` when absent), mutations, drift.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time as _time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.operators.append import AppendOperator
+from airflow_provider_ct.spark.write_job import run_write
+from tests.conftest import SPARK_CATALOG_CONN as CONN
+from tests.helpers import advance, mint_view_tick, rows_of, stamp
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SEED = int(os.environ.get("CT_INCR_SEED", "20260611"))
+FULL_EVERY = max(1, int(os.environ.get("CT_INCR_FULL_EVERY", "3")))
+
+Row = tuple[Any, ...]
+
+A_SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.int64()), ("s", pa.string())])
+B_SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("w", pa.int64())])
+LEFT_SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("k", pa.int64()),
+        ("v", pa.int64()),
+        ("bid", pa.int64()),
+        ("w", pa.int64()),
+    ]
+)
+#: Copy-on-write for input ``b`` (managed tables default to merge-on-read).
+COPY_ON_WRITE = {
+    "write.delete.mode": "copy-on-write",
+    "write.update.mode": "copy-on-write",
+    "write.merge.mode": "copy-on-write",
+}
+
+
+@dataclass(frozen=True)
+class View:
+    """A view: its query with ``{a}``/``{b}``/``{left}`` for its inputs."""
+
+    name: str
+    template: str
+    inputs: tuple[str, ...]
+
+
+VIEWS = (
+    View(
+        "proj",
+        "SELECT id, k, v * 2 AS v2, upper(s) AS s FROM {a} WHERE v IS NULL OR v > 10",
+        ("a",),
+    ),
+    View(
+        "uni",
+        "SELECT k, v AS x FROM {a} WHERE s IS NOT NULL UNION ALL SELECT k, w AS x FROM {b}",
+        ("a", "b"),
+    ),
+    View(
+        "inner_j",
+        "SELECT a.id, a.k, a.v, b.w FROM {a} AS a JOIN {b} AS b ON a.k = b.k",
+        ("a", "b"),
+    ),
+    View(
+        "left_j",
+        "SELECT a.id, a.k, a.v, b.id AS bid, b.w FROM {a} AS a LEFT JOIN {b} AS b ON a.k = b.k",
+        ("a", "b"),
+    ),
+    View(
+        "agg",
+        "SELECT k, SUM(v) AS total, COUNT(*) AS n, COUNT(v) AS nv, AVG(v) AS mean, "
+        "MIN(v) AS lo, MAX(v) AS hi, COUNT(DISTINCT s) AS ds FROM {a} GROUP BY k",
+        ("a",),
+    ),
+    View(
+        "agg_j",
+        "SELECT b.w, COUNT(*) AS n, SUM(a.v) AS total, MAX(a.s) AS top, "
+        "COUNT(DISTINCT a.k) AS dk FROM {a} AS a JOIN {b} AS b ON a.k = b.k GROUP BY b.w",
+        ("a", "b"),
+    ),
+    # A view over another view's table (left_j ticks first at every time).
+    View(
+        "over",
+        "SELECT w, COUNT(*) AS n, SUM(v) AS total, MIN(id) AS first_id, COUNT(bid) AS nb "
+        "FROM {left} GROUP BY w",
+        ("left",),
+    ),
+)
+INPUT_OF_VIEW = {"left": "left_j"}
+TICKS = int(os.environ.get("CT_INCR_TICKS", str(4 * len(VIEWS))))
+STEPS = max(2, math.ceil(TICKS / len(VIEWS)))
+
+
+# -- values and predicates in SQL and in Python ------------------------------------------
+def _lit(value: Any, sql_type: str) -> str:
+    if value is None:
+        return f"CAST(NULL AS {sql_type})"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return f"CAST({value} AS {sql_type})"
+
+
+def _eq(x: Any, c: Any) -> bool:
+    return x is not None and x == c
+
+
+def _lt(x: Any, c: int) -> bool:
+    return x is not None and x < c
+
+
+def _gt(x: Any, c: int) -> bool:
+    return x is not None and x > c
+
+
+def _norm(value: Any) -> Any:
+    """Numbers as both engines may spell them: DuckDB's HUGEINT sums, doubles rounded."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, float):
+        return round(value, 9)
+    return value
+
+
+def _normalized(rows: Counter[Row]) -> Counter[Row]:
+    out: Counter[Row] = Counter()
+    for row, n in rows.items():
+        out[tuple(_norm(v) for v in row)] += n
+    return out
+
+
+def _diff(got: Counter[Row], want: Counter[Row], limit: int = 8) -> str:
+    extra = sorted((got - want).items(), key=repr)[:limit]
+    missing = sorted((want - got).items(), key=repr)[:limit]
+    return (
+        f"{sum((got - want).values())} unexpected row(s) (row: copies) {extra}; "
+        f"{sum((want - got).values())} missing {missing}"
+    )
+
+
+# -- the world: inputs, their models, the views ------------------------------------------
+@dataclass
+class Stats:
+    view_ticks: int = 0
+    steps: int = 0
+    quiet_steps: int = 0
+    full_checks: int = 0
+    strategies: dict[str, Counter[str]] = field(default_factory=dict)
+    reasons: Counter[str] = field(default_factory=Counter)
+    mutations: Counter[str] = field(default_factory=Counter)
+    drift: Counter[str] = field(default_factory=Counter)
+    #: Cases the history produced in some view's expected rows.
+    seen: Counter[str] = field(default_factory=Counter)
+
+
+class World:
+    def __init__(self, spark: Any, config: CatalogConfig, seed: int) -> None:
+        self.spark = spark
+        self.config = config
+        self.catalog = config.load()
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.ns = f"incr_{seed}"
+        self.tables = {
+            "a": create_managed_table(self.catalog, f"{self.ns}.a", A_SCHEMA),
+            "b": create_managed_table(
+                self.catalog, f"{self.ns}.b", B_SCHEMA, properties=COPY_ON_WRITE
+            ),
+        }
+        self.model: dict[str, list[Row]] = {"a": [], "b": []}
+        #: Snapshot ids the test noted right after its own changes to each input.
+        self.recorded: dict[str, int | None] = {"a": None, "b": None}
+        #: The oracle's rows of each view at the last tick.
+        self.expected: dict[str, Counter[Row]] = {}
+        self.next_id = 1
+        self.step = 0
+        self.stats = Stats(strategies={v.name: Counter() for v in VIEWS})
+
+    # names
+    def table_name(self, key: str) -> str:
+        return f"{self.ns}.{INPUT_OF_VIEW.get(key, key)}"
+
+    def spark_name(self, key: str) -> str:
+        return f"{self.config.name}.{self.table_name(key)}"
+
+    def sql(self, view: View) -> str:
+        return view.template.format(**{k: self.table_name(k) for k in view.inputs})
+
+    def target(self, view: View) -> str:
+        return f"{self.ns}.{view.name}"
+
+    def where(self, view: str = "") -> str:
+        return f"seed={self.seed} step={self.step}" + (f" view={view}" if view else "")
+
+    # random rows
+    def _new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def _k(self) -> int | None:
+        return None if self.rng.random() < 0.15 else self.rng.randint(1, 5)
+
+    def _v(self) -> int | None:
+        return None if self.rng.random() < 0.2 else self.rng.randint(-3, 40)
+
+    def new_rows(self, key: str, count: int) -> list[Row]:
+        rng = self.rng
+        rows: list[Row] = []
+        for _ in range(count):
+            if key == "a":
+                row: Row = (self._new_id(), self._k(), self._v(), rng.choice(["x", "y", "z", None]))
+            else:
+                w = None if rng.random() < 0.2 else rng.randint(0, 6)
+                row = (self._new_id(), self._k(), w)
+            rows.append(row)
+            if rng.random() < 0.3:  # an exact duplicate, id included
+                rows.append(row)
+        return rows
+
+    # mutations: each changes the table and the model the same way
+    def spark_sql(self, text: str) -> None:
+        self.spark.sql(text).collect()
+
+    def insert_spark(self, key: str) -> None:
+        rows = self.new_rows(key, self.rng.randint(1, 5))
+        types = ["BIGINT", "BIGINT", "BIGINT", "STRING"] if key == "a" else ["BIGINT"] * 3
+        values = ", ".join(
+            "(" + ", ".join(_lit(v, t) for v, t in zip(row, types, strict=True)) + ")"
+            for row in rows
+        )
+        self.spark_sql(f"INSERT INTO {self.spark_name(key)} VALUES {values}")
+        self.model[key] += rows
+
+    def insert_pyiceberg(self, key: str) -> None:
+        rows = self.new_rows(key, self.rng.randint(1, 6))
+        schema = A_SCHEMA if key == "a" else B_SCHEMA
+        table = self.catalog.load_table(self.table_name(key))
+        table.append(
+            pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema)
+        )
+        self.model[key] += rows
+
+    def _predicate(self, key: str) -> tuple[str, Callable[[Row], bool]]:
+        rng = self.rng
+        c = rng.randint(1, 5)
+        choices: list[tuple[str, Callable[[Row], bool]]] = [
+            (f"k = {c}", lambda r: _eq(r[1], c)),
+            ("k IS NULL", lambda r: r[1] is None),
+            (f"id % 4 = {c % 4}", lambda r: r[0] % 4 == c % 4),
+        ]
+        if key == "a":
+            bound = rng.randint(-2, 12)
+            choices.append((f"v < {bound}", lambda r: _lt(r[2], bound)))
+            choices.append((f"s = 'y' AND v > {bound}", lambda r: r[3] == "y" and _gt(r[2], bound)))
+        else:
+            bound = rng.randint(0, 6)
+            choices.append(("w IS NULL", lambda r: r[2] is None))
+            choices.append((f"w > {bound}", lambda r: _gt(r[2], bound)))
+        return rng.choice(choices)
+
+    def delete(self, key: str) -> None:
+        text, pred = self._predicate(key)
+        self.spark_sql(f"DELETE FROM {self.spark_name(key)} WHERE {text}")
+        self.model[key] = [r for r in self.model[key] if not pred(r)]
+
+    def update(self, key: str) -> None:
+        rng = self.rng
+        text, pred = self._predicate(key)
+        if key == "a":
+            kind = rng.choice(["v", "k", "s"])
+            if kind == "v":
+                d = rng.randint(-5, 9)
+                assign, fn = (
+                    f"v = v + {d}",
+                    lambda r: (*r[:2], None if r[2] is None else r[2] + d, r[3]),
+                )
+            elif kind == "k":
+                k = self._k()
+                assign, fn = f"k = {_lit(k, 'BIGINT')}", lambda r: (r[0], k, *r[2:])
+            else:
+                s = rng.choice(["x", "z", None])
+                assign, fn = f"s = {_lit(s, 'STRING')}", lambda r: (*r[:3], s)
+        else:
+            if rng.random() < 0.5:
+                d = rng.randint(1, 3)
+                assign, fn = f"w = w + {d}", lambda r: (*r[:2], None if r[2] is None else r[2] + d)
+            else:
+                k = self._k()
+                assign, fn = f"k = {_lit(k, 'BIGINT')}", lambda r: (r[0], k, r[2])
+        self.spark_sql(f"UPDATE {self.spark_name(key)} SET {assign} WHERE {text}")
+        self.model[key] = [fn(r) if pred(r) else r for r in self.model[key]]
+
+    def merge(self, key: str) -> None:
+        """MERGE INTO by id: some existing ids updated or deleted, some new ids inserted."""
+        rng = self.rng
+        ids = sorted({r[0] for r in self.model[key]})
+        chosen = rng.sample(ids, min(len(ids), rng.randint(1, 4)))
+        fresh = [self._new_id() for _ in range(rng.randint(0, 2))]
+        source: dict[int, tuple[str, int | None, int | None]] = {}
+        for i in chosen + fresh:
+            op = "d" if i in chosen and rng.random() < 0.3 else "u"
+            v = self._v() if key == "a" else (None if rng.random() < 0.2 else rng.randint(0, 6))
+            source[i] = (op, self._k(), v)
+        col = "v" if key == "a" else "w"
+        values = ", ".join(
+            f"({_lit(i, 'BIGINT')}, '{op}', {_lit(k, 'BIGINT')}, {_lit(v, 'BIGINT')})"
+            for i, (op, k, v) in source.items()
+        )
+        insert = (
+            "INSERT (id, k, v, s) VALUES (src.id, src.k, src.val, 'm')"
+            if key == "a"
+            else "INSERT (id, k, w) VALUES (src.id, src.k, src.val)"
+        )
+        self.spark_sql(
+            f"MERGE INTO {self.spark_name(key)} AS t "
+            f"USING (SELECT * FROM VALUES {values} AS src(id, op, k, val)) AS src "
+            "ON t.id = src.id "
+            "WHEN MATCHED AND src.op = 'd' THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET t.k = src.k, t.{col} = src.val "
+            f"WHEN NOT MATCHED AND src.op = 'u' THEN {insert}"
+        )
+        present = {r[0] for r in self.model[key]}
+        kept: list[Row] = []
+        for r in self.model[key]:
+            if r[0] not in source:
+                kept.append(r)
+                continue
+            op, k, v = source[r[0]]
+            if op == "u":
+                kept.append((r[0], k, v, r[3]) if key == "a" else (r[0], k, v))
+        for i, (op, k, v) in source.items():
+            if i not in present and op == "u":
+                kept.append((i, k, v, "m") if key == "a" else (i, k, v))
+        self.model[key] = kept
+
+    def compact(self, key: str) -> None:
+        self.spark_sql(
+            f"CALL {self.config.name}.system.rewrite_data_files(table => '{self.table_name(key)}', "
+            "options => map('rewrite-all', 'true'))"
+        )
+
+    OPS = ("insert_spark", "insert_pyiceberg", "delete", "update", "merge", "compact")
+    WEIGHTS = (3, 3, 2, 2, 2, 1)
+
+    #: Changes every history makes early on (besides its random ones), so that even
+    #: a short run covers every kind of change on both write modes.
+    SCHEDULE: dict[int, dict[str, list[str]]] = {
+        1: {"a": ["insert_pyiceberg", "insert_spark"], "b": ["insert_spark", "insert_pyiceberg"]},
+        2: {"a": ["update", "delete"], "b": ["merge", "compact"]},
+        3: {"a": ["merge", "compact"], "b": ["delete", "update"]},
+    }
+    #: The step that leaves the inputs alone if no random step did before.
+    QUIET_BY = 4
+
+    def mutate_inputs(self, time: int) -> None:
+        """Random changes to the inputs; each changed one is recorded, then stamped at ``time``."""
+        scheduled = self.SCHEDULE.get(self.step, {})
+        quiet = self.rng.random() < 0.15 or (
+            self.step == self.QUIET_BY and not self.stats.quiet_steps
+        )
+        if not scheduled and quiet:
+            self.stats.quiet_steps += 1
+            return
+        for key in ("a", "b"):
+            ops = list(scheduled.get(key, []))
+            if self.rng.random() < 0.7:
+                ops += self.rng.choices(self.OPS, self.WEIGHTS, k=self.rng.randint(1, 3))
+            if not ops:
+                continue
+            for op in ops:
+                if op in ("merge", "update", "delete") and not self.model[key]:
+                    op = "insert_spark"
+                getattr(self, op)(key)
+                self.stats.mutations[f"{op}({key})"] += 1
+            table = self.catalog.load_table(self.table_name(key))
+            snapshot = table.metadata.current_snapshot()
+            assert snapshot is not None
+            self.recorded[key] = snapshot.snapshot_id  # noted before the time is stamped
+            got = rows_of(table, snapshot.snapshot_id)
+            want: Counter[Row] = Counter(self.model[key])
+            assert got == want, f"{self.where()} input {key} after {ops}: {_diff(got, want)}"
+            stamp(table, time)
+
+    def inject_drift(self) -> None:
+        """Rows inserted into or deleted from a view's table behind the product's back."""
+        forced = self.step == 3 and not self.stats.drift  # every history of 3+ steps drifts
+        if self.step == 1 or (self.rng.random() > 0.35 and not forced):
+            return
+        candidates = [v for v in VIEWS if self.expected[v.name]]  # targets with rows
+        if not candidates:
+            return
+        view = self.rng.choice(candidates)
+        table = self.catalog.load_table(self.target(view))
+        rows = list(rows_of(table))
+        name = f"{self.config.name}.{self.target(view)}"
+        col = table.schema().fields[0].name
+        if self.rng.random() < 0.5:
+            value = self.rng.choice(rows)[0]
+            cond = f"{col} IS NULL" if value is None else f"{col} = {value}"
+            self.spark_sql(f"DELETE FROM {name} WHERE {cond}")
+            self.stats.drift[f"delete({view.name})"] += 1
+        else:
+            self.spark_sql(f"INSERT INTO {name} SELECT * FROM {name} LIMIT 2")
+            self.stats.drift[f"insert({view.name})"] += 1
+        drifted = _normalized(rows_of(self.catalog.load_table(self.target(view))))
+        assert drifted != self.expected[view.name], (
+            f"{self.where(view.name)}: drift changed nothing"
+        )
+
+    def seal(self, time: int) -> None:
+        for key in ("a", "b"):
+            advance(self.catalog.load_table(self.table_name(key)), time)
+
+    # the oracle
+    def oracle(self) -> dict[str, Counter[Row]]:
+        con = duckdb.connect()
+        con.register(
+            "in_a",
+            pa.Table.from_pylist(
+                [dict(zip(A_SCHEMA.names, r, strict=True)) for r in self.model["a"]], A_SCHEMA
+            ),
+        )
+        con.register(
+            "in_b",
+            pa.Table.from_pylist(
+                [dict(zip(B_SCHEMA.names, r, strict=True)) for r in self.model["b"]], B_SCHEMA
+            ),
+        )
+        out: dict[str, Counter[Row]] = {}
+        raw: dict[str, list[Row]] = {}
+        for view in VIEWS:
+            if "left" in view.inputs:
+                below = raw[INPUT_OF_VIEW["left"]]
+                con.register(
+                    "in_left",
+                    pa.Table.from_pylist(
+                        [dict(zip(LEFT_SCHEMA.names, r, strict=True)) for r in below], LEFT_SCHEMA
+                    ),
+                )
+            duck_sql = view.template.format(**{k: f"in_{k}" for k in view.inputs})
+            raw[view.name] = [tuple(r) for r in con.execute(duck_sql).fetchall()]
+            out[view.name] = _normalized(Counter(raw[view.name]))
+        con.close()
+        return out
+
+    # ticks and checks
+    def tick(self, view: View, time: int) -> None:
+        catalog = self.config.load()
+        target, sql = self.target(view), self.sql(view)
+        decision = mint_view_tick(catalog, target, sql, time)
+        assert decision.description is not None, f"{self.where(view.name)}: {decision.reason}"
+        report = run_write(self.spark, self.config, sql, decision.description, refresh="auto")
+        assert report.status not in ("outdated", "dry_run"), (
+            f"{self.where(view.name)}: {report.to_json()}"
+        )
+        append = AppendOperator(task_id="append", report=report.to_json(), iceberg_conn_id=CONN)
+        out = append.execute({})
+        assert out["appended"], f"{self.where(view.name)}: {out}"
+        self.stats.view_ticks += 1
+        strategy = str(report.extra.get("strategy", "-"))
+        self.stats.strategies[view.name][strategy] += 1
+        if report.extra.get("reason"):
+            self.stats.reasons[f"{strategy}: {report.extra['reason']}"[:120]] += 1
+        elif report.reason:
+            self.stats.reasons[f"{strategy}: {report.reason}"[:120]] += 1
+        got = _normalized(rows_of(catalog.load_table(target)))
+        want = self.expected[view.name]
+        assert got == want, (
+            f"{self.where(view.name)} (strategy {strategy}): the view's table differs from "
+            f"the oracle: {_diff(got, want)}"
+        )
+
+    def full_correction_is_empty(self, view: View, time: int) -> None:
+        """Check (2): the full correction over the recorded snapshots finds nothing to do."""
+        catalog = self.config.load()
+        target = self.target(view)
+        table = catalog.load_table(target)
+        head = table.metadata.current_snapshot()
+        assert head is not None
+        inputs: dict[str, int | None] = {}
+        for key in view.inputs:
+            if key in INPUT_OF_VIEW:  # the view below's head, as the test saw it after its tick
+                below = catalog.load_table(self.table_name(key)).metadata.current_snapshot()
+                inputs[self.table_name(key)] = None if below is None else below.snapshot_id
+            else:
+                inputs[self.table_name(key)] = self.recorded[key]
+        check = BatchDescription(
+            target=target,
+            lower=Frontier.sealing(time),
+            upper=Frontier.sealing(time + 1),
+            time=time + 1,
+            base_snapshot_id=head.snapshot_id,
+            inputs=inputs,
+        )
+        report = run_write(
+            self.spark, self.config, self.sql(view), check, dry_run=True, refresh="full"
+        )
+        assert report.status == "dry_run", f"{self.where(view.name)}: {report.to_json()}"
+        assert (report.rows_to_insert, report.rows_to_delete) == (0, 0), (
+            f"{self.where(view.name)}: the full correction at the recorded snapshots is not "
+            f"empty after the tick (+{report.rows_to_insert} -{report.rows_to_delete}): "
+            "incremental and full maintenance disagree"
+        )
+        self.stats.full_checks += 1
+
+    def run_step(self, step: int) -> None:
+        self.step = step
+        time = 1_000 * step
+        if step > 1:
+            self.inject_drift()
+        self.mutate_inputs(time - 500)
+        self.seal(time)
+        self.expected = self.oracle()
+        self.note_cases()
+        for view in VIEWS:
+            self.tick(view, time)
+        if step % FULL_EVERY == 0 or (step == STEPS < FULL_EVERY):
+            for view in VIEWS:
+                self.full_correction_is_empty(view, time)
+        self.stats.steps += 1
+
+    def note_cases(self) -> None:
+        seen, want = self.stats.seen, self.expected
+        seen["duplicate join rows"] += any(n > 1 for n in want["inner_j"].values())
+        seen["unmatched left rows"] += any(row[3] is None for row in want["left_j"])
+        seen["NULL join keys"] += any(r[1] is None for r in self.model["a"] + self.model["b"])
+        seen["NULL group key"] += any(row[0] is None for row in want["agg"])
+        seen["all-NULL SUM"] += any(row[1] is None for row in want["agg"])
+        seen["NULL group over a view"] += any(row[0] is None for row in want["over"])
+
+    def summary(self, seconds: float) -> str:
+        s = self.stats
+        lines = [
+            f"incremental-vs-oracle: seed={self.seed} steps={s.steps} view ticks={s.view_ticks} "
+            f"({len(VIEWS)} views) full-correction checks={s.full_checks} "
+            f"quiet steps={s.quiet_steps} in {seconds:.0f}s",
+            "strategies: " + "; ".join(f"{v}: {dict(c)}" for v, c in sorted(s.strategies.items())),
+            f"mutations: {dict(sorted(s.mutations.items()))}",
+            f"drift: {dict(sorted(s.drift.items()))}",
+            f"cases (steps): {dict(sorted(s.seen.items()))}",
+        ]
+        lines += [f"  reason x{n}: {r}" for r, n in s.reasons.most_common(8)]
+        return "\n".join(lines)
+
+
+def test_incremental_views_equal_the_oracle_over_random_histories(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    started = _time.monotonic()
+    world = World(spark, spark_catalog_config, SEED)
+    for step in range(1, STEPS + 1):
+        world.run_step(step)
+    print("\n" + world.summary(_time.monotonic() - started))
+    # The history really exercised what it claims to.
+    kinds = set(world.stats.mutations)
+    if STEPS >= World.QUIET_BY:
+        ops = ("insert_spark", "insert_pyiceberg", "delete", "update", "merge", "compact")
+        assert {f"{op}({key})" for op in ops for key in "ab"} <= kinds, kinds
+        assert world.stats.drift, "no drift was injected"
+        assert world.stats.quiet_steps, "no quiet step"
+        missing = [case for case, n in world.stats.seen.items() if n == 0]
+        assert not missing, f"seed={world.seed}: the history never produced {missing}"
+    for view in VIEWS:
+        timeline = Timeline.of(world.catalog.load_table(world.target(view)))
+        assert [t for t, _ in timeline.data_times()] == [1_000 * n for n in range(1, STEPS + 1)]
