@@ -1,29 +1,47 @@
 """Benchmark: one tick of a self-correcting view against the alternatives.
 
-Run on demand (``make bench`` or ``python bench/view_bench.py``), never in
-``make test``. For each table size and change rate, in the same run and the
-same warm SparkSession, on data that does not compress away (random strings
-and doubles), with updates, deletes and inserts spread over the whole table:
+Run on demand (``make bench`` runs the default mode), never in ``make test``::
 
-* ``ours``: mint + correction (signed fingerprint aggregation, position
-  deletes) + compare-and-append;
-* ``(a) overwrite``: ``INSERT OVERWRITE target SELECT * FROM source``;
-* ``(b) merge full``: ``MERGE INTO target USING <full query result> ... WHEN NOT
-  MATCHED BY SOURCE THEN DELETE`` (merge-on-read): the correct, drift-handling
-  alternative;
-* ``(c) merge changes``: ``MERGE`` of only the changed rows (needs the change
-  set in advance; not self-correcting).
+    python bench/view_bench.py --rows 200000 --rates 0.01   # quick look, both views
+    python bench/view_bench.py --acceptance [--scale 0.01]  # JSON summary as its last line
+    python bench/view_bench.py --full-table [--scale 0.001] # both views, 1M/5M/10M x 0.1/1/10%
+    python bench/view_bench.py --tiny-only                  # the 100-row tick's phases
 
-Prints seconds, bytes written, and ratios ours/(b) time and ours/(a) bytes.
+Two views (see bench/view_bench_data.py): a projection, and ``orders JOIN
+customers GROUP BY customer`` with ``SUM``/``COUNT``/``MAX``. Inputs are
+merge-on-read Iceberg tables changed by Spark ``UPDATE``/``DELETE``/``INSERT``
+at random keys over the whole table. In one warm SparkSession, every method
+gets its own target built from the same starting state, then the same input
+change, and only its tick is timed (in the order a, b, c, e, d, after a
+warm-up that runs the query once for all):
+
+* (a) ``INSERT OVERWRITE target <query>``;
+* (b) ``MERGE INTO target USING (<query>)`` on the view's key, updating changed
+  rows, inserting new ones, deleting the rest (``NOT MATCHED BY SOURCE``): the
+  correct, drift-handling alternative;
+* (c) the dbt-incremental idiom: recompute the groups the change touched and
+  ``MERGE`` them on the key. It needs the change set in advance (the bench
+  made the change, so it knows the keys; collecting them is not timed) and
+  is not self-correcting;
+* (d) ours, ``refresh="full"``: mint + write job + compare-and-append;
+* (e) ours, ``refresh="auto"`` (incremental where the write job can).
+
+After the tick every target must equal the query's result, else the bench
+fails: a timing of a wrong answer means nothing. Bytes are what the tick
+wrote: our staged bytes, and the files (data and delete files) added by each
+baseline's snapshot. Ratios compare methods measured in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,23 +50,117 @@ sys.path.insert(0, str(ROOT))
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
 from airflow_provider_ct.core.mint import mint  # noqa: E402
+from airflow_provider_ct.core.query import parse_query  # noqa: E402
 from airflow_provider_ct.core.staging import append_batch, forget, read_manifest  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline, WallClockUpper  # noqa: E402
 from airflow_provider_ct.spark.conf import local_session  # noqa: E402
 from airflow_provider_ct.spark.write_job import run_write  # noqa: E402
+from bench.view_bench_data import JOIN_AGG, MOR, VIEWS, ViewCase  # noqa: E402
 
-VIEW_SQL = "SELECT id, s, d FROM bench.src"
-MOR = (
-    "'format-version'='2', 'write.delete.mode'='merge-on-read', "
-    "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read'"
-)
+NS = "bench"
+#: Every method, as the tables list them (they run a, b, c, e, d).
+METHODS = ("a", "b", "c", "d", "e")
+LABELS = {
+    "a": "(a) overwrite",
+    "b": "(b) merge full",
+    "c": "(c) dbt incr",
+    "d": "(d) ours full",
+    "e": "(e) ours auto",
+}
+#: Data files of each baseline target (ours are laid out by the write job).
+TARGET_FILES = 8
+MILLION = 1_000_000
+#: --acceptance: orders at 1M/5M/10M, 50k changed (1% of 5M).
+ACCEPTANCE_ROWS = (1 * MILLION, 5 * MILLION, 10 * MILLION)
+ACCEPTANCE_CHANGED = 50_000
+FULL_TABLE_ROWS = ACCEPTANCE_ROWS
+FULL_TABLE_RATES: tuple[float, ...] = (0.001, 0.01, 0.1)
 
 
-def added_bytes(spark: Any, table: str) -> int:
+@dataclass
+class CaseResult:
+    view: str
+    rows: int
+    changed: dict[str, int]
+    seconds: dict[str, float] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def ratio(self, num: str, den: str) -> float:
+        return self.seconds[num] / max(1e-9, self.seconds[den])
+
+    def bytes_ratio(self, num: str, den: str) -> float:
+        return self.bytes[num] / max(1, self.bytes[den])
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def drop_namespace_tables(spark: Any, ns: str) -> None:
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS ct.{ns}")
+    for row in spark.sql(f"SHOW TABLES IN ct.{ns}").collect():
+        spark.sql(f"DROP TABLE IF EXISTS ct.{ns}.{row.tableName} PURGE")
+
+
+def snapshot_added_bytes(spark: Any, table: str) -> int:
+    """Bytes of every file (data and delete files) the table's newest snapshot added.
+
+    From the ``entries`` metadata table (status 1 = added), which also lists
+    delete files; the summary's ``added-files-size`` should agree.
+    """
     row = spark.sql(
-        f"SELECT summary FROM ct.{table}.snapshots ORDER BY committed_at DESC LIMIT 1"
+        f"SELECT coalesce(sum(data_file.file_size_in_bytes), 0) AS b FROM {table}.entries "
+        f"WHERE status = 1 AND snapshot_id = (SELECT snapshot_id FROM {table}.snapshots "
+        "ORDER BY committed_at DESC LIMIT 1)"
     ).collect()[0]
-    return int(row.summary.get("added-files-size", "0"))
+    return int(row.b)
+
+
+def timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def changed_condition(view: ViewCase) -> str:
+    return " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in view.values)
+
+
+# --- the methods ------------------------------------------------------------------------------
+
+
+def overwrite(spark: Any, view: ViewCase, target: str) -> None:
+    spark.sql(f"INSERT OVERWRITE {target} {view.sql(NS)}")
+
+
+def merge_full(spark: Any, view: ViewCase, target: str) -> None:
+    spark.sql(
+        f"MERGE INTO {target} t USING ({view.sql(NS)}) s ON t.`{view.key}` = s.`{view.key}` "
+        f"WHEN MATCHED AND ({changed_condition(view)}) THEN UPDATE SET * "
+        "WHEN NOT MATCHED THEN INSERT * "
+        "WHEN NOT MATCHED BY SOURCE THEN DELETE"
+    )
+
+
+def merge_touched(spark: Any, view: ViewCase, target: str) -> None:
+    """The dbt-incremental idiom: recompute the touched keys, merge them on the key.
+
+    A touched key without a row in the recomputation (a group that vanished)
+    is deleted; everything else is left alone, which is why this needs the
+    change set and cannot correct drift.
+    """
+    cols = ", ".join(f"`{c}`" for c in view.columns)
+    spark.sql(
+        f"MERGE INTO {target} t USING ("
+        f"SELECT k.k AS __key, r.* FROM ct.{NS}.touched k "
+        f"LEFT JOIN ({view.touched_sql(NS)}) r ON k.k = r.`{view.key}`"
+        f") s ON t.`{view.key}` = s.__key "
+        f"WHEN MATCHED AND s.`{view.key}` IS NULL THEN DELETE "
+        f"WHEN MATCHED AND ({changed_condition(view)}) THEN UPDATE SET "
+        + ", ".join(f"t.`{c}` = s.`{c}`" for c in view.values)
+        + f" WHEN NOT MATCHED AND s.`{view.key}` IS NOT NULL THEN INSERT ({cols}) "
+        f"VALUES ({', '.join(f's.`{c}`' for c in view.columns)})"
+    )
 
 
 def now_after_commits() -> int:
@@ -58,115 +170,221 @@ def now_after_commits() -> int:
     return t
 
 
-def timed(fn: Any) -> float:
+def our_tick(
+    spark: Any, config: CatalogConfig, sql: str, target: str, refresh: str, t: int
+) -> dict[str, Any]:
+    """One tick of our view at ``t``: mint, write job, compare-and-append (what the DAG runs).
+
+    Returns the write report as JSON, plus ``tick_s`` (the whole tick).
+    """
+    from pyiceberg.exceptions import NoSuchTableError
+
     start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def run_case(spark: Any, config: CatalogConfig, rows: int, rate: float, seed: int) -> dict:
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS ct.bench")
-    for t in ("src", "view", "a", "b", "c", "changes"):
-        spark.sql(f"DROP TABLE IF EXISTS ct.bench.{t} PURGE")
     catalog = config.load()
-    # Source: random 16-char strings and doubles, ~8 files.
-    spark.sql(
-        f"CREATE TABLE ct.bench.src USING iceberg TBLPROPERTIES ({MOR}) AS "
-        f"SELECT /*+ REPARTITION(8) */ id, "
-        f"substring(sha2(cast(id * {seed} + 7 AS STRING), 256), 1, 16) AS s, "
-        f"rand({seed}) AS d FROM range({rows})"
-    )
-    # The view, materialized by us at tick 1; baselines start from the same contents.
-    tick(spark, config, catalog, now_after_commits())
-    for name in ("a", "b", "c"):
-        spark.sql(
-            f"CREATE TABLE ct.bench.{name} USING iceberg TBLPROPERTIES ({MOR}) AS "
-            "SELECT /*+ REPARTITION(8) */ * FROM ct.bench.src"
-        )
-    # The change: updates, deletes and inserts spread over the whole table.
-    third = max(1, int(rows * rate / 3))
-    modulus = max(1, rows // third)
-    spark.sql(
-        "CREATE TABLE ct.bench.changes USING iceberg AS "
-        f"SELECT id, 'U' AS op, substring(sha2(cast(id AS STRING), 224), 1, 16) AS s, "
-        f"rand({seed + 1}) AS d FROM ct.bench.src WHERE pmod(id * 7919, {modulus}) = 0 "
-        f"UNION ALL SELECT id, 'D' AS op, s, d FROM ct.bench.src "
-        f"WHERE pmod(id * 7919, {modulus}) = 1 "
-        f"UNION ALL SELECT id + {rows} AS id, 'I' AS op, "
-        f"substring(sha2(cast(id AS STRING), 384), 1, 16) AS s, rand({seed + 2}) AS d "
-        f"FROM range({third})"
-    )
-    changed = spark.table("ct.bench.changes").count()
-    spark.sql(
-        "MERGE INTO ct.bench.src t USING ct.bench.changes c ON t.id = c.id "
-        "WHEN MATCHED AND c.op = 'D' THEN DELETE "
-        "WHEN MATCHED THEN UPDATE SET t.s = c.s, t.d = c.d "
-        "WHEN NOT MATCHED THEN INSERT (id, s, d) VALUES (c.id, c.s, c.d)"
-    )
-    t2 = now_after_commits()
-    result: dict[str, Any] = {"rows": rows, "rate": rate, "changed": changed}
-    result["ours_s"], result["ours_bytes"] = 0.0, 0
-    start = time.perf_counter()
-    staged = tick(spark, config, catalog, t2)
-    result["ours_s"] = time.perf_counter() - start
-    result["ours_bytes"] = staged
-    result["a_s"] = timed(
-        lambda: spark.sql("INSERT OVERWRITE ct.bench.a SELECT * FROM ct.bench.src")
-    )
-    result["a_bytes"] = added_bytes(spark, "bench.a")
-    result["b_s"] = timed(
-        lambda: spark.sql(
-            "MERGE INTO ct.bench.b t USING (SELECT * FROM ct.bench.src) s ON t.id = s.id "
-            "WHEN MATCHED AND (t.s <> s.s OR t.d <> s.d) THEN UPDATE SET * "
-            "WHEN NOT MATCHED THEN INSERT * WHEN NOT MATCHED BY SOURCE THEN DELETE"
-        )
-    )
-    result["b_bytes"] = added_bytes(spark, "bench.b")
-    result["c_s"] = timed(
-        lambda: spark.sql(
-            "MERGE INTO ct.bench.c t USING ct.bench.changes c ON t.id = c.id "
-            "WHEN MATCHED AND c.op = 'D' THEN DELETE "
-            "WHEN MATCHED THEN UPDATE SET t.s = c.s, t.d = c.d "
-            "WHEN NOT MATCHED THEN INSERT (id, s, d) VALUES (c.id, c.s, c.d)"
-        )
-    )
-    result["c_bytes"] = added_bytes(spark, "bench.c")
-    # Every strategy must end with the same contents (else the timing means nothing).
-    for name in ("a", "b", "c"):
+    inputs = {
+        name: Timeline.of(catalog.load_table(name), policy=WallClockUpper(0))
+        for name in parse_query(sql, target=target).inputs
+    }
+    try:
+        target_timeline: Timeline | None = Timeline.of(catalog.load_table(target))
+    except NoSuchTableError:
+        target_timeline = None
+    decision = mint(target=target, target_timeline=target_timeline, time=t, inputs=inputs)
+    if decision.description is None:
+        raise SystemExit(f"mint refused tick {t} of {target}: {decision.reason}")
+    report = run_write(spark, config, sql, decision.description, refresh=refresh)
+    if report.status != "staged":
+        raise SystemExit(f"write job for {target} did not stage: {report.to_json()}")
+    if report.manifest is not None:
+        batch = read_manifest(report.manifest)
+        result = append_batch(catalog.load_table(batch.target), batch)
+        if not result.landed:
+            raise SystemExit(f"append to {target} did not land: {result}")
+        forget(report.manifest)
+    out = {k: v for k, v in report.to_json().items() if k not in ("manifest", "description_id")}
+    out["tick_s"] = round(time.perf_counter() - start, 3)
+    return out
+
+
+# --- one case ---------------------------------------------------------------------------------
+
+
+def target_name(view: ViewCase, method: str) -> str:
+    return f"{NS}.{view.name}_{method}"
+
+
+def check_equal(spark: Any, view: ViewCase, expected: str) -> None:
+    """Every method's target must hold exactly the query's rows; fail loudly otherwise."""
+    cols = ", ".join(f"`{c}`" for c in view.columns)
+    wrong = {}
+    for method in METHODS:
+        table = f"ct.{target_name(view, method)}"
         diff = spark.sql(
-            f"(SELECT * FROM ct.bench.view EXCEPT ALL SELECT * FROM ct.bench.{name}) UNION ALL "
-            f"(SELECT * FROM ct.bench.{name} EXCEPT ALL SELECT * FROM ct.bench.view)"
-        ).count()
-        if diff:
-            raise SystemExit(f"strategy {name} disagrees with the view on {diff} rows")
+            f"SELECT count(*) AS n FROM ((SELECT {cols} FROM {expected} EXCEPT ALL "
+            f"SELECT {cols} FROM {table}) UNION ALL (SELECT {cols} FROM {table} "
+            f"EXCEPT ALL SELECT {cols} FROM {expected}))"
+        ).collect()[0]
+        if diff.n:
+            wrong[LABELS[method]] = int(diff.n)
+    if wrong:
+        raise SystemExit(
+            f"{view.name}: methods disagree with the query after the tick "
+            f"(rows differing per method: {wrong}); the timings are void"
+        )
+
+
+def run_case(
+    spark: Any, config: CatalogConfig, view: ViewCase, rows: int, changed: int, seed: int
+) -> CaseResult:
+    """Build, change, tick every method once, check them all; only the ticks are timed."""
+    drop_namespace_tables(spark, NS)
+    sql = view.sql(NS)
+    view.build(spark, NS, rows, seed)
+    # Starting state: ours materialize the view at tick 1, the baselines by CTAS.
+    t1 = now_after_commits()
+    for method, refresh in (("d", "full"), ("e", "auto")):
+        our_tick(spark, config, sql, target_name(view, method), refresh, t1)
+    for method in ("a", "b", "c"):
+        spark.sql(
+            f"CREATE TABLE ct.{target_name(view, method)} USING iceberg TBLPROPERTIES ({MOR}) "
+            f"AS SELECT /*+ REPARTITION({TARGET_FILES}) */ * FROM ({sql}) q"
+        )
+    result = CaseResult(view.name, rows, view.change(spark, NS, rows, changed, seed))
+    # The expected result (also warms caches and the JIT for every method alike).
+    expected = f"ct.{NS}.expected"
+    spark.sql(f"CREATE TABLE {expected} USING iceberg AS {sql}")
+    t2 = now_after_commits()
+    baselines = {"a": overwrite, "b": merge_full, "c": merge_touched}
+    for method, run in baselines.items():
+        target = f"ct.{target_name(view, method)}"
+        result.seconds[method] = timed(lambda run=run, target=target: run(spark, view, target))
+        result.bytes[method] = snapshot_added_bytes(spark, target)
+    # (e) before (d): the headline ratios are (e)'s, so (e) must not run on what (d) warmed.
+    for method, refresh in (("e", "auto"), ("d", "full")):
+        report = our_tick(spark, config, sql, target_name(view, method), refresh, t2)
+        result.seconds[method] = report["tick_s"]
+        result.bytes[method] = int(report["staged_bytes"])
+        result.reports[method] = report
+    check_equal(spark, view, expected)
     return result
 
 
-def tick(spark: Any, config: CatalogConfig, catalog: Any, t: int) -> int:
-    """One view tick at ``t``: mint, write, append. Returns bytes staged."""
-    src = Timeline.of(catalog.load_table("bench.src"), policy=WallClockUpper(0))
-    try:
-        target = Timeline.of(catalog.load_table("bench.view"))
-    except Exception:
-        target = None
-    decision = mint(target="bench.view", target_timeline=target, time=t, inputs={"bench.src": src})
-    assert decision.description is not None, decision.reason
-    report = run_write(spark, config, VIEW_SQL, decision.description)
-    if report.manifest is None:
-        return 0
-    batch = read_manifest(report.manifest)
-    result = append_batch(catalog.load_table(batch.target), batch)
-    assert result.landed, result
-    forget(report.manifest)
-    return report.staged_bytes
+# --- the tiny tick ----------------------------------------------------------------------------
+
+
+def tiny_tick(spark: Any, config: CatalogConfig) -> dict[str, Any]:
+    """100 orders, one changed, the GROUP BY view, through run_write on the warm session.
+
+    What a tick costs when almost nothing changed: the fixed cost per tick.
+    """
+    ns = "tiny"
+    drop_namespace_tables(spark, ns)
+    JOIN_AGG.build(spark, ns, 100, 7)
+    sql, target = JOIN_AGG.sql(ns), f"{ns}.join_agg"
+    our_tick(spark, config, sql, target, "auto", now_after_commits())
+    spark.sql(f"UPDATE ct.{ns}.orders SET o_totalprice = o_totalprice + 1 WHERE o_orderkey = 42")
+    report = our_tick(spark, config, sql, target, "auto", now_after_commits())
+    expected = spark.sql(sql).collect()
+    actual = spark.table(f"ct.{target}").collect()
+    if sorted(map(tuple, expected)) != sorted(map(tuple, actual)):
+        raise SystemExit(f"tiny tick: {target} does not equal its query")
+    drop_namespace_tables(spark, ns)
+    return report
+
+
+def print_tiny(report: dict[str, Any]) -> None:
+    phases: dict[str, float] = report.get("phases", {})
+    print(f"\ntiny tick (100 orders, 1 changed, join_agg, refresh=auto): {json.dumps(report)}")
+    print(
+        f"tiny tick phases (s): {', '.join(f'{k}={v}' for k, v in phases.items())}; "
+        f"sum {sum(phases.values()):.2f} s (target <= 3 s); whole tick {report['tick_s']:.2f} s"
+    )
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def print_table(results: list[CaseResult]) -> None:
+    mb = 1024 * 1024
+    for view in sorted({r.view for r in results}):
+        print(f"\n### {view}\n")
+        print(
+            "| rows | changed | "
+            + " | ".join(f"{LABELS[m]} s" for m in METHODS)
+            + " | (e) strategy | (e)/(a) | (e)/(b) | (e)/(c) | (d)/(b) | "
+            + " | ".join(f"{m} MB" for m in METHODS)
+            + " | (e)/(a) bytes |"
+        )
+        print("|---" * (2 + len(METHODS) + 5 + len(METHODS) + 1) + "|")
+        for r in (r for r in results if r.view == view):
+            changed = ", ".join(f"{k} {v:,}" for k, v in r.changed.items())
+            print(
+                f"| {r.rows:,} | {changed} | "
+                + " | ".join(f"{r.seconds[m]:.2f}" for m in METHODS)
+                + f" | {r.reports['e'].get('strategy', '?')} "
+                + f"| {r.ratio('e', 'a'):.2f}x | {r.ratio('e', 'b'):.2f}x "
+                + f"| {r.ratio('e', 'c'):.2f}x | {r.ratio('d', 'b'):.2f}x | "
+                + " | ".join(f"{r.bytes[m] / mb:.2f}" for m in METHODS)
+                + f" | {r.bytes_ratio('e', 'a'):.2%} |"
+            )
+
+
+def acceptance_summary(results: list[CaseResult]) -> dict[str, float]:
+    small, middle, large = results
+    return {
+        "incr_over_b": round(middle.ratio("e", "b"), 4),
+        "incr_over_c": round(middle.ratio("e", "c"), 4),
+        "growth_10x": round(large.seconds["e"] / max(1e-9, small.seconds["e"]), 4),
+        "staged_over_a": round(middle.bytes_ratio("e", "a"), 4),
+    }
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def plan(args: argparse.Namespace) -> list[tuple[ViewCase, int, int]]:
+    """(view, input rows, changed rows) per case, sizes multiplied by ``--scale``."""
+
+    def scaled(n: float) -> int:
+        return max(1, round(n * args.scale))
+
+    if args.acceptance:
+        return [(JOIN_AGG, scaled(r), scaled(ACCEPTANCE_CHANGED)) for r in ACCEPTANCE_ROWS]
+    if args.full_table:
+        rows_list, rates = [scaled(r) for r in FULL_TABLE_ROWS], FULL_TABLE_RATES
+        views = list(VIEWS.values())
+    else:
+        rows_list = [scaled(int(r)) for r in args.rows.split(",")]
+        rates = tuple(float(r) for r in args.rates.split(","))
+        views = [VIEWS[v] for v in args.views.split(",")]
+    return [
+        (view, rows, max(3, round(rows * rate)))
+        for view in views
+        for rows in rows_list
+        for rate in rates
+    ]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", default="1000000,5000000")
-    parser.add_argument("--rates", default="0.001,0.01,0.1")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--rows", default="1000000,5000000", help="input rows (orders), a list")
+    parser.add_argument("--rates", default="0.001,0.01,0.1", help="changed share, a list")
+    parser.add_argument("--views", default=",".join(VIEWS), help=f"of {', '.join(VIEWS)}")
+    parser.add_argument(
+        "--acceptance",
+        action="store_true",
+        help="join_agg at 5M orders/1%% changed and 50k changed over 1M and 10M; "
+        "last line: JSON with incr_over_b, incr_over_c, growth_10x, staged_over_a",
+    )
+    parser.add_argument(
+        "--full-table", action="store_true", help="both views, 1M/5M/10M x 0.1/1/10%%"
+    )
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every size (try 0.01)")
+    parser.add_argument("--tiny-only", action="store_true", help="only the 100-row tick")
+    parser.add_argument("--no-tiny", action="store_true", help="skip the 100-row tick")
     args = parser.parse_args()
-    import logging
+    if args.acceptance and args.full_table:
+        parser.error("--acceptance and --full-table are separate runs")
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("airflow_provider_ct.write_job").setLevel(logging.INFO)
@@ -184,30 +402,30 @@ def main() -> int:
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
-    results = []
+    results: list[CaseResult] = []
+    tiny: dict[str, Any] | None = None
     try:
-        for rows in [int(r) for r in args.rows.split(",")]:
-            for rate in [float(r) for r in args.rates.split(",")]:
-                results.append(run_case(spark, config, rows, rate, seed=len(results) + 3))
-                r = results[-1]
-                print(f"done rows={rows} rate={rate}: ours {r['ours_s']:.1f}s", flush=True)
+        for index, (view, rows, changed) in enumerate([] if args.tiny_only else plan(args)):
+            r = run_case(spark, config, view, rows, changed, seed=index + 3)
+            results.append(r)
+            print(
+                f"done {view.name} rows={rows:,} changed={r.changed}: "
+                + ", ".join(f"{m} {r.seconds[m]:.2f}s" for m in METHODS),
+                flush=True,
+            )
+            for method in ("d", "e"):
+                print(f"  {LABELS[method]} report: {json.dumps(r.reports[method])}", flush=True)
+        if not args.no_tiny:
+            tiny = tiny_tick(spark, config)
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print()
-    print(
-        "| rows | changed | ours s | (a) overwrite s | (b) merge full s | (c) merge changes s "
-        "| ours/(b) time | ours MB | (a) MB | (b) MB | (c) MB | ours/(a) bytes |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in results:
-        mb = 1024 * 1024
-        print(
-            f"| {r['rows']:,} | {r['rate']:.1%} ({r['changed']:,}) | {r['ours_s']:.1f} | "
-            f"{r['a_s']:.1f} | {r['b_s']:.1f} | {r['c_s']:.1f} | {r['ours_s'] / r['b_s']:.2f}x | "
-            f"{r['ours_bytes'] / mb:.2f} | {r['a_bytes'] / mb:.1f} | {r['b_bytes'] / mb:.2f} | "
-            f"{r['c_bytes'] / mb:.2f} | {r['ours_bytes'] / max(1, r['a_bytes']):.2%} |"
-        )
+    if results:
+        print_table(results)
+    if tiny is not None:
+        print_tiny(tiny)
+    if args.acceptance:
+        print(json.dumps(acceptance_summary(results)))
     return 0
 
 
