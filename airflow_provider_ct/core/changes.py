@@ -99,6 +99,14 @@ class _State:
     positional: list[ManifestEntry]
     equality: list[ManifestEntry]
     _index: DeleteFileIndex | None = field(default=None, repr=False)
+    _keys: set[tuple[str, int | None]] | None = field(default=None, repr=False)
+
+    def live_keys(self) -> set[tuple[str, int | None]]:
+        """(path, data sequence number) of every live data and delete file."""
+        if self._keys is None:
+            entries = [*self.data.values(), *self.positional, *self.equality]
+            self._keys = {(e.data_file.file_path, e.sequence_number) for e in entries}
+        return self._keys
 
     def position_deletes_for(self, entry: ManifestEntry) -> set[DataFile]:
         """The position-delete files that apply to a live data file (sequence-number rules)."""
@@ -498,21 +506,7 @@ def _touched(
 
 def _same_entry(state: _State, entry: ManifestEntry) -> bool:
     """Whether ``state`` holds the file of ``entry`` live, with the same sequence number."""
-    from pyiceberg.manifest import DataFileContent
-
-    data_file = entry.data_file
-    if data_file.content == DataFileContent.DATA:
-        found = state.data.get(data_file.file_path)
-        return found is not None and found.sequence_number == entry.sequence_number
-    deletes = (
-        state.positional
-        if data_file.content == DataFileContent.POSITION_DELETES
-        else (state.equality)
-    )
-    return any(
-        d.data_file.file_path == data_file.file_path and d.sequence_number == entry.sequence_number
-        for d in deletes
-    )
+    return (entry.data_file.file_path, entry.sequence_number) in state.live_keys()
 
 
 def _live(
