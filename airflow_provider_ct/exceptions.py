@@ -18,6 +18,7 @@ our refusals apart from bugs in libraries underneath::
     ├── QueryError                SQL is unusable (syntax, not a SELECT, tables)
     ├── SchemaMismatchError       a query's schema no longer matches its table
     ├── SparkJobError             a Spark job failed without one of these errors
+    ├── ChangesUnavailableError   a table's changes between two snapshots cannot be read
     └── CollectionError           a managed-collection operation is refused
         ├── NotACollectionError       the table is not a registered collection (of that kind)
         ├── ReadOnlyError             writes are refused in read-only mode
@@ -116,6 +117,15 @@ class SparkJobError(CTError):
     Either the job died without saying why (killed, out of memory), or it
     raised an exception outside this hierarchy (a bug, or a Spark analysis
     error); the message names the original type.
+    """
+
+
+class ChangesUnavailableError(CTError):
+    """The changes of a table between two snapshots cannot be computed exactly.
+
+    The older snapshot expired or is not an ancestor of the newer one, a
+    snapshot in between expired, the schema changed in the range, or the
+    files hold something this package cannot read (the message says which).
     """
 
 

@@ -6,9 +6,10 @@ A plain PySpark program with a CLI, like :mod:`.write_job`. For a batch
 1. refuses to work if the output's head is no longer the description's base;
 2. finds the input's times in the batch (its snapshots there) and, for each
    time ``t`` in order, reads only the rows *inserted* at ``t`` (an
-   incremental read between the snapshot before ``t`` and the one at ``t``;
-   the input is never scanned in full after the first tick, except across
-   non-append snapshots, see docs/continual-tasks.md);
+   incremental read between the snapshot before ``t`` and the one at ``t``
+   across appends, :func:`~airflow_provider_ct.core.changes.table_changes`
+   across anything else; the input is never scanned in full after the first
+   tick, see docs/continual-tasks.md);
 3. runs the statements in order: the output name sees the output as of
    ``t - 1`` plus the earlier statements' changes, references are pinned at
    ``t``; DELETEs retract rows, INSERTs add rows;
@@ -34,6 +35,7 @@ import pyarrow.parquet as pq
 from sqlglot import exp
 
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.changes import table_changes
 from airflow_provider_ct.core.continual import (
     CONTINUAL_TASK_KIND,
     NOW_FUNCTIONS,
@@ -55,6 +57,7 @@ from airflow_provider_ct.core.staging import (
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError
+from airflow_provider_ct.spark.frames import changes_to_spark
 from airflow_provider_ct.spark.write_job import (
     ERROR_HELP,
     STATUS_OUTDATED,
@@ -65,6 +68,8 @@ from airflow_provider_ct.spark.write_job import (
 )
 
 if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("airflow_provider_ct.continual_job")
@@ -102,9 +107,24 @@ def _with_time(tree: Any, time: int) -> Any:
 
 
 def _inserted_rows(
-    spark: SparkSession, config: CatalogConfig, name: str, timeline: Timeline, time: int
-) -> tuple[DataFrame, str]:
+    spark: SparkSession,
+    config: CatalogConfig,
+    name: str,
+    source: Table,
+    timeline: Timeline,
+    time: int,
+    scratch: str,
+    scratch_io: FileIO,
+) -> tuple[DataFrame, str, str | None]:
     """Rows inserted into the input at ``time``: between the snapshots at t-1 and t.
+
+    Appends only: Iceberg's incremental read of the new files, in Spark.
+    Anything else (overwrites, deletes, merge-on-read position deletes, and
+    ``replace`` in between): :func:`~airflow_provider_ct.core.changes.table_changes`
+    reads the files the range touched (on the driver, with PyArrow) and the
+    net inserted rows are handed to Spark through one Parquet file under
+    ``scratch``, whose path is returned for the caller to remove once the
+    time is processed. Neither reads the whole input.
 
     ``require_sealed=False``: the mint already checked (with the input's own
     upper policy) that every time of the batch is sealed.
@@ -113,9 +133,10 @@ def _inserted_rows(
     current = timeline.snapshot_at(time, require_sealed=False)
     previous = timeline.snapshot_at(time - 1, require_sealed=False) if time > 0 else None
     if current is None:
-        return spark.table(table).limit(0), "empty"
+        return spark.table(table).limit(0), "empty", None
     if previous is None:
-        return spark.read.option("snapshot-id", str(current)).table(table), "first-snapshot"
+        read = spark.read.option("snapshot-id", str(current)).table(table)
+        return read, "first-snapshot", None
     between = _snapshots_between(timeline, previous, current)
     if all(op == "append" for op in between):
         incremental = (
@@ -124,16 +145,23 @@ def _inserted_rows(
             .option("end-snapshot-id", str(current))
             .load(table)
         )
-        return incremental, "incremental"
+        return incremental, "incremental", None
+    changes = table_changes(source, previous, current)
     log.info(
-        "input %s changed by %s at %s: computing its inserts by difference",
+        "input %s changed by %s at %s: %d row(s) inserted, %d deleted, read from %d file(s) "
+        "(%d bytes) of %d snapshot(s)",
         name,
         sorted(set(between)),
         time,
+        changes.inserted.num_rows,
+        changes.deleted.num_rows,
+        changes.files_read,
+        changes.bytes_read,
+        changes.snapshots,
     )
-    after = spark.read.option("snapshot-id", str(current)).table(table)
-    before = spark.read.option("snapshot-id", str(previous)).table(table)
-    return after.exceptAll(before), "difference"
+    schema = spark.read.option("snapshot-id", str(current)).table(table).schema
+    frame = changes_to_spark(spark, changes.inserted, schema, folder=scratch, io=scratch_io)
+    return frame, "changes", frame.inputFiles()[0]
 
 
 def _snapshots_between(timeline: Timeline, previous: int, current: int) -> list[str]:
@@ -287,7 +315,8 @@ def run_continual(
                 reason="output was created and written concurrently",
             )
     as_of = int(table.metadata.properties.get(AS_OF_PROPERTY, desc.time))
-    input_tl = Timeline.of(catalog.load_table(task.input))
+    source = catalog.load_table(task.input)
+    input_tl = Timeline.of(source)
     references = {n: Timeline.of(catalog.load_table(n)) for n in task.references}
     lower, upper = int(desc.lower.time or 0), int(desc.upper.time or 0)
     times = input_times(input_tl, lower, upper, as_of)
@@ -313,6 +342,7 @@ def run_continual(
     total_in, total_out = 0, 0
     reads: dict[str, int] = {}  # how each input time's inserts were read
     for time in all_times:
+        scratch: str | None = None
         if time == snapshot_time:
             snap = input_tl.snapshot_at(time, require_sealed=False)
             inserts = (
@@ -323,9 +353,22 @@ def run_continual(
                 )
             )
         else:
-            inserts, mode = _inserted_rows(spark, config, task.input, input_tl, time)
+            inserts, mode, scratch = _inserted_rows(
+                spark,
+                config,
+                task.input,
+                source,
+                input_tl,
+                time,
+                posixpath.join(data_dir, "scratch"),
+                table.io,
+            )
             reads[mode] = reads.get(mode, 0) + 1
-        added, retracted = _run_time(spark, config, task, state, time, inserts, references)
+        try:
+            added, retracted = _run_time(spark, config, task, state, time, inserts, references)
+        finally:
+            if scratch is not None:  # every statement of this time has run (collected)
+                table.io.delete(scratch)
         staged = _stage_time(table, data_dir, task, time, added, retracted, state)
         if staged is not None:
             staged_times.append(staged)
