@@ -22,10 +22,14 @@ as in the full correction.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_ct.core.changes import table_changes
 from airflow_provider_ct.core.planner import (
     GROUP,
     Block,
@@ -35,6 +39,7 @@ from airflow_provider_ct.core.planner import (
     restrict_to_keys,
 )
 from airflow_provider_ct.spark.correction import Correction, compute_correction
+from airflow_provider_ct.spark.frames import changes_to_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -95,15 +100,69 @@ def _read(spark: SparkSession, config: CatalogConfig, name: str, snapshot: int |
     return spark.read.option("snapshot-id", str(snapshot)).table(table)
 
 
+class Scratch:
+    """Where the inputs' changes are written for Spark to read, removed after the job.
+
+    Local mode: a local temporary folder. Otherwise the executors must read
+    the files, so they go under the target's location (``ct-scratch/``),
+    written and deleted through the table's FileIO.
+    """
+
+    def __init__(self, spark: SparkSession, target: Any) -> None:
+        self.io: Any = None
+        self.paths: list[str] = []
+        if (spark.sparkContext.master or "").startswith("local"):
+            self.folder = tempfile.mkdtemp(prefix="ct-changes-")
+            self.local = True
+        else:
+            base = target.location().rstrip("/")
+            self.folder = f"{base}/ct-scratch/{uuid.uuid4().hex}"
+            self.io = target.io
+            self.local = False
+
+    def frame(self, spark: SparkSession, rows: Any, schema: Any) -> DataFrame:
+        frame = changes_to_spark(spark, rows, schema, folder=self.folder, io=self.io)
+        self.paths.extend(frame.inputFiles())
+        return frame
+
+    def remove(self) -> None:
+        if self.local:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return
+        for path in self.paths:
+            try:
+                self.io.delete(path)
+            except OSError:  # best effort: a leftover scratch file is never referenced
+                log.warning("could not remove scratch file %s", path)
+
+
 def input_change(
-    spark: SparkSession, config: CatalogConfig, name: str, before: int | None, after: int | None
+    spark: SparkSession,
+    config: CatalogConfig,
+    name: str,
+    before: int | None,
+    after: int,
+    scratch: Scratch,
 ) -> InputChange:
-    """The rows ``name`` gained and lost between ``before`` and ``after``."""
-    new = _read(spark, config, name, after)
-    old = _read(spark, config, name, before)
-    plus = new.exceptAll(old).cache()
-    minus = old.exceptAll(new).cache()
-    return InputChange(plus, minus, plus.count(), minus.count())
+    """The rows ``name`` gained and lost between ``before`` and ``after``.
+
+    Read by :func:`~airflow_provider_ct.core.changes.table_changes` from the
+    files the range touched (not a scan of the input); raises
+    :class:`~airflow_provider_ct.exceptions.ChangesUnavailableError` when the
+    metadata cannot tell (an expired snapshot, a schema change).
+    """
+    changes = table_changes(config.load().load_table(name), before, after)
+    schema = _read(spark, config, name, after).schema
+    plus = scratch.frame(spark, changes.inserted, schema)
+    minus = scratch.frame(spark, changes.deleted, schema)
+    return InputChange(
+        plus,
+        minus,
+        changes.inserted.num_rows,
+        changes.deleted.num_rows,
+        changes.files_read,
+        changes.bytes_read,
+    )
 
 
 def bind_inputs(
@@ -111,6 +170,7 @@ def bind_inputs(
     config: CatalogConfig,
     before: Mapping[str, int | None],
     after: Mapping[str, int | None],
+    scratch: Scratch,
 ) -> Bindings:
     """Register every input's views; compute the changes of those that moved."""
     views: dict[str, dict[str, str]] = {}
@@ -120,8 +180,9 @@ def bind_inputs(
         names = {b: f"__ct_{b}_{index}" for b in (NEW, OLD, PLUS, MINUS)}
         _read(spark, config, name, after[name]).createOrReplaceTempView(names[NEW])
         _read(spark, config, name, before[name]).createOrReplaceTempView(names[OLD])
-        if before[name] != after[name]:
-            change = input_change(spark, config, name, before[name], after[name])
+        new = after[name]
+        if before[name] != new and new is not None:
+            change = input_change(spark, config, name, before[name], new, scratch)
             change.plus.createOrReplaceTempView(names[PLUS])
             change.minus.createOrReplaceTempView(names[MINUS])
             changes[name] = change
@@ -287,9 +348,3 @@ def incremental_correction(
         return group_correction(spark, plan, bindings, catalog_name, persisted, columns)
     empty = persisted.select(*[f"`{c}`" for c in columns]).limit(0)
     return linear_correction(spark, plan, bindings, catalog_name, empty, persisted, columns)
-
-
-def release_bindings(bindings: Bindings) -> None:
-    for change in bindings.changes.values():
-        change.plus.unpersist()
-        change.minus.unpersist()

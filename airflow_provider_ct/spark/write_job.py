@@ -55,7 +55,12 @@ from airflow_provider_ct.core.staging import (
     outdated_reason,
 )
 from airflow_provider_ct.core.tables import create_managed_table
-from airflow_provider_ct.exceptions import ConfigurationError, CTError, IncrementalMismatchError
+from airflow_provider_ct.exceptions import (
+    ChangesUnavailableError,
+    ConfigurationError,
+    CTError,
+    IncrementalMismatchError,
+)
 from airflow_provider_ct.spark.conf import job_session
 from airflow_provider_ct.spark.correction import (
     Correction,
@@ -63,11 +68,7 @@ from airflow_provider_ct.spark.correction import (
     compute_correction,
     correction_difference,
 )
-from airflow_provider_ct.spark.incremental import (
-    bind_inputs,
-    incremental_correction,
-    release_bindings,
-)
+from airflow_provider_ct.spark.incremental import Scratch, bind_inputs, incremental_correction
 from airflow_provider_ct.spark.job_errors import report_failure
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ log = logging.getLogger("airflow_provider_ct.write_job")
 STATUS_STAGED = "staged"
 STATUS_OUTDATED = "outdated"
 STATUS_DRY_RUN = "dry_run"
+#: Corrections up to this many inserted rows are written by pyarrow on the driver.
+ROWS_COLLECTED = 200_000
 #: Rows per staged Parquet file (roughly; Spark splits by partition).
 ROWS_PER_FILE = 2_000_000
 
@@ -174,6 +177,30 @@ def _drop_side_files(uri: str) -> None:
             fs.delete_file(info.path)
 
 
+def _write_inserts(table: Any, correction: Correction, folder: str) -> None:
+    """Write the rows to insert as Parquet files under ``folder``.
+
+    A small correction (most ticks) is collected through Arrow and written
+    as one file by pyarrow: a Spark write job (a shuffle for the file count,
+    task scheduling, commit protocol) costs seconds even for ten rows. The
+    table's name mapping reads both kinds of files alike.
+    """
+    if correction.insert_count <= ROWS_COLLECTED:
+        collect = getattr(correction.inserts, "_collect_as_arrow", None)
+        if collect is not None:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            batches = collect()
+            schema = to_arrow_schema(correction.inserts.schema)
+            data = pa.Table.from_batches(batches) if batches else schema.empty_table()
+            path = posixpath.join(folder, f"part-{uuid.uuid4().hex}.parquet")
+            with table.io.new_output(path).create(overwrite=False) as out:
+                pq.write_table(data, out)
+            return
+    files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
+    correction.inserts.repartition(files).write.mode("errorifexists").parquet(folder)
+
+
 def _staged_file(table: Any, path: str) -> StagedFile:
     input_file = table.io.new_input(path)
     with input_file.open() as stream:
@@ -253,7 +280,29 @@ def run_write(
         reason = "target was created and written concurrently"
         return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
-    computed = _compute(spark, config, sql, desc, plan, target, verify_every)
+    scratch = Scratch(spark, target.table)
+    try:
+        return _compute_and_stage(
+            spark, config, sql, desc, plan, target, verify_every, scratch, clock, dry_run
+        )
+    finally:
+        scratch.remove()
+
+
+def _compute_and_stage(
+    spark: SparkSession,
+    config: CatalogConfig,
+    sql: str,
+    desc: BatchDescription,
+    plan: Plan,
+    target: _Target,
+    verify_every: int,
+    scratch: Scratch,
+    clock: _PhaseClock,
+    dry_run: bool,
+) -> WriteReport:
+    """Compute the correction, then report it (dry run) or stage it."""
+    computed = _compute(spark, config, sql, desc, plan, target, verify_every, scratch)
     clock.lap("diff")
     correction = computed.correction
     log.info(
@@ -333,8 +382,13 @@ def _compute(
     plan: Plan,
     target: _Target,
     verify_every: int,
+    scratch: Scratch,
 ) -> _Computed:
-    """The tick's correction: incremental where the plan and history allow, else full."""
+    """The tick's correction: incremental where the plan and history allow, else full.
+
+    The correction's frames read the inputs' changes from ``scratch``: the
+    caller removes it once the batch is staged.
+    """
     base, why_not = (None, plan.reason)
     if plan.incremental and target.persisted is not None:
         catalog = config.load()
@@ -346,23 +400,20 @@ def _compute(
         full = compute_correction(target.desired, target.persisted, target.columns)
         return _Computed(full, FULL, why_not, 0)
     verify = verify_every > 0 and base.incremental_ticks + 1 >= verify_every
-    bindings = bind_inputs(spark, config, base.before, desc.inputs)
+    assert target.persisted is not None
     try:
-        assert target.persisted is not None
-        try:
-            incr = incremental_correction(
-                spark, plan, bindings, config.name, target.persisted, target.columns
-            )
-        except IncrementalMismatchError as exc:
-            reason = f"the incremental correction did not fit the target ({exc})"
-            full = compute_correction(target.desired, target.persisted, target.columns)
-            return _Computed(full, FULL, reason, 0, bindings.report())
-        if not verify:
-            ticks = base.incremental_ticks + 1
-            return _Computed(incr, plan.strategy, plan.reason, ticks, bindings.report())
-        return _verify(target, incr, verify_every, bindings.report())
-    finally:
-        release_bindings(bindings)
+        bindings = bind_inputs(spark, config, base.before, desc.inputs, scratch)
+        incr = incremental_correction(
+            spark, plan, bindings, config.name, target.persisted, target.columns
+        )
+    except (IncrementalMismatchError, ChangesUnavailableError) as exc:
+        reason = f"the incremental correction is not possible: {exc}"
+        full = compute_correction(target.desired, target.persisted, target.columns)
+        return _Computed(full, FULL, reason, 0)
+    if not verify:
+        ticks = base.incremental_ticks + 1
+        return _Computed(incr, plan.strategy, plan.reason, ticks, bindings.report())
+    return _verify(target, incr, verify_every, bindings.report())
 
 
 def _verify(
@@ -398,10 +449,7 @@ def _stage(
     data_dir = batch.data_dir
     added: list[StagedFile] = []
     if correction.insert_count:
-        files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
-        correction.inserts.repartition(files).write.mode("errorifexists").parquet(
-            posixpath.join(data_dir, "inserts")
-        )
+        _write_inserts(table, correction, posixpath.join(data_dir, "inserts"))
         added = [_staged_file(table, p) for p in _list_parquet(data_dir)]
         _drop_side_files(data_dir)
     if correction.release is not None:
