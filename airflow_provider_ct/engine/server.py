@@ -247,8 +247,11 @@ class Driver:
 
     def run_job(
         self, request: dict[str, Any], send: Callable[[dict[str, Any]], None], group: str
-    ) -> None:
-        """Run one job in this thread; every outcome, failure included, is a frame."""
+    ) -> dict[str, Any]:
+        """Run one job in this thread, relaying its log; its outcome as the final frame.
+
+        Every outcome, failure included, is a frame: a job never takes the driver down.
+        """
         from airflow_provider_ct.core.catalog import CatalogConfig
         from airflow_provider_ct.core.description import BatchDescription
         from airflow_provider_ct.exceptions import ConfigurationError
@@ -260,23 +263,20 @@ class Driver:
             config = CatalogConfig(**request["catalog"])
             found = config.secrets()
         except Exception as exc:
-            send({"type": p.ERROR, "error": failure_payload(exc)})
-            return
+            return {"type": p.ERROR, "error": failure_payload(exc)}
         self.router.attach(send, found)
         try:
             body = JOBS.get(str(request.get("job")))
             if body is None:
                 raise ConfigurationError(f"unknown job kind {request.get('job')!r}")
             desc = BatchDescription.from_json(request["description"])
-            log.info(
-                "job %s: %s for %s (description %s)", group, request["job"], desc.target, desc.id
-            )
+            log.info("job %s: %s for %s (%s)", group, request["job"], desc.target, desc.id)
             with self.session(config, dict(request.get("session_conf") or {}), group) as session:
                 report = body(session, config, desc, dict(request.get("args") or {}))
             log.info("report: %s", json.dumps(report.to_json()))
-            send({"type": p.REPORT, "report": report.to_json()})
+            return {"type": p.REPORT, "report": report.to_json()}
         except Exception as exc:
-            send({"type": p.ERROR, "error": failure_payload(exc, found)})
+            return {"type": p.ERROR, "error": failure_payload(exc, found)}
         finally:
             self.router.detach()
 
@@ -351,7 +351,9 @@ class _Handler(socketserver.StreamRequestHandler):
             self._send({"type": p.STARTED, "pid": os.getpid()})
             watcher = threading.Thread(target=self._watch, args=(done, group), daemon=True)
             watcher.start()
-            driver.run_job(request, self._send, group)
+            outcome = driver.run_job(request, self._send, group)
+            done.set()  # before the client can see the outcome and hang up
+            self._send(outcome)
         finally:
             done.set()
             driver.end()
