@@ -56,3 +56,6 @@ def build_dag(dag_id: str, namespace: str, engine: str, idle_timeout: float = 30
 
 
 dag = build_dag("warm_revenue", "warmshop", "warm")
+# The benchmark's pair (bench/engine_bench.py): the same view, one DAG per engine.
+bench_spark_submit = build_dag("bench_spark_submit", "bench_spark_submit", "spark-submit")
+bench_warm = build_dag("bench_warm", "bench_warm", "warm")
