@@ -187,11 +187,17 @@ class Driver:
         or starts a driver, so no client sees a half-retired one; if the lock
         is busy, try again later.
         """
-        with open(self.folder / p.LOCK_FILE, "a+") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
+        try:
+            lock = open(self.folder / p.LOCK_FILE, "a+")  # noqa: SIM115 (closed below)
+        except OSError:  # the folder is gone (removed by hand): nothing to unpublish
+            lock = None
+        with contextlib.ExitStack() as stack:
+            if lock is not None:
+                stack.enter_context(lock)
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
             with self._mutex:
                 idle = time.monotonic() - self._last >= self.idle_timeout
                 if self._active or not (force or self._stopping or idle):
@@ -420,8 +426,12 @@ def _idle_loop(driver: Driver, server: _Server, stopped: threading.Event) -> Non
     """Retire the driver once it has been idle for its timeout (or was asked to stop)."""
     step = max(0.2, min(5.0, driver.idle_timeout / 4))
     while not stopped.wait(step):
-        if driver.retire():
-            log.info("idle for %.0f s (or asked to stop): stopping", driver.idle_timeout)
+        try:
+            if driver.retire():
+                log.info("idle for %.0f s (or asked to stop): stopping", driver.idle_timeout)
+                break
+        except Exception:  # never leave a driver running that nothing can retire
+            log.exception("retiring failed: stopping now")
             break
     server.shutdown()
 
