@@ -30,6 +30,8 @@ def continual_task(
     read_only: bool | None = None,
     catalog_name: str = "ct",
     quiet_ticks: bool = True,
+    engine: str | None = None,
+    warm_idle_timeout: float | None = None,
     **group_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that runs a continual task for every input time up to each tick.
@@ -39,6 +41,9 @@ def continual_task(
     :param namespace: namespace of unqualified table names.
     :param quiet_ticks: a tick in which the input did not change commits the
         output's frontier without starting Spark (see ``core/quiet.py``).
+    :param engine: ``spark-submit`` | ``warm`` (a long-lived Spark driver per
+        worker, see docs/engines.md); default: the Spark connection's choice.
+    :param warm_idle_timeout: seconds a warm driver stays up without jobs.
     """
     task = parse_continual_task(definition, default_namespace=namespace, catalog_name=catalog_name)
     gid = group_id or f"ct_{task.name.replace('.', '_')}"
@@ -69,6 +74,8 @@ def continual_task(
             spark_master=spark_master,
             iceberg_conn_id=iceberg_conn_id,
             quiet_ticks=quiet_ticks,
+            engine=engine,
+            warm_idle_timeout=warm_idle_timeout,
         )
         append = AppendOperator(
             task_id="append",

@@ -44,6 +44,8 @@ def materialized_view(
     input_upper_policies: Mapping[str, str] | None = None,
     catalog_name: str = "ct",
     quiet_ticks: bool = True,
+    engine: str | None = None,
+    warm_idle_timeout: float | None = None,
     refresh: str = "auto",
     verify_every: int = 0,
     **group_kwargs: Any,
@@ -63,6 +65,9 @@ def materialized_view(
         see ``core/quiet.py``) commits its frontier without starting Spark.
     :param refresh: ``auto`` | ``incremental`` | ``full`` (see docs/views.md).
     :param verify_every: every N-th tick runs the full correction (0: never).
+    :param engine: ``spark-submit`` | ``warm`` (a long-lived Spark driver per
+        worker, see docs/engines.md); default: the Spark connection's choice.
+    :param warm_idle_timeout: seconds a warm driver stays up without jobs.
     """
     parsed = parse_query(sql, target=target, catalog_name=catalog_name)
     parse_policies(input_upper_policies, parsed.inputs, catalog_name)
@@ -102,6 +107,8 @@ def materialized_view(
             quiet_ticks=quiet_ticks,
             refresh=refresh,
             verify_every=verify_every,
+            engine=engine,
+            warm_idle_timeout=warm_idle_timeout,
         )
         sensor >> mint_task >> write
         if not report_only:

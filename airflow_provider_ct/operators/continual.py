@@ -92,6 +92,9 @@ class ContinualWriteOperator(WriteOperator):
     def _application(self) -> str:
         return str(continual_job.__file__)
 
+    def _warm_job(self) -> tuple[str, dict[str, Any]]:
+        return "continual", {"task": self.definition, "namespace": self.namespace}
+
     def _job_args(self, folder: Path) -> list[str]:
         (folder / "task.sql").write_text(self.definition)
         return ["--task", f"@{folder / 'task.sql'}", "--namespace", self.namespace]

@@ -12,13 +12,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseHook, BaseOperator
 
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.planner import REFRESH_MODES
 from airflow_provider_ct.core.query import normalize_table_name, parse_query, query_hash
 from airflow_provider_ct.core.quiet import Quiet, stage_empty_batch, view_tick_is_quiet
+from airflow_provider_ct.engine.client import ENGINES
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError, SparkJobError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import (
@@ -75,6 +76,12 @@ class WriteOperator(BaseOperator):
         back for the query's shape) or ``full`` (see docs/views.md).
     :param verify_every: every N-th tick runs the full correction and reports
         how many rows it fixed (0: never).
+    :param engine: ``spark-submit`` (a new Spark application per task) or
+        ``warm`` (a long-lived driver on this worker shared by consecutive
+        tasks, see docs/engines.md); ``None``: the Spark connection's extra
+        ``ct_engine``, else ``spark-submit``.
+    :param warm_idle_timeout: seconds a warm driver stays up without jobs
+        (``None``: the connection's extra ``ct_warm_idle_timeout``, else 900).
     """
 
     template_fields: Sequence[str] = ("target", "sql", "description")
@@ -104,6 +111,8 @@ class WriteOperator(BaseOperator):
         quiet_ticks: bool = True,
         refresh: str = "auto",
         verify_every: int = 0,
+        engine: str | None = None,
+        warm_idle_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -128,6 +137,10 @@ class WriteOperator(BaseOperator):
             raise ConfigurationError(f"verify_every={verify_every!r}: expected an integer >= 0")
         self.refresh = refresh
         self.verify_every = verify_every
+        if engine is not None and engine not in ENGINES:
+            raise ConfigurationError(f"engine={engine!r}: expected one of {', '.join(ENGINES)}")
+        self.engine = engine
+        self.warm_idle_timeout = warm_idle_timeout
 
     def _description(self, context: Any) -> BatchDescription:
         value = self.description
@@ -189,6 +202,40 @@ class WriteOperator(BaseOperator):
             *(["--dry-run"] if self.report_only else []),
         ]
 
+    def _warm_job(self) -> tuple[str, dict[str, Any]]:
+        """The warm driver's job kind and arguments: what :meth:`_job_args` gives the CLI."""
+        args = {"sql": self.sql, "refresh": self.refresh, "verify_every": self.verify_every}
+        return "write", {**args, "dry_run": self.report_only}
+
+    def _run_warm(
+        self, hook: IcebergCatalogHook, desc: BatchDescription, target: str
+    ) -> dict[str, Any] | None:
+        """Run the job on this worker's warm driver, or ``None`` if the engine is spark-submit."""
+        from airflow_provider_ct.engine import client
+
+        default = self.engine is None and self.spark_conn_id is None
+        if default or self.engine == client.ENGINE_SPARK_SUBMIT:
+            return None  # no connection to look at
+        resolved = _spark_submit_hook(self.spark_conn_id, self.spark_master)._connection
+        extra: dict[str, Any] = {}
+        if self.spark_conn_id is not None:
+            extra = dict(BaseHook.get_connection(self.spark_conn_id).extra_dejson or {})
+        if client.choose_engine(self.engine, extra, resolved["deploy_mode"]) != client.ENGINE_WARM:
+            return None
+        config = hook.get_config()
+        spec = client.WarmSpec.for_catalog(
+            config,
+            master=resolved["master"],
+            driver_memory=self.driver_memory,
+            extra=self.spark_conf,
+            idle_timeout=client.idle_timeout(self.warm_idle_timeout, extra),
+        )
+        kind, args = self._warm_job()
+        what = f"the {self.job_kind} for {target}"
+        return client.run_warm_job(
+            spec, job=kind, args=args, config=config, description=desc, what=what
+        )
+
     def execute(self, context: Any) -> dict[str, Any]:
         hook = IcebergCatalogHook(self.iceberg_conn_id)
         config = hook.get_config()
@@ -205,11 +252,13 @@ class WriteOperator(BaseOperator):
             if quiet.quiet:
                 return self._stage_quiet(hook, desc, target, quiet.reason)
             log.info("not a quiet tick, running Spark: %s", quiet.reason)
-        with tempfile.TemporaryDirectory(prefix="ct-write-") as tmp:
-            folder = Path(tmp)
-            submit = self.submit_hook(hook, desc, target, folder)
-            log.info("submitting the %s for %s (description %s)", self.job_kind, target, desc.id)
-            report = self._run_job(submit, folder, f"the {self.job_kind} for {target}")
+        report = self._run_warm(hook, desc, target)
+        if report is None:  # the engine is spark-submit
+            with tempfile.TemporaryDirectory(prefix="ct-write-") as tmp:
+                folder = Path(tmp)
+                submit = self.submit_hook(hook, desc, target, folder)
+                log.info("submitting the %s for %s (%s)", self.job_kind, target, desc.id)
+                report = self._run_job(submit, folder, f"the {self.job_kind} for {target}")
         report.setdefault("quiet", False)
         log.info(
             "%s for %s: %s, +%s -%s rows%s",

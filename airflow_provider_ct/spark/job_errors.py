@@ -26,6 +26,7 @@ import os
 import traceback
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from airflow_provider_ct.core.catalog import scrub_secrets
 from airflow_provider_ct.exceptions import CTError, SparkJobError, error_class
@@ -37,6 +38,22 @@ ERROR_FILE = "error.json"
 _OUR_MODULE = "airflow_provider_ct.exceptions"
 
 
+def failure_payload(exc: BaseException, secrets: Iterable[str] = ()) -> dict[str, str]:
+    """Log ``exc`` (traceback scrubbed of ``secrets``) and describe it for the operator.
+
+    The description (``type``, ``module``, ``message``) is what crosses
+    ``spark-submit`` as the error file, or the warm driver's socket as a frame.
+    """
+    secrets = tuple(secrets)
+    text = "".join(traceback.format_exception(exc))
+    log.error("the job failed:\n%s", scrub_secrets(text, secrets))
+    return {
+        "type": type(exc).__name__,
+        "module": type(exc).__module__,
+        "message": scrub_secrets(str(exc), secrets),
+    }
+
+
 def report_failure(exc: BaseException, error_path: str | None, secrets: Iterable[str] = ()) -> int:
     """Log ``exc`` and write it to ``error_path``; the job's exit code (1).
 
@@ -44,15 +61,8 @@ def report_failure(exc: BaseException, error_path: str | None, secrets: Iterable
     scrubbed from the message and the logged traceback: the job's output
     becomes the Airflow task log, and the error an Airflow exception.
     """
-    secrets = tuple(secrets)
-    text = "".join(traceback.format_exception(exc))
-    log.error("the job failed:\n%s", scrub_secrets(text, secrets))
+    payload = failure_payload(exc, secrets)
     if error_path is not None:
-        payload = {
-            "type": type(exc).__name__,
-            "module": type(exc).__module__,
-            "message": scrub_secrets(str(exc), secrets),
-        }
         fd = os.open(error_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(payload, out)
@@ -66,14 +76,22 @@ def job_error(error_path: Path, what: str) -> CTError:
     """
     try:
         payload = json.loads(error_path.read_text())
-        name, module, message = payload["type"], payload["module"], payload["message"]
     except FileNotFoundError:
         return SparkJobError(
             f"{what} failed without reporting an error: it was killed (out of memory?) or "
             "died before it could; see the Spark output above"
         )
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (OSError, ValueError) as exc:
         return SparkJobError(f"{what} failed and its error file is unreadable: {exc!r}")
+    return error_from_payload(payload, what)
+
+
+def error_from_payload(payload: Any, what: str) -> CTError:
+    """The exception for a job's error description (see :func:`failure_payload`)."""
+    try:
+        name, module, message = payload["type"], payload["module"], payload["message"]
+    except (TypeError, KeyError) as exc:
+        return SparkJobError(f"{what} failed and its error is unreadable: {exc!r}")
     cls = error_class(str(name)) if module == _OUR_MODULE else None
     if cls is None:
         return SparkJobError(f"{what} failed with {module}.{name}: {message}")
