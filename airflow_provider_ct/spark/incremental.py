@@ -251,10 +251,6 @@ def register_left_join_restrictions(spark: SparkSession, plan: Plan, bindings: B
         restricted.createOrReplaceTempView(f"{bindings.views[join.preserved][NEW]}_k")
 
 
-def _frame(spark: SparkSession, tree: Any, columns: list[str]) -> DataFrame:
-    return spark.sql(tree.sql(dialect="spark")).toDF(*columns)
-
-
 def _signed_frames(
     parts: list[tuple[int, DataFrame]], empty: DataFrame
 ) -> tuple[DataFrame, DataFrame]:
@@ -270,49 +266,61 @@ def _signed_frames(
     return union(plus), union(minus)
 
 
-def linear_correction(
-    spark: SparkSession,
-    plan: Plan,
-    bindings: Bindings,
-    catalog_name: str,
-    empty: DataFrame,
-    located: DataFrame,
-    columns: list[str],
-) -> Correction:
+@dataclass(frozen=True)
+class _Delta:
+    """One incremental tick's query, inputs and target columns."""
+
+    spark: SparkSession
+    plan: Plan
+    bindings: Bindings
+    catalog_name: str
+    columns: list[str]
+
+    def frame(self, block: Block, views: dict[str, str], names: list[str], shape: Any) -> DataFrame:
+        """``block`` over ``views``, reshaped by ``shape`` (a tree -> tree function)."""
+        tree = shape(bind_tables(block.tree, views, self.catalog_name))
+        return self.spark.sql(tree.sql(dialect="spark")).toDF(*names)
+
+
+def _same(tree: Any) -> Any:
+    return tree
+
+
+def _linear(delta: _Delta, persisted: DataFrame) -> Correction:
     """The view's change as inserts and located retractions (strategy ``linear``)."""
-    parts = []
-    for term in terms(plan, bindings):
-        tree = bind_tables(term.block.tree, term.views, catalog_name)
-        parts.append((term.sign, _frame(spark, tree, columns)))
+    columns = delta.columns
+    empty = persisted.select(*[f"`{c}`" for c in columns]).limit(0)
+    parts = [
+        (term.sign, delta.frame(term.block, term.views, columns, _same))
+        for term in terms(delta.plan, delta.bindings)
+    ]
     plus, minus = _signed_frames(parts, empty)
-    return compute_correction(plus, minus, columns, located=located)
+    return compute_correction(plus, minus, columns, located=persisted)
 
 
-def group_correction(
-    spark: SparkSession,
-    plan: Plan,
-    bindings: Bindings,
-    catalog_name: str,
-    persisted: DataFrame,
-    columns: list[str],
-) -> Correction:
+def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     """Recompute the groups whose keys occur in the change; correct only their rows."""
     from pyspark.sql import functions as F
 
+    plan, columns = delta.plan, delta.columns
     key_names = [f"__ct_k{i}" for i in range(len(plan.key_sql))]
     block = plan.blocks[0]
-    keys: DataFrame | None = None
-    for term in terms(plan, bindings):
-        tree = key_select(bind_tables(block.tree, term.views, catalog_name), plan.key_sql)
-        frame = _frame(spark, tree, key_names)
-        keys = frame if keys is None else keys.union(frame)
-    if keys is None:
-        tree = key_select(bind_tables(block.tree, _all(bindings, NEW), catalog_name), plan.key_sql)
-        keys = _frame(spark, tree, key_names).limit(0)
+    new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
+
+    def keys_of(tree: Any) -> Any:
+        return key_select(tree, plan.key_sql)
+
+    frames = [
+        delta.frame(block, term.views, key_names, keys_of) for term in terms(plan, delta.bindings)
+    ] or [delta.frame(block, new_views, key_names, keys_of).limit(0)]
+    keys = frames[0]
+    for frame in frames[1:]:
+        keys = keys.union(frame)
     keys = keys.distinct().cache()
     keys.createOrReplaceTempView(KEYS_VIEW)
-    new_tree = bind_tables(block.tree, _all(bindings, NEW), catalog_name)
-    desired = _frame(spark, restrict_to_keys(new_tree, plan.key_sql, KEYS_VIEW), columns)
+    desired = delta.frame(
+        block, new_views, columns, lambda tree: restrict_to_keys(tree, plan.key_sql, KEYS_VIEW)
+    )
     condition = None
     for name, position in zip(key_names, plan.key_positions, strict=True):
         clause = persisted[f"`{columns[position]}`"].eqNullSafe(keys[name])
@@ -330,10 +338,6 @@ def group_correction(
     return correction
 
 
-def _all(bindings: Bindings, side: str) -> dict[str, str]:
-    return {name: names[side] for name, names in bindings.views.items()}
-
-
 def incremental_correction(
     spark: SparkSession,
     plan: Plan,
@@ -342,9 +346,12 @@ def incremental_correction(
     persisted: DataFrame,
     columns: list[str],
 ) -> Correction:
-    """The correction of one incremental tick, by the plan's strategy."""
+    """The correction of one incremental tick, by the plan's strategy.
+
+    :param persisted: the target's head with ``_file`` and ``_pos``.
+    """
     register_left_join_restrictions(spark, plan, bindings)
+    delta = _Delta(spark, plan, bindings, catalog_name, columns)
     if plan.strategy == GROUP:
-        return group_correction(spark, plan, bindings, catalog_name, persisted, columns)
-    empty = persisted.select(*[f"`{c}`" for c in columns]).limit(0)
-    return linear_correction(spark, plan, bindings, catalog_name, empty, persisted, columns)
+        return _group(delta, persisted)
+    return _linear(delta, persisted)

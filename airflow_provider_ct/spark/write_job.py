@@ -280,29 +280,32 @@ def run_write(
         reason = "target was created and written concurrently"
         return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
-    scratch = Scratch(spark, target.table)
+    tick = _Tick(spark, config, sql, desc, plan, verify_every, Scratch(spark, target.table), clock)
     try:
-        return _compute_and_stage(
-            spark, config, sql, desc, plan, target, verify_every, scratch, clock, dry_run
-        )
+        return _compute_and_stage(tick, target, dry_run)
     finally:
-        scratch.remove()
+        tick.scratch.remove()
 
 
-def _compute_and_stage(
-    spark: SparkSession,
-    config: CatalogConfig,
-    sql: str,
-    desc: BatchDescription,
-    plan: Plan,
-    target: _Target,
-    verify_every: int,
-    scratch: Scratch,
-    clock: _PhaseClock,
-    dry_run: bool,
-) -> WriteReport:
+@dataclass
+class _Tick:
+    """What the job was asked to do, and where it keeps its scratch files and times."""
+
+    spark: SparkSession
+    config: CatalogConfig
+    sql: str
+    desc: BatchDescription
+    plan: Plan
+    verify_every: int
+    #: Holds the inputs' changes the correction's frames read: removed after staging.
+    scratch: Scratch
+    clock: _PhaseClock
+
+
+def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteReport:
     """Compute the correction, then report it (dry run) or stage it."""
-    computed = _compute(spark, config, sql, desc, plan, target, verify_every, scratch)
+    desc, plan, clock = tick.desc, tick.plan, tick.clock
+    computed = _compute(tick, target)
     clock.lap("diff")
     correction = computed.correction
     log.info(
@@ -332,7 +335,7 @@ def _compute_and_stage(
             reason=computed.reason,
             extra=extra,
         )
-    report = _stage(target.table, desc, sql, computed, clock)
+    report = _stage(target.table, desc, tick.sql, computed, clock)
     report.reason = computed.reason
     report.extra = {**extra, "phases": dict(clock.phases)}
     log.info("write job phases (s): %s", clock.summary())
@@ -374,35 +377,24 @@ def _prepare_target(
     return _Target(table, desired, columns, persisted)
 
 
-def _compute(
-    spark: SparkSession,
-    config: CatalogConfig,
-    sql: str,
-    desc: BatchDescription,
-    plan: Plan,
-    target: _Target,
-    verify_every: int,
-    scratch: Scratch,
-) -> _Computed:
-    """The tick's correction: incremental where the plan and history allow, else full.
-
-    The correction's frames read the inputs' changes from ``scratch``: the
-    caller removes it once the batch is staged.
-    """
+def _compute(tick: _Tick, target: _Target) -> _Computed:
+    """The tick's correction: incremental where the plan and history allow, else full."""
+    spark, config, desc, plan = tick.spark, tick.config, tick.desc, tick.plan
     base, why_not = (None, plan.reason)
     if plan.incremental and target.persisted is not None:
         catalog = config.load()
         inputs = {name: catalog.load_table(name) for name in desc.inputs}
-        base, why_not = incremental_base(target.table, desc, sql=sql, inputs=inputs)
+        base, why_not = incremental_base(target.table, desc, sql=tick.sql, inputs=inputs)
     elif plan.incremental:
         why_not = "the target has no rows yet"
     if base is None:
         full = compute_correction(target.desired, target.persisted, target.columns)
         return _Computed(full, FULL, why_not, 0)
+    verify_every = tick.verify_every
     verify = verify_every > 0 and base.incremental_ticks + 1 >= verify_every
     assert target.persisted is not None
     try:
-        bindings = bind_inputs(spark, config, base.before, desc.inputs, scratch)
+        bindings = bind_inputs(spark, config, base.before, desc.inputs, tick.scratch)
         incr = incremental_correction(
             spark, plan, bindings, config.name, target.persisted, target.columns
         )
