@@ -295,7 +295,10 @@ def _linear(delta: _Delta, persisted: DataFrame) -> Correction:
         for term in terms(delta.plan, delta.bindings)
     ]
     plus, minus = _signed_frames(parts, empty)
-    return compute_correction(plus, minus, columns, located=persisted)
+    plus = plus.cache()  # read by the diff and again for the rows to insert
+    return _correct_releasing(
+        lambda: compute_correction(plus, minus, columns, located=persisted), plus
+    )
 
 
 def _group(delta: _Delta, persisted: DataFrame) -> Correction:
@@ -318,21 +321,37 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
         keys = keys.union(frame)
     keys = keys.distinct().cache()
     keys.createOrReplaceTempView(KEYS_VIEW)
+    # Cached: the correction reads the affected groups twice (the diff, then
+    # the rows to insert), and they are few; recomputing means another scan.
     desired = delta.frame(
         block, new_views, columns, lambda tree: restrict_to_keys(tree, plan.key_sql, KEYS_VIEW)
-    )
+    ).cache()
     condition = None
     for name, position in zip(key_names, plan.key_positions, strict=True):
         clause = persisted[f"`{columns[position]}`"].eqNullSafe(keys[name])
         condition = clause if condition is None else condition & clause
     affected = persisted.join(F.broadcast(keys), condition, "left_semi")
-    correction = compute_correction(desired, affected, columns)
+    return _correct_releasing(lambda: compute_correction(desired, affected, columns), desired, keys)
+
+
+def _correct_releasing(compute: Any, *cached: DataFrame) -> Correction:
+    """``compute()``, whose ``release`` also unpersists ``cached`` (after staging).
+
+    A failed computation unpersists them at once: a warm driver outlives the job.
+    """
+    try:
+        correction: Correction = compute()
+    except Exception:
+        for frame in cached:
+            frame.unpersist()
+        raise
     release = correction.release
 
     def release_all() -> None:
         if release is not None:
             release()
-        keys.unpersist()
+        for frame in cached:
+            frame.unpersist()
 
     correction.release = release_all
     return correction

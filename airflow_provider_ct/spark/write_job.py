@@ -395,6 +395,7 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     assert target.persisted is not None
     try:
         bindings = bind_inputs(spark, config, base.before, desc.inputs, tick.scratch)
+        tick.clock.lap("changes")
         incr = incremental_correction(
             spark, plan, bindings, config.name, target.persisted, target.columns
         )
