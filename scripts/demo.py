@@ -26,6 +26,7 @@ every few minutes itself.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import signal
 import sys
@@ -217,7 +218,14 @@ def summarize(api: Api) -> bool:
 
 
 def screenshot(airflow: LocalAirflow, path: Path) -> None:
-    """Saves the view DAG's grid as a person sees it (headless Chromium)."""
+    """Saves the view DAG's grid as a person sees it (headless Chromium).
+
+    Chromium and selenium come with the tests' set-up (``make setup``), not
+    the demo's, which installs only what every demo run needs.
+    """
+    if importlib.util.find_spec("selenium") is None or shutil.which("chromedriver") is None:
+        say("   no screenshot: needs selenium and chromedriver (`make setup` installs them)")
+        return
     from airflow_provider_ct.devbrowser import chromium, log_in
 
     with chromium(1600, 900) as driver:
