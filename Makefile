@@ -1,6 +1,8 @@
 # The two commands of README.md: `make demo` and `make test`.
-# Both set up everything they need first (scripts/bootstrap.sh is idempotent
-# and takes seconds once its caches under ~/.cache/airflow-provider-ct exist).
+# Both set up what they need first (scripts/bootstrap.sh is idempotent and
+# takes seconds once its caches under ~/.cache/airflow-provider-ct exist):
+# `make demo` only what the demo runs, `make test` (and every other target)
+# everything, test-only packages included.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,17 +10,21 @@ PYTEST_ARGS ?=
 # e.g. make demo DEMO_ARGS=--keep-running
 DEMO_ARGS ?=
 
-.PHONY: setup demo walkthrough test lint unit e2e faults bench clean
+.PHONY: setup setup-demo demo walkthrough test lint unit e2e faults bench clean
 
 setup:
-	@scripts/bootstrap.sh
+	@scripts/bootstrap.sh test
+
+# No PostgreSQL server, Chromium, DuckDB or pytest: the demo runs none of them.
+setup-demo:
+	@scripts/bootstrap.sh demo
 
 # The example DAGs on a real local Airflow: backfill, ticks, frontiers; stops it after.
-demo: setup
+demo: setup-demo
 	$(PY) scripts/demo.py $(DEMO_ARGS)
 
 # The frontier core alone (no Airflow): compare-and-append on a real Iceberg table.
-walkthrough: setup
+walkthrough: setup-demo
 	$(PY) scripts/core_walkthrough.py
 
 lint: setup

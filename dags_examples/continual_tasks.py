@@ -30,6 +30,9 @@ from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.operators._common import tick_time
 
 NAMESPACE = os.environ.get("CT_EXAMPLE_CT_NAMESPACE", "events")
+#: ``warm`` in ``make demo``: the three tasks' jobs share one long-lived Spark
+#: driver. Unset: the Spark connection decides. See docs/engines.md.
+ENGINE = os.environ.get("CT_EXAMPLE_ENGINE") or None
 EVENTS = pa.schema(
     [("key", pa.int32()), ("val", pa.int32()), ("ts", pa.int64()), ("anomaly", pa.bool_())]
 )
@@ -112,4 +115,6 @@ with DAG(
 
     fed = feed()
     for definition in (UPSERT, AUDIT_LOG, RETENTION):
-        fed >> continual_task(definition=definition, namespace=NAMESPACE, poke_interval=5)
+        fed >> continual_task(
+            definition=definition, namespace=NAMESPACE, poke_interval=5, engine=ENGINE
+        )

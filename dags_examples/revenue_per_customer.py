@@ -22,6 +22,10 @@ from airflow_provider_ct import IcebergCatalogHook, materialized_view
 from airflow_provider_ct.operators._common import tick_time
 
 NAMESPACE = os.environ.get("CT_EXAMPLE_NAMESPACE", "shop")
+#: ``warm`` (what ``make demo`` sets): one long-lived Spark driver serves every
+#: tick, so a small tick costs seconds instead of a JVM start. Unset: the Spark
+#: connection decides (``spark-submit`` without one). See docs/engines.md.
+ENGINE = os.environ.get("CT_EXAMPLE_ENGINE") or None
 
 # [START revenue_sql]
 REVENUE_SQL = f"""
@@ -58,6 +62,7 @@ with DAG(
         target=f"{NAMESPACE}.revenue_per_customer",
         sql=REVENUE_SQL,
         poke_interval=5,
+        engine=ENGINE,
     )
     # [END materialized_view]
     feed_shop() >> view

@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# Sets up everything the project needs on a fresh Debian machine, idempotently:
+# Sets up what the project needs on a fresh Debian machine, idempotently:
 # Debian packages, the virtualenv with pinned Python packages, and the Iceberg
 # Spark runtime jars. Expensive artefacts (the pyspark wheel, the jars) are
 # cached outside the repository so repeated runs take seconds.
+#
+# usage: scripts/bootstrap.sh [demo|test]   (default: test)
+#   demo: only what `make demo` and `make walkthrough` run (Spark, Airflow, the
+#         SQLite JDBC driver), so the demo's set-up stays short;
+#   test: everything, adding what only the tests use: the PostgreSQL server
+#         and its JDBC driver, Chromium and its driver, DuckDB, selenium,
+#         pytest and its plugins, ruff and mypy (the `dev` extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+PROFILE="${1:-test}"
 
 CACHE="${CT_CACHE_DIR:-$HOME/.cache/airflow-provider-ct}"
 VENV="${VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 UV_VERSION="0.13.8"
 PYSPARK_VERSION="3.5.9"
-# chromium + chromium-driver: the end-to-end test clicks through the Airflow UI.
-DEBS=(default-jre-headless zip unzip libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java postgresql chromium chromium-driver)
+DEBS=(default-jre-headless zip unzip libjarjar-java libxerial-sqlite-jdbc-java)
+case "$PROFILE" in
+  demo) EXTRAS="spark" ;;
+  # postgresql: the suite's throwaway server; chromium + chromium-driver: the
+  # end-to-end test clicks through the Airflow UI.
+  test) EXTRAS="dev"; DEBS+=(libpostgresql-jdbc-java postgresql chromium chromium-driver) ;;
+  *) echo "bootstrap: unknown profile '$PROFILE' (demo or test)" >&2; exit 2 ;;
+esac
 
 missing=()
 for deb in "${DEBS[@]}"; do
@@ -44,7 +59,7 @@ if ! ls "$CACHE/wheels"/pyspark-"$PYSPARK_VERSION"-*.whl >/dev/null 2>&1; then
   "$VENV/bin/pip" wheel -q --no-deps "pyspark==$PYSPARK_VERSION" -w "$CACHE/wheels"
 fi
 "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" \
-  --find-links "$CACHE/wheels" -c constraints.txt -e '.[dev]'
+  --find-links "$CACHE/wheels" -c constraints.txt -e ".[$EXTRAS]"
 
 CT_CACHE_DIR="$CACHE" VENV="$VENV" scripts/assemble_jars.sh
-echo "bootstrap: ready ($VENV, jars in $CACHE/jars)"
+echo "bootstrap: ready for $PROFILE ($VENV, jars in $CACHE/jars)"

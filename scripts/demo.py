@@ -5,20 +5,28 @@ LocalExecutor) under ``.demo/airflow-home`` with ``dags_examples/`` as its
 DAGs folder, then, as a person would through the UI or REST API:
 
 1. backfills the last few hours of the ``revenue_per_customer`` view (one
-   run per hour, in order, each pinned to its own hour's inputs) and unpauses
-   the example DAGs (the continual tasks and the managed collections start
-   ticking on their schedules);
-2. triggers a few more ticks of the view and of the continual tasks;
+   run per hour, in order, each pinned to its own hour's inputs), and ticks
+   the continual tasks and the managed collections once meanwhile;
+2. triggers a few more ticks, at now, of all four example DAGs;
 3. prints, as it goes, every table's frontier and the view's rows, and the
    UI address with its login.
 
+It never waits for the clock: the scheduler's own schedules are off
+(``[scheduler] use_job_schedule = False``), so every run is one the demo
+asked for and no hourly run can tick the view at a later time and seal the
+hours being backfilled. The write jobs run on the warm engine (one
+long-lived Spark driver, ``CT_EXAMPLE_ENGINE=warm``), so a tick costs
+seconds, not a JVM start.
+
 Everything it started is stopped at the end or on Ctrl-C; ``--keep-running``
-leaves Airflow up for a person to explore until Ctrl-C.
+leaves Airflow up for a person to explore until Ctrl-C, ticking every DAG
+every few minutes itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import signal
 import sys
@@ -43,11 +51,18 @@ from airflow_provider_ct.devstack import Api, LocalAirflow  # noqa: E402
 VIEW_DAG = "revenue_per_customer"
 CT_DAG = "continual_tasks"
 EXAMPLE_DAGS = [VIEW_DAG, CT_DAG, "ops_service_status", "ct_collections"]
+#: DAGs the demo ticks besides the view (each run at "now").
+SIDE_DAGS = [CT_DAG, "ops_service_status", "ct_collections"]
 VIEW_TABLE = "shop.revenue_per_customer"
 NAMESPACES = ("shop", "events", "ops")
-#: Do not start a backfill this close to the next hourly run: that run would
-#: tick the view at a later time first and seal the hours still being filled.
-HOUR_TURN_MARGIN = timedelta(minutes=8)
+#: The demo's Airflow: no scheduled runs (the demo triggers every run, so none
+#: can overtake the backfill), and the example DAGs' write jobs on the warm engine.
+DEMO_ENV = {
+    "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+    "CT_EXAMPLE_ENGINE": "warm",
+}
+#: With --keep-running, the demo ticks every example DAG this often.
+KEEP_RUNNING_TICK = timedelta(minutes=5)
 
 
 def say(text: str = "") -> None:
@@ -131,7 +146,7 @@ def wait(watcher: Watcher, done: Callable[[], bool], timeout: float, what: str) 
         watcher.poll()
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s")
-        time.sleep(3)
+        time.sleep(5)
     watcher.poll()
 
 
@@ -143,48 +158,31 @@ def finished(api: Api, dag_id: str, run_ids: list[str]) -> Callable[[], bool]:
     return check
 
 
-def latest_scheduled_run(api: Api) -> datetime:
-    """The newest logical date the scheduler would create a run for on unpausing.
-
-    That is the DAG's ``next_dagrun`` (possibly computed a while ago) or, with
-    ``catchup=False``, the newest hour that has started, whichever is later.
-    """
-    value = api.call("GET", f"/dags/{VIEW_DAG}")["next_dagrun_logical_date"]
-    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-    return max(datetime.fromisoformat(value), hour) if value else hour
-
-
 def backfill_view(api: Api, watcher: Watcher, hours: int) -> bool:
-    """Backfills ``hours`` past hours and the current one, before any scheduled tick.
+    """Backfills the ``hours`` hours before the current one and the current one.
 
-    The backfill includes every hour the scheduler would run on unpausing, so
-    it creates no run of its own before the next hour: a later tick landing
-    first would seal the hours being filled (their runs would be no-ops).
+    The range is fully in the past and no scheduled run exists (schedules are
+    off), so nothing can tick the view at a later time while it fills: no
+    waiting for the clock. The other example DAGs tick once meanwhile.
     """
-    latest = latest_scheduled_run(api)
-    if datetime.now(UTC) + HOUR_TURN_MARGIN > latest + timedelta(hours=1):
-        say("   the hour is about to turn: waiting for it, so the next hourly run cannot overtake")
-    while datetime.now(UTC) + HOUR_TURN_MARGIN > latest + timedelta(hours=1):
-        time.sleep(10)
-        latest = latest_scheduled_run(api)
+    latest = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     first = latest - timedelta(hours=hours)
     say(f"== backfill {VIEW_DAG} from {iso(first)} to {iso(latest)} (POST /api/v2/backfills)")
-    # Exact datetimes: the backfill must hold the scheduler's next run itself.
     api.create_backfill(VIEW_DAG, first.isoformat(), latest.isoformat())
-    for dag_id in EXAMPLE_DAGS:
-        api.set_paused(dag_id, False)
-    say(f"   unpaused {', '.join(EXAMPLE_DAGS)}")
     deadline = time.monotonic() + 60
     while len(runs := [r for r in api.runs(VIEW_DAG) if r["run_type"] == "backfill"]) < hours + 1:
         if time.monotonic() > deadline:
             raise TimeoutError("the scheduler did not create the backfill's runs")
         time.sleep(2)
+    side = trigger_at_now(api, SIDE_DAGS)
     run_ids = [r["dag_run_id"] for r in runs]
     wait(watcher, finished(api, VIEW_DAG, run_ids), 1800, "the backfill")
     # Each backfilled hour must be its own snapshot, at its own time.
     table = watcher.config.load().load_table(VIEW_TABLE)
     landed = [tick_ms for tick_ms, _ in Timeline.of(table).data_times()]
     wanted = [timestamp_from_datetime(first + timedelta(hours=h)) for h in range(hours + 1)]
+    for dag_id, run_id in side:
+        wait(watcher, finished(api, dag_id, [run_id]), 900, f"{dag_id} {run_id}")
     if landed[: len(wanted)] != wanted:
         say(f"   the backfill did not land one snapshot per hour: {landed} (wanted {wanted})")
         return False
@@ -192,11 +190,17 @@ def backfill_view(api: Api, watcher: Watcher, hours: int) -> bool:
     return True
 
 
-def tick(api: Api, watcher: Watcher, dag_ids: list[str]) -> list[tuple[str, str]]:
-    """Triggers one run of each DAG at now (a tick at now) and waits for them."""
+def trigger_at_now(api: Api, dag_ids: list[str]) -> list[tuple[str, str]]:
+    """Triggers one run of each DAG at now (a tick at now); returns (dag, run id) pairs."""
     now = datetime.now(UTC).replace(microsecond=0)
     started = [(dag_id, api.trigger(dag_id, iso(now))["dag_run_id"]) for dag_id in dag_ids]
     say(f"== tick at {iso(now)}: triggered {', '.join(d for d, _ in started)}")
+    return started
+
+
+def tick(api: Api, watcher: Watcher, dag_ids: list[str]) -> list[tuple[str, str]]:
+    """Triggers one run of each DAG at now (a tick at now) and waits for them."""
+    started = trigger_at_now(api, dag_ids)
     for dag_id, run_id in started:
         wait(watcher, finished(api, dag_id, [run_id]), 900, f"{dag_id} {run_id}")
     return started
@@ -214,7 +218,14 @@ def summarize(api: Api) -> bool:
 
 
 def screenshot(airflow: LocalAirflow, path: Path) -> None:
-    """Saves the view DAG's grid as a person sees it (headless Chromium)."""
+    """Saves the view DAG's grid as a person sees it (headless Chromium).
+
+    Chromium and selenium come with the tests' set-up (``make setup``), not
+    the demo's, which installs only what every demo run needs.
+    """
+    if importlib.util.find_spec("selenium") is None or shutil.which("chromedriver") is None:
+        say("   no screenshot: needs selenium and chromedriver (`make setup` installs them)")
+        return
     from airflow_provider_ct.devbrowser import chromium, log_in
 
     with chromium(1600, 900) as driver:
@@ -230,14 +241,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", type=Path, default=ROOT / ".demo" / "airflow-home")
     parser.add_argument("--port", type=int, default=0, help="API/UI port (default: a free one)")
-    parser.add_argument("--backfill-hours", type=int, default=3)
-    parser.add_argument("--ticks", type=int, default=2, help="ticks at now after the backfill")
+    parser.add_argument("--backfill-hours", type=int, default=2, help="past hours to backfill")
+    parser.add_argument("--ticks", type=int, default=1, help="ticks at now after the backfill")
     parser.add_argument("--keep-running", action="store_true", help="leave Airflow up")
     parser.add_argument("--screenshot", type=Path, help="save the view DAG's grid here")
     args = parser.parse_args()
 
     shutil.rmtree(args.home, ignore_errors=True)  # every demo starts from nothing
-    airflow = LocalAirflow(home=args.home, dags_folder=ROOT / "dags_examples")
+    # 6 task slots: the view's backfill runs one task at a time while the other
+    # DAGs tick beside it, and their tasks mostly wait on process start-up.
+    airflow = LocalAirflow(
+        home=args.home, dags_folder=ROOT / "dags_examples", env=DEMO_ENV, parallelism=6
+    )
     if args.port:
         airflow.port = args.port
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -249,9 +264,12 @@ def main() -> int:
         say(f"   UI:    {airflow.url}   login: {airflow.username} / {airflow.password}")
         say(f"   CLI:   source {airflow.env_file}; airflow dags list")
         watcher = Watcher(CatalogConfig.embedded(args.home))
+        for dag_id in EXAMPLE_DAGS:  # nothing runs on its own: schedules are off
+            api.set_paused(dag_id, False)
+        say(f"   unpaused {', '.join(EXAMPLE_DAGS)} (the demo triggers every run)")
         backfilled = backfill_view(api, watcher, args.backfill_hours)
         for _ in range(args.ticks):
-            tick(api, watcher, [VIEW_DAG, CT_DAG])
+            tick(api, watcher, [VIEW_DAG, *SIDE_DAGS])
         say("== frontiers")
         watcher.print_frontiers()
         ok = summarize(api) and backfilled
@@ -262,10 +280,16 @@ def main() -> int:
             f"(login {airflow.username} / {airflow.password})"
         )
         if args.keep_running:
-            say("   Airflow keeps running (the DAGs keep ticking); Ctrl-C stops it")
+            say(
+                f"   Airflow keeps running; the demo ticks every DAG every "
+                f"{KEEP_RUNNING_TICK.seconds // 60} min; Ctrl-C stops it"
+            )
             while True:
-                time.sleep(60)
-                watcher.poll()
+                trigger_at_now(api, EXAMPLE_DAGS)
+                next_tick = time.monotonic() + KEEP_RUNNING_TICK.total_seconds()
+                while time.monotonic() < next_tick:
+                    time.sleep(15)
+                    watcher.poll()
         return 0 if ok else 1
     except KeyboardInterrupt:
         say("\n== interrupted")
