@@ -272,6 +272,10 @@ def run_case(
 # --- the tiny tick ----------------------------------------------------------------------------
 
 
+#: Incremental ticks of the tiny view; the last one's phases are reported.
+TINY_TICKS = 3
+
+
 def tiny_tick(spark: Any, config: CatalogConfig) -> dict[str, Any]:
     """100 orders, one changed, the GROUP BY view, through run_write on the warm session.
 
@@ -282,13 +286,20 @@ def tiny_tick(spark: Any, config: CatalogConfig) -> dict[str, Any]:
     JOIN_AGG.build(spark, ns, 100, 7)
     sql, target = JOIN_AGG.sql(ns), f"{ns}.join_agg"
     our_tick(spark, config, sql, target, "auto", now_after_commits())
-    spark.sql(f"UPDATE ct.{ns}.orders SET o_totalprice = o_totalprice + 1 WHERE o_orderkey = 42")
-    report = our_tick(spark, config, sql, target, "auto", now_after_commits())
-    expected = spark.sql(sql).collect()
-    actual = spark.table(f"ct.{target}").collect()
-    if sorted(map(tuple, expected)) != sorted(map(tuple, actual)):
-        raise SystemExit(f"tiny tick: {target} does not equal its query")
+    first: dict[str, Any] = {}
+    for n in range(TINY_TICKS):
+        update = "UPDATE ct.{}.orders SET o_totalprice = o_totalprice + 1 WHERE o_orderkey = {}"
+        spark.sql(update.format(ns, 42 + n))
+        report = our_tick(spark, config, sql, target, "auto", now_after_commits())
+        first = first or report
+        expected = spark.sql(sql).collect()
+        actual = spark.table(f"ct.{target}").collect()
+        if sorted(map(tuple, expected)) != sorted(map(tuple, actual)):
+            raise SystemExit(f"tiny tick: {target} does not equal its query")
     drop_namespace_tables(spark, ns)
+    # The first incremental tick of a session also pays Spark's first planning
+    # and code generation for the query's shapes; a warm driver pays it once.
+    report["first_tick_phases"] = first.get("phases", {})
     return report
 
 
@@ -298,6 +309,7 @@ def print_tiny(report: dict[str, Any]) -> None:
     print(
         f"tiny tick phases (s): {', '.join(f'{k}={v}' for k, v in phases.items())}; "
         f"sum {sum(phases.values()):.2f} s (target <= 3 s); whole tick {report['tick_s']:.2f} s"
+        f" (tick {TINY_TICKS} of the session; the first: {report.get('first_tick_phases')})"
     )
 
 
