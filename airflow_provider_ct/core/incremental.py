@@ -8,9 +8,10 @@ tick we check, from metadata alone (PyIceberg, no Spark):
 
 * the head is the description's base and our own view batch (not a foreign
   commit: drift), ``main`` was not rolled back, the target's schema is the
-  one that batch wrote (:func:`~airflow_provider_ct.core.quiet.last_view_batch`);
-* the query's text hashes to the batch's ``ct.query-hash``;
-* the description pins the inputs the batch pinned, and each input's old
+  one that batch wrote, the query's text hashes to the batch's
+  ``ct.query-hash``, and the description pins the inputs the batch pinned
+  (:func:`~airflow_provider_ct.core.quiet.same_query_batch`);
+* each input's old
   snapshot is still in its metadata, the new one descends from it, and its
   schema did not change (:func:`~airflow_provider_ct.core.quiet.snapshots_between`).
 
@@ -26,8 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_ct.core.keys import SummaryKeys
-from airflow_provider_ct.core.query import query_hash
-from airflow_provider_ct.core.quiet import last_view_batch, snapshots_between
+from airflow_provider_ct.core.quiet import same_query_batch, snapshots_between
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -55,18 +55,10 @@ def incremental_base(
     inputs: Mapping[str, Table],
 ) -> tuple[IncrementalBase | None, str]:
     """The base of an incremental tick, or ``None`` and why the tick must run in full."""
-    last, reason = last_view_batch(target, description)
+    last, reason = same_query_batch(target, description, sql=sql, inputs=inputs)
     if last is None:
         return None, reason
-    recorded = last.summary.get(SummaryKeys.QUERY_HASH)
-    if recorded != query_hash(sql):
-        return None, f"the query changed since the last batch {last.batch_id} (or was not recorded)"
     before = dict(last.inputs or {})
-    if sorted(before) != sorted(description.inputs) or sorted(inputs) != sorted(before):
-        return None, (
-            f"the inputs {sorted(description.inputs)} are not those of the last batch "
-            f"{sorted(before)}"
-        )
     for name in sorted(before):
         old, new = before[name], description.inputs[name]
         if new is None and old is not None:

@@ -88,23 +88,13 @@ def view_tick_is_quiet(
     :param sql: the view's query, exactly as the write job would get it.
     :param inputs: every input the query reads, loaded now.
     """
-    last, reason = last_view_batch(target, description)
+    last, reason = same_query_batch(target, description, sql=sql, inputs=inputs)
     if last is None:
         return _not(reason)
-    recorded = last.summary.get(SummaryKeys.QUERY_HASH)
-    if recorded is None:
-        return _not(f"the last batch {last.batch_id} recorded no query hash: cannot prove quiet")
-    if recorded != query_hash(sql):
-        return _not(f"the query changed since the last batch {last.batch_id}")
     calls = nondeterministic_calls(parse_query(sql, catalog_name=catalog_name).expression)
     if calls:
         return _not(f"the query is not a function of its inputs alone (it calls {calls})")
     before = dict(last.inputs or {})
-    if sorted(before) != sorted(description.inputs) or sorted(inputs) != sorted(before):
-        return _not(
-            f"the inputs {sorted(description.inputs)} are not those of the last batch "
-            f"{sorted(before)}"
-        )
     notes: list[str] = []
     for name in sorted(before):
         change = _input_change(name, inputs[name], before[name], description.inputs[name])
@@ -114,6 +104,35 @@ def view_tick_is_quiet(
             notes.append(f"{name} {before[name]} -> {description.inputs[name]} changed no row")
     detail = "; ".join(notes) if notes else "every input is at the same snapshot"
     return Quiet(True, f"{NO_INPUT_CHANGED} since batch {last.batch_id} ({detail})")
+
+
+def same_query_batch(
+    target: Table | None,
+    description: BatchDescription,
+    *,
+    sql: str,
+    inputs: Mapping[str, Table],
+) -> tuple[TimelineEntry | None, str]:
+    """The head as our last batch of this very query over these inputs, or ``None`` and why.
+
+    What a quiet tick and an incremental tick both build on: the head is
+    the query's result over the snapshots that batch pinned (``ct.inputs``).
+    """
+    last, reason = last_view_batch(target, description)
+    if last is None:
+        return None, reason
+    recorded = last.summary.get(SummaryKeys.QUERY_HASH)
+    if recorded is None:
+        return None, f"the last batch {last.batch_id} recorded no query hash: cannot prove quiet"
+    if recorded != query_hash(sql):
+        return None, f"the query changed since the last batch {last.batch_id}"
+    before = dict(last.inputs or {})
+    if sorted(before) != sorted(description.inputs) or sorted(inputs) != sorted(before):
+        return None, (
+            f"the inputs {sorted(description.inputs)} are not those of the last batch "
+            f"{sorted(before)}"
+        )
+    return last, ""
 
 
 def last_view_batch(

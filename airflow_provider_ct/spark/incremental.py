@@ -69,7 +69,7 @@ class Bindings:
     """The temp views of every input, per binding (``new``, ``old``, ``plus``, ``minus``)."""
 
     views: dict[str, dict[str, str]]
-    #: Inputs whose rows changed, in the order the blocks read them.
+    #: Inputs whose rows changed.
     changed: set[str]
     changes: dict[str, InputChange] = field(default_factory=dict)
 
@@ -93,7 +93,10 @@ class Term:
     views: dict[str, str]
 
 
-def _read(spark: SparkSession, config: CatalogConfig, name: str, snapshot: int | None) -> Any:
+def read_pinned(
+    spark: SparkSession, config: CatalogConfig, name: str, snapshot: int | None
+) -> DataFrame:
+    """``name`` as of ``snapshot``; ``None``: the input was empty then (no rows, today's schema)."""
     table = f"{config.name}.{name}"
     if snapshot is None:
         return spark.table(table).limit(0)
@@ -139,7 +142,7 @@ class Scratch:
 def input_change(
     spark: SparkSession,
     config: CatalogConfig,
-    name: str,
+    table: Any,
     before: int | None,
     after: int,
     scratch: Scratch,
@@ -151,8 +154,8 @@ def input_change(
     :class:`~airflow_provider_ct.exceptions.ChangesUnavailableError` when the
     metadata cannot tell (an expired snapshot, a schema change).
     """
-    changes = table_changes(config.load().load_table(name), before, after)
-    schema = _read(spark, config, name, after).schema
+    changes = table_changes(table, before, after)
+    schema = read_pinned(spark, config, ".".join(table.name()), after).schema
     plus = scratch.frame(spark, changes.inserted, schema)
     minus = scratch.frame(spark, changes.deleted, schema)
     return InputChange(
@@ -168,21 +171,25 @@ def input_change(
 def bind_inputs(
     spark: SparkSession,
     config: CatalogConfig,
+    tables: Mapping[str, Any],
     before: Mapping[str, int | None],
     after: Mapping[str, int | None],
     scratch: Scratch,
 ) -> Bindings:
-    """Register every input's views; compute the changes of those that moved."""
+    """Register every input's views; compute the changes of those that moved.
+
+    :param tables: the inputs as PyIceberg loaded them for the history check.
+    """
     views: dict[str, dict[str, str]] = {}
     changed: set[str] = set()
     changes: dict[str, InputChange] = {}
     for index, name in enumerate(sorted(after)):
         names = {b: f"__ct_{b}_{index}" for b in (NEW, OLD, PLUS, MINUS)}
-        _read(spark, config, name, after[name]).createOrReplaceTempView(names[NEW])
-        _read(spark, config, name, before[name]).createOrReplaceTempView(names[OLD])
+        read_pinned(spark, config, name, after[name]).createOrReplaceTempView(names[NEW])
+        read_pinned(spark, config, name, before[name]).createOrReplaceTempView(names[OLD])
         new = after[name]
         if before[name] != new and new is not None:
-            change = input_change(spark, config, name, before[name], new, scratch)
+            change = input_change(spark, config, tables[name], before[name], new, scratch)
             change.plus.createOrReplaceTempView(names[PLUS])
             change.minus.createOrReplaceTempView(names[MINUS])
             changes[name] = change

@@ -68,7 +68,12 @@ from airflow_provider_ct.spark.correction import (
     compute_correction,
     correction_difference,
 )
-from airflow_provider_ct.spark.incremental import Scratch, bind_inputs, incremental_correction
+from airflow_provider_ct.spark.incremental import (
+    Scratch,
+    bind_inputs,
+    incremental_correction,
+    read_pinned,
+)
 from airflow_provider_ct.spark.job_errors import report_failure
 
 if TYPE_CHECKING:
@@ -140,14 +145,8 @@ def _register_inputs(
     for index, name in enumerate(inputs):
         if name not in desc.inputs:
             raise CTError(f"description {desc.id} does not pin input {name}")
-        snapshot = desc.inputs[name]
-        reader = spark.read
-        if snapshot is None:
-            df = spark.table(_qualified(config, name)).limit(0)  # empty at the tick's time
-        else:
-            df = reader.option("snapshot-id", str(snapshot)).table(_qualified(config, name))
         view = f"{INPUT_VIEW_PREFIX}{index}"
-        df.createOrReplaceTempView(view)
+        read_pinned(spark, config, name, desc.inputs[name]).createOrReplaceTempView(view)
         views[name] = view
     return views
 
@@ -280,7 +279,8 @@ def run_write(
         reason = "target was created and written concurrently"
         return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
-    tick = _Tick(spark, config, sql, desc, plan, verify_every, Scratch(spark, target.table), clock)
+    scratch = Scratch(spark, target.table)
+    tick = _Tick(spark, config, catalog, sql, desc, plan, verify_every, scratch, clock)
     try:
         return _compute_and_stage(tick, target, dry_run)
     finally:
@@ -293,6 +293,7 @@ class _Tick:
 
     spark: SparkSession
     config: CatalogConfig
+    catalog: Any
     sql: str
     desc: BatchDescription
     plan: Plan
@@ -381,9 +382,9 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     """The tick's correction: incremental where the plan and history allow, else full."""
     spark, config, desc, plan = tick.spark, tick.config, tick.desc, tick.plan
     base, why_not = (None, plan.reason)
+    inputs: dict[str, Any] = {}
     if plan.incremental and target.persisted is not None:
-        catalog = config.load()
-        inputs = {name: catalog.load_table(name) for name in desc.inputs}
+        inputs = {name: tick.catalog.load_table(name) for name in desc.inputs}
         base, why_not = incremental_base(target.table, desc, sql=tick.sql, inputs=inputs)
     elif plan.incremental:
         why_not = "the target has no rows yet"
@@ -394,7 +395,7 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     verify = verify_every > 0 and base.incremental_ticks + 1 >= verify_every
     assert target.persisted is not None
     try:
-        bindings = bind_inputs(spark, config, base.before, desc.inputs, tick.scratch)
+        bindings = bind_inputs(spark, config, inputs, base.before, desc.inputs, tick.scratch)
         tick.clock.lap("changes")
         incr = incremental_correction(
             spark, plan, bindings, config.name, target.persisted, target.columns
