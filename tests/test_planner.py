@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_ct.core.planner import choose_plan, plan_query
+from airflow_provider_ct.core.planner import choose_plan, plan_query, referenced_columns
 from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 
@@ -53,6 +53,40 @@ def test_group_keys_are_mapped_to_output_positions() -> None:
     assert plan.key_sql == ("a.k", "b.n")
 
 
+def test_group_keys_find_their_equal_input_columns() -> None:
+    """A key in an inner join's equality class can be read from either input's change."""
+    plan = plan_query(
+        parse_query(
+            "SELECT a.k, b.z, COUNT(*) FROM s.a a, s.b b JOIN s.c c ON c.j = b.k "
+            "WHERE a.k = b.k AND a.x > 1 GROUP BY a.k, b.z"
+        )
+    )
+    by_index = {found.index: found for found in plan.key_columns}
+    assert by_index[0].members == (("s.a", "a", "k"), ("s.b", "b", "k"), ("s.c", "c", "j"))
+    assert by_index[0].columns_of("s.c") == ["c.j"]
+    assert by_index[1].members == (("s.b", "b", "z"),)
+    assert any("affected keys: a.k read from the changed rows" in s for s in plan.explain())
+
+
+def test_left_join_equalities_prove_nothing_about_keys() -> None:
+    """A LEFT JOIN's NULL-extended rows break ``a.k = b.k``: no shortcut for its keys."""
+    plan = plan_query(
+        parse_query("SELECT b.k, COUNT(*) FROM s.a a LEFT JOIN s.b b ON a.k = b.k GROUP BY b.k")
+    )
+    assert plan.strategy == "group"
+    assert plan.key_columns == ()
+
+
+def test_or_and_expressions_prove_no_equality() -> None:
+    plan = plan_query(
+        parse_query(
+            "SELECT a.k, COUNT(*) FROM s.a a JOIN s.b b ON a.k = b.k OR a.k = b.j "
+            "WHERE a.k + 1 = b.q GROUP BY a.k"
+        )
+    )
+    assert [found.members for found in plan.key_columns] == [(("s.a", "a", "k"),)]
+
+
 def test_refresh_modes() -> None:
     window = parse_query("SELECT id, RANK() OVER (ORDER BY v) FROM s.a")
     assert choose_plan(window, "auto").strategy == "full"
@@ -61,3 +95,48 @@ def test_refresh_modes() -> None:
         choose_plan(window, "incremental")
     with pytest.raises(ConfigurationError, match="refresh='sometimes'"):
         choose_plan(window, "sometimes")
+
+
+SCHEMAS = {
+    "s.a": ["id", "k", "v", "s"],
+    "s.b": ["k", "w", "Note"],
+}
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        (
+            "SELECT a.k, SUM(a.v) AS t, COUNT(*) AS n FROM s.a a JOIN s.b b ON a.k = b.k "
+            "GROUP BY a.k",
+            {"s.a": ["k", "v"], "s.b": ["k"]},
+        ),
+        # Unqualified names are placed by the inputs' schemas (case-insensitively).
+        (
+            "SELECT id, note FROM s.a JOIN s.b ON a.k = b.k",
+            {"s.a": ["id", "k"], "s.b": ["k", "Note"]},
+        ),
+        # COUNT(*) alone reads no column: one is kept so rows still count.
+        ("SELECT COUNT(*) AS n, k FROM s.a GROUP BY k", {"s.a": ["k"], "s.b": ["k"]}),
+        ("SELECT id FROM s.a UNION ALL SELECT w FROM s.b", {"s.a": ["id"], "s.b": ["w"]}),
+    ],
+)
+def test_referenced_columns(sql: str, expected: dict[str, list[str]]) -> None:
+    plan = plan_query(parse_query(sql))
+    assert plan.incremental, plan
+    assert referenced_columns(plan, SCHEMAS, "ct") == expected
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM s.a WHERE k > 1",
+        "SELECT a.* FROM s.a a JOIN s.b b ON a.k = b.k",
+        "SELECT a.s.f FROM s.a a",  # a struct field, or a name this cannot place
+        "SELECT id, v * 2 AS x FROM s.a WHERE k = 1 AND unknown_col > 0",
+    ],
+)
+def test_referenced_columns_fall_back_to_every_column(sql: str) -> None:
+    plan = plan_query(parse_query(sql))
+    assert plan.incremental, plan
+    assert referenced_columns(plan, SCHEMAS, "ct") == SCHEMAS

@@ -74,6 +74,27 @@ class Block:
 
 
 @dataclass(frozen=True)
+class KeyColumns:
+    """Input columns equal to one grouping key on every row the block keeps.
+
+    Found through the block's column equalities (inner-join ``ON`` and
+    ``WHERE`` conjuncts, ``o.cust = c.id``). A changed row of an input that
+    holds such a column can only move groups whose key is that column's
+    value, so the affected keys come from the inputs' changes alone, with no
+    join (see :mod:`airflow_provider_ct.spark.incremental`).
+    """
+
+    #: Index of the key in :attr:`Plan.key_sql`.
+    index: int
+    #: ``(input, alias, column)`` of every column in the key's equality class.
+    members: tuple[tuple[str, str, str], ...]
+
+    def columns_of(self, name: str) -> list[str]:
+        """``alias.column`` of the members that belong to input ``name``."""
+        return [f"{a}.{c}" for n, a, c in self.members if n == name]
+
+
+@dataclass(frozen=True)
 class Plan:
     """The strategy for a query, and enough of its shape to run it."""
 
@@ -85,6 +106,8 @@ class Plan:
     #: ``group``: the grouping expressions, in Spark SQL, in the block's scope.
     key_sql: tuple[str, ...] = ()
     steps: tuple[str, ...] = field(default=())
+    #: ``group``: the grouping keys that are input columns, with their equal columns.
+    key_columns: tuple[KeyColumns, ...] = ()
 
     @property
     def incremental(self) -> bool:
@@ -180,12 +203,99 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
         if not distinct
         else "SELECT DISTINCT: rows whose values occur in the change are recomputed"
     )
+    key_columns = _key_columns(select, block, keys)
     steps = (
         _block_step(0, block),
-        "affected keys: the grouping keys of the changed rows below the aggregation",
+        *_affected_keys_steps(keys, key_columns),
         "recompute those groups over the new inputs; correct only their rows of the target",
     )
-    return Plan(GROUP, reason, (block,), positions, keys, steps)
+    return Plan(GROUP, reason, (block,), positions, keys, steps, key_columns)
+
+
+def _affected_keys_steps(keys: tuple[str, ...], key_columns: tuple[KeyColumns, ...]) -> list[str]:
+    lines = []
+    for found in key_columns:
+        columns = ", ".join(f"{a}.{c}" for _, a, c in found.members)
+        lines.append(
+            f"affected keys: {keys[found.index]} read from the changed rows of {columns} "
+            "where every changed input has one of them (no join)"
+        )
+    lines.append(
+        f"{'otherwise a' if lines else 'A'}ffected keys: the grouping keys of the changed rows "
+        "below the aggregation"
+    )
+    return lines
+
+
+def _key_columns(select: Any, block: Block, keys: tuple[str, ...]) -> tuple[KeyColumns, ...]:
+    """Each grouping key that is a column, with every input column equal to it.
+
+    Only inner joins: a ``LEFT JOIN`` row may carry a NULL key while the
+    preserved side's column holds a value, so its equalities prove nothing.
+    """
+    if block.left_join is not None:
+        return ()
+    tables = _tables(select)
+    aliases = {t.alias_or_name.lower(): n for t, n in zip(tables, block.inputs, strict=True)}
+    classes = _ColumnClasses(aliases)
+    conjuncts: list[Any] = []
+    where = select.args.get("where")
+    if where is not None:
+        conjuncts.extend(_conjuncts(where.this))
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            conjuncts.extend(_conjuncts(join.args["on"]))
+    for c in conjuncts:
+        if isinstance(c, exp.EQ):
+            classes.union(c.this, c.expression)
+    out = []
+    for index, key in enumerate(keys):
+        members = classes.members(exp.maybe_parse(key, dialect="spark"))
+        if members:
+            out.append(KeyColumns(index, members))
+    return tuple(out)
+
+
+def _conjuncts(node: Any) -> list[Any]:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return list(node.flatten()) if isinstance(node, exp.And) else [node]
+
+
+class _ColumnClasses:
+    """Union-find over ``(alias, column)``: columns proven equal on every kept row."""
+
+    def __init__(self, aliases: dict[str, str]) -> None:
+        self.aliases = aliases
+        self.parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def ref(self, node: Any) -> tuple[str, str] | None:
+        if not isinstance(node, exp.Column) or not node.name:
+            return None
+        table = node.table.lower()
+        if not table and len(self.aliases) == 1:
+            table = next(iter(self.aliases))
+        return (table, node.name.lower()) if table in self.aliases else None
+
+    def find(self, ref: tuple[str, str]) -> tuple[str, str]:
+        while self.parent.get(ref, ref) != ref:
+            ref = self.parent[ref]
+        return ref
+
+    def union(self, left: Any, right: Any) -> None:
+        a, b = self.ref(left), self.ref(right)
+        if a is not None and b is not None:
+            self.parent.setdefault(a, a)
+            self.parent.setdefault(b, b)
+            self.parent[self.find(a)] = self.find(b)
+
+    def members(self, node: Any) -> tuple[tuple[str, str, str], ...]:
+        ref = self.ref(node)
+        if ref is None:
+            return ()
+        root = self.find(ref)
+        refs = {r for r in self.parent if self.find(r) == root} | {ref}
+        return tuple(sorted((self.aliases[a], a, c) for a, c in refs))
 
 
 def _is_count_star(node: Any) -> bool:
@@ -256,11 +366,8 @@ def _block(select: Any, catalog_name: str) -> Block:
         if isinstance(node, exp.In) and node.args.get("query") is None:
             continue
         raise NotIncremental("subqueries are recomputed in full")
-    from_ = select.args.get("from_") or select.args.get("from")
-    if from_ is None or not isinstance(from_.this, exp.Table):
-        raise NotIncremental("the FROM clause is not a table")
+    tables = _tables(select)
     joins = list(select.args.get("joins") or [])
-    tables = [from_.this, *(j.this for j in joins)]
     if not all(isinstance(t, exp.Table) and t.name for t in tables):
         raise NotIncremental("a join of something other than a table is recomputed in full")
     if any(t.args.get("joins") or t.find(exp.Lateral) for t in tables):
@@ -270,6 +377,75 @@ def _block(select: Any, catalog_name: str) -> Block:
         raise NotIncremental("a table read more than once (a self-join) is recomputed in full")
     left = _left_join(select, joins, tables, names)
     return Block(tree=select, inputs=tuple(names), left_join=left)
+
+
+def referenced_columns(
+    plan: Plan, schemas: dict[str, list[str]], catalog_name: str
+) -> dict[str, list[str]]:
+    """The columns of each input that the plan's blocks read, in schema order.
+
+    An incremental tick reads its inputs' changes from their data files;
+    reading only these columns keeps the cost of a change spread over the
+    table's files down, and nets away changes to columns the view never
+    reads. Conservative: a ``*``, a ``NATURAL`` join or a column this cannot
+    place (a struct field, an alias) means every column of every input.
+
+    :param schemas: input name -> its column names.
+    """
+    every = {name: list(columns) for name, columns in schemas.items()}
+    wanted: dict[str, set[str]] = {name: set() for name in schemas}
+    for block in plan.blocks:
+        placed = _block_columns(block, schemas, catalog_name)
+        if placed is None:
+            return every
+        for name, found in placed.items():
+            wanted[name] |= found
+    out = {}
+    for name, names in schemas.items():
+        kept = [c for c in names if c.lower() in wanted[name]]
+        out[name] = kept or names[:1]  # a view that reads no column still counts rows
+    return out
+
+
+def _block_columns(
+    block: Block, schemas: dict[str, list[str]], catalog_name: str
+) -> dict[str, set[str]] | None:
+    """Lower-cased columns read per input of ``block``; ``None``: cannot tell."""
+    tree = block.tree
+    if any(not _is_count_star(star) for star in tree.find_all(exp.Star)):
+        return None
+    if any(j.args.get("method") for j in tree.args.get("joins") or []):
+        return None
+    tables = _tables(tree)
+    aliases = {
+        t.alias_or_name.lower(): normalize_table_name(_qualified(t), catalog_name) for t in tables
+    }
+    lower = {name: {c.lower() for c in columns} for name, columns in schemas.items()}
+    placed: dict[str, set[str]] = {}
+    for column in tree.find_all(exp.Column):
+        name = column.name.lower()
+        if column.args.get("db") or column.args.get("catalog"):
+            return None  # a.s.f: a struct field, or a name this cannot place
+        if column.table:
+            owner = aliases.get(column.table.lower())
+            if owner is None or name not in lower.get(owner, set()):
+                return None
+            placed.setdefault(owner, set()).add(name)
+            continue
+        owners = [n for n in aliases.values() if name in lower.get(n, set())]
+        if not owners:
+            return None
+        for owner in owners:
+            placed.setdefault(owner, set()).add(name)
+    return placed
+
+
+def _tables(select: Any) -> list[Any]:
+    """The FROM table and every joined one, in order."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None or not isinstance(from_.this, exp.Table):
+        raise NotIncremental("the FROM clause is not a table")
+    return [from_.this, *(j.this for j in select.args.get("joins") or [])]
 
 
 def _left_join(select: Any, joins: list[Any], tables: list[Any], names: list[str]) -> Any:
@@ -357,3 +533,19 @@ def restrict_to_keys(tree: Any, key_sql: tuple[str, ...], keys_view: str) -> Any
         dialect="spark",
     )
     return tree.where(condition, append=tree.args.get("where") is not None, copy=False)
+
+
+def restrict_columns_to_keys(tree: Any, columns: list[str], keys_view: str) -> Any:
+    """``tree`` keeping only rows whose ``columns`` are each in ``keys_view.__ct_k0``.
+
+    Redundant with :func:`restrict_to_keys` on a key's equality class, but it
+    lets Spark filter every input before the join, not the join's output.
+    Plain ``IN``: these columns sit in an equality, which no NULL passes.
+    """
+    tree = tree.copy()
+    for column in columns:
+        condition: Any = exp.maybe_parse(
+            f"{column} IN (SELECT __ct_k0 FROM {keys_view})", dialect="spark"
+        )
+        tree = tree.where(condition, append=True, copy=False)
+    return tree

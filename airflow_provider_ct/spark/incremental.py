@@ -33,9 +33,12 @@ from airflow_provider_ct.core.changes import table_changes
 from airflow_provider_ct.core.planner import (
     GROUP,
     Block,
+    KeyColumns,
     Plan,
     bind_tables,
     key_select,
+    referenced_columns,
+    restrict_columns_to_keys,
     restrict_to_keys,
 )
 from airflow_provider_ct.spark.correction import Correction, compute_correction
@@ -141,21 +144,28 @@ class Scratch:
 
 def input_change(
     spark: SparkSession,
-    config: CatalogConfig,
     table: Any,
     before: int | None,
-    after: int,
+    after: DataFrame,
+    after_id: int,
     scratch: Scratch,
+    columns: list[str],
 ) -> InputChange:
-    """The rows ``name`` gained and lost between ``before`` and ``after``.
+    """The rows the input gained and lost between ``before`` and ``after``, on ``columns``.
 
     Read by :func:`~airflow_provider_ct.core.changes.table_changes` from the
-    files the range touched (not a scan of the input); raises
+    files the range touched (not a scan of the input), and only the columns
+    the view reads; raises
     :class:`~airflow_provider_ct.exceptions.ChangesUnavailableError` when the
     metadata cannot tell (an expired snapshot, a schema change).
+
+    :param after: the input at ``after_id``, as Spark reads it (for its types).
     """
-    changes = table_changes(table, before, after)
-    schema = read_pinned(spark, config, ".".join(table.name()), after).schema
+    from pyspark.sql.types import StructType
+
+    changes = table_changes(table, before, after_id, columns=columns)
+    wanted = set(columns)
+    schema = StructType([f for f in after.schema.fields if f.name in wanted])
     plus = scratch.frame(spark, changes.inserted, schema)
     minus = scratch.frame(spark, changes.deleted, schema)
     return InputChange(
@@ -171,6 +181,7 @@ def input_change(
 def bind_inputs(
     spark: SparkSession,
     config: CatalogConfig,
+    plan: Plan,
     tables: Mapping[str, Any],
     before: Mapping[str, int | None],
     after: Mapping[str, int | None],
@@ -183,13 +194,18 @@ def bind_inputs(
     views: dict[str, dict[str, str]] = {}
     changed: set[str] = set()
     changes: dict[str, InputChange] = {}
+    frames = {name: read_pinned(spark, config, name, after[name]) for name in after}
+    schemas = {name: frame.schema.fieldNames() for name, frame in frames.items()}
+    columns = referenced_columns(plan, schemas, config.name)
     for index, name in enumerate(sorted(after)):
         names = {b: f"__ct_{b}_{index}" for b in (NEW, OLD, PLUS, MINUS)}
-        read_pinned(spark, config, name, after[name]).createOrReplaceTempView(names[NEW])
+        frames[name].createOrReplaceTempView(names[NEW])
         read_pinned(spark, config, name, before[name]).createOrReplaceTempView(names[OLD])
         new = after[name]
         if before[name] != new and new is not None:
-            change = input_change(spark, config, tables[name], before[name], new, scratch)
+            change = input_change(
+                spark, tables[name], before[name], frames[name], new, scratch, columns[name]
+            )
             change.plus.createOrReplaceTempView(names[PLUS])
             change.minus.createOrReplaceTempView(names[MINUS])
             changes[name] = change
@@ -308,37 +324,111 @@ def _linear(delta: _Delta, persisted: DataFrame) -> Correction:
     )
 
 
+@dataclass(frozen=True)
+class _AffectedKeys:
+    """The keys of the groups to recompute, and how the query and the target are restricted."""
+
+    #: Columns ``__ct_k0...``: one per restricted key.
+    frame: DataFrame
+    #: The restricted keys' SQL (block scope) and positions in the target's columns.
+    key_sql: tuple[str, ...]
+    positions: tuple[int, ...]
+    #: Further ``alias.column`` filtered by ``IN`` the keys (inputs filtered before the join).
+    also: tuple[str, ...] = ()
+
+
 def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     """Recompute the groups whose keys occur in the change; correct only their rows."""
     from pyspark.sql import functions as F
 
     plan, columns = delta.plan, delta.columns
-    key_names = [f"__ct_k{i}" for i in range(len(plan.key_sql))]
     block = plan.blocks[0]
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
+    found = _keys_from_changes(delta) or _keys_from_terms(delta)
+    keys = found.frame.distinct().cache()
+    keys.createOrReplaceTempView(KEYS_VIEW)
+
+    def restrict(tree: Any) -> Any:
+        tree = restrict_to_keys(tree, found.key_sql, KEYS_VIEW)
+        return restrict_columns_to_keys(tree, list(found.also), KEYS_VIEW)
+
+    # Cached: the correction reads the affected groups twice (the diff, then
+    # the rows to insert), and they are few; recomputing means another scan.
+    desired = delta.frame(block, new_views, columns, restrict).cache()
+    condition = None
+    for i, position in enumerate(found.positions):
+        clause = persisted[f"`{columns[position]}`"].eqNullSafe(keys[f"__ct_k{i}"])
+        condition = clause if condition is None else condition & clause
+    # Cached too: the diff reads the target's affected rows, and the
+    # retractions are picked from them again (else a second target scan).
+    affected = persisted.join(F.broadcast(keys), condition, "left_semi").cache()
+    return _correct_releasing(
+        lambda: compute_correction(desired, affected, columns), desired, affected, keys
+    )
+
+
+def _keys_from_terms(delta: _Delta) -> _AffectedKeys:
+    """Every grouping key of the rows the delta terms add or remove (joins evaluated)."""
+    plan = delta.plan
+    key_names = [f"__ct_k{i}" for i in range(len(plan.key_sql))]
+    block = plan.blocks[0]
 
     def keys_of(tree: Any) -> Any:
         return key_select(tree, plan.key_sql)
 
+    new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
     frames = [
         delta.frame(block, term.views, key_names, keys_of) for term in terms(plan, delta.bindings)
     ] or [delta.frame(block, new_views, key_names, keys_of).limit(0)]
     keys = frames[0]
     for frame in frames[1:]:
         keys = keys.union(frame)
-    keys = keys.distinct().cache()
-    keys.createOrReplaceTempView(KEYS_VIEW)
-    # Cached: the correction reads the affected groups twice (the diff, then
-    # the rows to insert), and they are few; recomputing means another scan.
-    desired = delta.frame(
-        block, new_views, columns, lambda tree: restrict_to_keys(tree, plan.key_sql, KEYS_VIEW)
-    ).cache()
-    condition = None
-    for name, position in zip(key_names, plan.key_positions, strict=True):
-        clause = persisted[f"`{columns[position]}`"].eqNullSafe(keys[name])
-        condition = clause if condition is None else condition & clause
-    affected = persisted.join(F.broadcast(keys), condition, "left_semi")
-    return _correct_releasing(lambda: compute_correction(desired, affected, columns), desired, keys)
+    return _AffectedKeys(keys, plan.key_sql, plan.key_positions)
+
+
+def _keys_from_changes(delta: _Delta) -> _AffectedKeys | None:
+    """One key read straight from the changed rows, when every changed input holds it.
+
+    A changed row of input ``T`` reaches the aggregation only joined by the
+    block's equalities, so its group's key equals ``T``'s column in the
+    key's equality class: the values of that column in ``T``'s change are a
+    superset of the affected groups' keys (filters and unmatched rows only
+    make it larger, which costs a few groups recomputed, never a wrong one).
+    No input is scanned to find them. ``None`` when no key qualifies.
+    """
+    changed = sorted(delta.bindings.changed)
+    if not changed:
+        return None
+    for found in delta.plan.key_columns:
+        if not all(found.columns_of(name) for name in changed):
+            continue
+        if not _same_types(delta, found):
+            continue
+        parts = []
+        for name in changed:
+            column = found.columns_of(name)[0].split(".", 1)[1]
+            change = delta.bindings.changes[name]
+            for side in (change.plus, change.minus):
+                parts.append(side.select(side[f"`{column}`"].alias("__ct_k0")))
+        frame = parts[0]
+        for part in parts[1:]:
+            frame = frame.union(part)
+        also = tuple(f"{a}.{c}" for _, a, c in found.members) if len(found.members) > 1 else ()
+        key_sql = (delta.plan.key_sql[found.index],)
+        return _AffectedKeys(frame, key_sql, (delta.plan.key_positions[found.index],), also)
+    return None
+
+
+def _same_types(delta: _Delta, found: KeyColumns) -> bool:
+    """The class's columns share one type, so equal values compare as the join compared them."""
+    types: list[str] = []
+    for name, _, column in found.members:
+        schema = delta.spark.table(delta.bindings.views[name][NEW]).schema
+        matches = [f.dataType.simpleString() for f in schema.fields if f.name.lower() == column]
+        if len(matches) != 1:
+            return False
+        types.extend(matches)
+    return len(set(types)) == 1
 
 
 def _correct_releasing(compute: Any, *cached: DataFrame) -> Correction:

@@ -395,7 +395,7 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     verify = verify_every > 0 and base.incremental_ticks + 1 >= verify_every
     assert target.persisted is not None
     try:
-        bindings = bind_inputs(spark, config, inputs, base.before, desc.inputs, tick.scratch)
+        bindings = bind_inputs(spark, config, plan, inputs, base.before, desc.inputs, tick.scratch)
         tick.clock.lap("changes")
         incr = incremental_correction(
             spark, plan, bindings, config.name, target.persisted, target.columns
