@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import threading
@@ -18,6 +19,7 @@ from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from tests.conftest import SCHEMA
 from tests.helpers import advance, oracle, rows_of
+from tests.warm import private_warm_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.airflow]
@@ -201,17 +203,26 @@ def test_mint_holds_collection_inputs_once_and_only_those(
 @pytest.mark.spark
 @pytest.mark.slow
 def test_continual_task_example_dag_runs_through_airflow(
-    airflow_db: None, default_catalog: CatalogConfig
+    airflow_db: None, default_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The upsert, audit-log and retention tasks through dag.test() and spark-submit."""
+    """The upsert, audit-log and retention tasks through dag.test(), as ``make demo`` runs them.
+
+    On the warm engine (``CT_EXAMPLE_ENGINE=warm``, the demo's setting): the
+    nine jobs share one driver instead of starting nine JVMs. The continual
+    job through spark-submit is covered by tests/test_job_errors.py and the
+    fault-injection tests.
+    """
     sys.path.insert(0, str(ROOT / "dags_examples"))
+    monkeypatch.setenv("CT_EXAMPLE_ENGINE", "warm")
     import continual_tasks
 
+    continual_tasks = importlib.reload(continual_tasks)  # ENGINE is read at import
     catalog = default_catalog.load()
     runs = [datetime(2026, 5, 1, 0, m, tzinfo=UTC) for m in (0, 10, 20)]
-    for logical in runs:
-        run = continual_tasks.dag.test(logical_date=logical)
-        assert run.state == "success", run.state
+    with private_warm_dir():
+        for logical in runs:
+            run = continual_tasks.dag.test(logical_date=logical)
+            assert run.state == "success", run.state
     events = catalog.load_table("events.append_only").scan().to_arrow().to_pylist()
     assert events, "the feed appended nothing"
     # Model of each task over the input's snapshots (rows inserted per time).

@@ -7,14 +7,11 @@ driver use their own or come last.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
 import signal
 import stat
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -38,49 +35,18 @@ from airflow_provider_ct.operators.write import WriteOperator
 from tests.conftest import SCHEMA, connection_json, sqlite_config
 from tests.helpers import advance, mint_view_tick, oracle, replace_contents, rows_of
 from tests.test_view_correctness import DETAIL_SQL, Shop
+from tests.warm import private_warm_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 CONN = "ct_warm_catalog"
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def _driver_pids(folder: Path) -> list[int]:
-    pids = []
-    for pid_file in folder.glob(f"*/{protocol.PID_FILE}"):
-        with contextlib.suppress(OSError, ValueError):
-            pids.append(int(pid_file.read_text()))
-    return pids
-
-
 @pytest.fixture(scope="module")
 def warm_dir() -> Iterator[Path]:
     """A short private base folder for this module's drivers; stops them all after."""
-    folder = Path(tempfile.mkdtemp(prefix="ctw-", dir="/tmp"))
-    old = os.environ.get(protocol.WARM_DIR_ENV)
-    os.environ[protocol.WARM_DIR_ENV] = str(folder)
-    yield folder
-    for pid in _driver_pids(folder):
-        _stop(pid)
-    if old is None:
-        os.environ.pop(protocol.WARM_DIR_ENV, None)
-    else:
-        os.environ[protocol.WARM_DIR_ENV] = old
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def _stop(pid: int) -> None:
-    """SIGTERM (the driver retires once idle), then SIGKILL after 30 s."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        family = [proc, *proc.children(recursive=True)]
-        proc.terminate()
-    except psutil.NoSuchProcess:
-        return
-    _, alive = psutil.wait_procs(family, timeout=30)
-    for p in alive:
-        p.kill()
+    with private_warm_dir() as folder:
+        yield folder
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pg_server) -> Iterator[Stack
         env = {
             f"AIRFLOW_CONN_{POSTGRES_CONN.upper()}": connection_json(postgres),
             f"AIRFLOW_CONN_{SPARK_CONN.upper()}": json.dumps(spark_conn),
+            # The warm drivers of this stack's DAGs live here, not in the
+            # machine's default folder; stop() ends them with the stack.
+            "CT_WARM_DIR": str(root / "warm"),
         }
         airflow = LocalAirflow(home=home, dags_folder=ROOT / "tests" / "e2e_dags", env=env)
         with airflow:

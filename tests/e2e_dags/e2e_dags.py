@@ -12,7 +12,11 @@ backfills a table no other test touches:
   started by the test), Spark as the baseline.
 
 Changing one component per copy lets a difference from the baseline name the
-component that caused it.
+component that caused it. The copies on local Spark write on the warm engine
+(one long-lived driver per catalog, shared by the DAGs' concurrent runs, as a
+deployment would run them); the cluster copy's jobs go through spark-submit
+to the cluster's master. The spark-submit path in local mode is covered by
+``tests/test_dags.py`` and the fault-injection tests.
 
 Their ``end_date`` lies in the past, so unpausing creates no run for *now*:
 only the backfill's runs tick the views (a run for now would seal every
@@ -89,6 +93,7 @@ def _view_dag(dag_id: str, namespace: str, conn_id: str, spark_conn_id: str | No
             sql=sql_for(namespace),
             iceberg_conn_id=conn_id,
             spark_conn_id=spark_conn_id,
+            engine="warm" if spark_conn_id is None else "spark-submit",
             poke_interval=2,
         )
     return dag
