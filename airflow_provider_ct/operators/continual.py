@@ -7,7 +7,6 @@ landing in one compare-and-append.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from airflow_provider_ct.core.continual import CONTINUAL_TASK_KIND, parse_continual_task
@@ -19,6 +18,7 @@ from airflow_provider_ct.operators._common import load_table_or_none, timelines
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import WriteOperator
 from airflow_provider_ct.spark import continual_job
+from airflow_provider_ct.spark.exchange import inline
 
 
 class ContinualMintOperator(MintOperator):
@@ -95,6 +95,5 @@ class ContinualWriteOperator(WriteOperator):
     def _warm_job(self) -> tuple[str, dict[str, Any]]:
         return "continual", {"task": self.definition, "namespace": self.namespace}
 
-    def _job_args(self, folder: Path) -> list[str]:
-        (folder / "task.sql").write_text(self.definition)
-        return ["--task", f"@{folder / 'task.sql'}", "--namespace", self.namespace]
+    def _job_args(self) -> list[str]:
+        return ["--task", inline(self.definition), "--namespace", self.namespace]
