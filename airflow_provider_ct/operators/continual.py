@@ -32,7 +32,7 @@ class ContinualMintOperator(MintOperator):
 
     template_fields = ("definition", "namespace", "time")
 
-    def __init__(self, *, definition: str, namespace: str, **kwargs: Any) -> None:
+    def __init__(self, *, definition: str, namespace: str | None = None, **kwargs: Any) -> None:
         self.definition = definition
         self.namespace = namespace
         task = parse_continual_task(definition, default_namespace=namespace)
@@ -59,7 +59,7 @@ class ContinualWriteOperator(WriteOperator):
     query_kind = CONTINUAL_TASK_KIND
     quiet_records_time = False
 
-    def __init__(self, *, definition: str, namespace: str, **kwargs: Any) -> None:
+    def __init__(self, *, definition: str, namespace: str | None = None, **kwargs: Any) -> None:
         self.definition = definition
         self.namespace = namespace
         task = parse_continual_task(definition, default_namespace=namespace)
@@ -96,4 +96,5 @@ class ContinualWriteOperator(WriteOperator):
         return "continual", {"task": self.definition, "namespace": self.namespace}
 
     def _job_args(self) -> list[str]:
-        return ["--task", inline(self.definition), "--namespace", self.namespace]
+        namespace = ["--namespace", self.namespace] if self.namespace else []
+        return ["--task", inline(self.definition), *namespace]

@@ -25,6 +25,7 @@ from airflow_provider_ct.engine.client import ENGINES
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError, SparkJobError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import (
+    RenderedSqlMixin,
     load_json_object,
     load_table_or_none,
     timelines,
@@ -63,7 +64,7 @@ def _spark_submit_hook(spark_conn_id: str | None, master: str, **kwargs: Any) ->
     return _Hook(conn_id=spark_conn_id or "spark_default", **kwargs)
 
 
-class WriteOperator(BaseOperator):
+class WriteOperator(RenderedSqlMixin, BaseOperator):
     """Compute the correction for a description and stage it (nothing visible yet).
 
     :param target: the view's table.
