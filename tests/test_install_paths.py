@@ -271,7 +271,9 @@ def test_job_gets_inline_arguments_and_returns_its_report_without_the_operators_
     assert not any(arg.startswith("@") for arg in command), command
     elsewhere = tmp_path / "driver-cwd"
     (elsewhere / "tmp").mkdir(parents=True)
-    env = {**os.environ, "TMPDIR": str(elsewhere / "tmp"), **submit._env}
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "TMPDIR": str(elsewhere / "tmp"), "PYSPARK_PYTHON": sys.executable}
+    env["PATH"] = path
     done = subprocess.run(
         command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600
     )

@@ -282,13 +282,17 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
             return {}
         return dict(BaseHook.get_connection(self.spark_conn_id).extra_dejson or {})
 
+    def _cluster_mode(self) -> bool:
+        """Whether the Spark connection runs the driver on the cluster (``deploy-mode``)."""
+        return self._spark_extra().get("deploy-mode") == "cluster"
+
     def _outputs(self, config: CatalogConfig, folder: Path) -> JobOutputs:
         """Where the job returns its report: the exchange folder, else the local ``folder``."""
         extra = self._spark_extra()
         root = exchange_root(config, extra)
         if root is not None:
             return JobOutputs(new_job_folder(root), remote=True)
-        if extra.get("deploy-mode") == "cluster":
+        if self._cluster_mode():
             raise ConfigurationError(
                 f"Spark connection {self.spark_conn_id!r} runs the driver in cluster deploy "
                 f"mode, which cannot return its report to this worker: set {EXCHANGE_DIR_KEY!r} "
@@ -320,7 +324,7 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         inline without its secrets, which the driver takes from
         ``CT_CATALOG_SECRETS`` (docs/deployment.md).
         """
-        if self._spark_extra().get("deploy-mode") == "cluster":
+        if self._cluster_mode():
             return inline(json.dumps(asdict(config.without_secrets())))
         _write_private(folder / "catalog.json", json.dumps(asdict(config)))
         return f"@{folder / 'catalog.json'}"
@@ -351,6 +355,11 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         conf = hook.get_spark_conf(include_jars=False, jar_settings=jar_settings)
         conf.update({"spark.sql.shuffle.partitions": "8", **self.spark_conf})
         bin_dir = os.path.dirname(sys.executable)
+        env_vars = {
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
         return _spark_submit_hook(
             self.spark_conn_id,
             self.spark_master,
@@ -359,11 +368,9 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
             name=f"ct-write-{target}",
             application_args=args,
             driver_memory=self.driver_memory,
-            env_vars={
-                "PYSPARK_PYTHON": sys.executable,
-                "PYSPARK_DRIVER_PYTHON": sys.executable,
-                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            },
+            # This worker's Python means nothing on a cluster node (and
+            # SparkSubmitHook refuses env_vars for a standalone cluster driver).
+            env_vars=None if self._cluster_mode() else env_vars,
             verbose=False,
         )
 
