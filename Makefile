@@ -28,8 +28,8 @@ walkthrough: setup-demo
 	$(PY) scripts/core_walkthrough.py
 
 lint: setup
-	$(VENV)/bin/ruff check airflow_provider_ct tests scripts bench dags_examples
-	$(VENV)/bin/ruff format --check airflow_provider_ct tests scripts bench dags_examples
+	$(VENV)/bin/ruff check airflow_provider_ct devtools tests scripts bench dags_examples
+	$(VENV)/bin/ruff format --check airflow_provider_ct devtools tests scripts bench dags_examples
 	$(VENV)/bin/mypy
 
 test: lint

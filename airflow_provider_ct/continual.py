@@ -8,6 +8,7 @@ from airflow.sdk import TaskGroup
 
 from airflow_provider_ct.core.continual import parse_continual_task
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.operators._common import catalog_name_of
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.continual import ContinualMintOperator, ContinualWriteOperator
 from airflow_provider_ct.operators.write import DEFAULT_LOCAL_MASTER
@@ -18,7 +19,7 @@ from airflow_provider_ct.views import view_asset
 def continual_task(
     *,
     definition: str,
-    namespace: str,
+    namespace: str | None = None,
     group_id: str | None = None,
     time: int | str | None = None,
     iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
@@ -28,7 +29,7 @@ def continual_task(
     poke_interval: float = 10.0,
     sensor_timeout: float = 3600.0,
     read_only: bool | None = None,
-    catalog_name: str = "ct",
+    catalog_name: str | None = None,
     quiet_ticks: bool = True,
     engine: str | None = None,
     warm_idle_timeout: float | None = None,
@@ -38,13 +39,17 @@ def continual_task(
 
     :param definition: ``CREATE CONTINUAL TASK name (col type, ...) ON INPUT input
         [WITH (SNAPSHOT = true)] AS ( stmt; ... )``, as in Materialize.
-    :param namespace: namespace of unqualified table names.
+    :param namespace: namespace of unqualified table names; not needed when
+        every name in the definition is qualified.
+    :param catalog_name: the catalog prefix of three-part names and of the
+        output's Asset; default: the ``iceberg_conn_id`` connection's catalog.
     :param quiet_ticks: a tick in which the input did not change commits the
         output's frontier without starting Spark (see ``core/quiet.py``).
     :param engine: ``spark-submit`` | ``warm`` (a long-lived Spark driver per
         worker, see docs/engines.md); default: the Spark connection's choice.
     :param warm_idle_timeout: seconds a warm driver stays up without jobs.
     """
+    catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
     task = parse_continual_task(definition, default_namespace=namespace, catalog_name=catalog_name)
     gid = group_id or f"ct_{task.name.replace('.', '_')}"
     with TaskGroup(group_id=gid, **group_kwargs) as group:

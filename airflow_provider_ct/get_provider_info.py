@@ -1,8 +1,26 @@
-"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point.
+
+The shapes follow Airflow's ``provider.yaml`` schema (``integrations``,
+``operators``, ``sensors``, ``triggers``, ``hooks`` with ``integration-name``
+and ``python-modules``; ``connection-types``), so ``airflow providers get``
+and the UI's provider pages list what the package offers. The provider has
+no Airflow plugin (no UI views, macros or listeners), hence no ``plugins``.
+``tests/test_provider.py`` checks that every module named here imports and
+that every operator, sensor, trigger and hook class of the package is named.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from airflow_provider_ct import __version__
+
+INTEGRATION = "Continual tables (Apache Iceberg)"
+HOOK_CLASS = "airflow_provider_ct.hooks.iceberg.IcebergCatalogHook"
+
+
+def _group(*modules: str) -> list[dict[str, Any]]:
+    return [{"integration-name": INTEGRATION, "python-modules": list(modules)}]
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -11,18 +29,24 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Continual tables (CT) for Spark and Apache Iceberg",
         "description": "Self-correcting materialized views, continual tasks and managed "
         "collections on Apache Iceberg tables with ticking frontiers.",
-        "versions": ["0.1.0"],
-        "hook-class-names": ["airflow_provider_ct.hooks.iceberg.IcebergCatalogHook"],
-        "connection-types": [
+        "versions": [__version__],
+        "integrations": [
             {
-                "connection-type": "iceberg_catalog",
-                "hook-class-name": "airflow_provider_ct.hooks.iceberg.IcebergCatalogHook",
+                "integration-name": INTEGRATION,
+                "external-doc-url": "https://iceberg.apache.org/",
+                "tags": ["software"],
             }
         ],
-        "hooks": [
-            {
-                "integration-name": "Apache Iceberg",
-                "python-modules": ["airflow_provider_ct.hooks.iceberg"],
-            }
-        ],
+        "operators": _group(
+            "airflow_provider_ct.operators.mint",
+            "airflow_provider_ct.operators.write",
+            "airflow_provider_ct.operators.append",
+            "airflow_provider_ct.operators.continual",
+            "airflow_provider_ct.operators.collections",
+        ),
+        "sensors": _group("airflow_provider_ct.sensors.frontier"),
+        "triggers": _group("airflow_provider_ct.triggers.frontier"),
+        "hooks": _group("airflow_provider_ct.hooks.iceberg"),
+        "hook-class-names": [HOOK_CLASS],
+        "connection-types": [{"connection-type": "iceberg_catalog", "hook-class-name": HOOK_CLASS}],
     }

@@ -11,6 +11,7 @@ from airflow_provider_ct.core.planner import choose_plan
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.operators._common import catalog_name_of, is_templated_sql
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import DEFAULT_LOCAL_MASTER, WriteOperator
@@ -42,7 +43,7 @@ def materialized_view(
     read_only: bool | None = None,
     report_only: bool = False,
     input_upper_policies: Mapping[str, str] | None = None,
-    catalog_name: str = "ct",
+    catalog_name: str | None = None,
     quiet_ticks: bool = True,
     engine: str | None = None,
     warm_idle_timeout: float | None = None,
@@ -55,7 +56,14 @@ def materialized_view(
     Call it inside a DAG (use ``max_active_runs=1`` so ticks land in order).
     The query and ``input_upper_policies`` are checked at DAG-parse time, so
     a bad query or a policy for a table the query does not read breaks the
-    DAG import with a clear message rather than a task at run time.
+    DAG import with a clear message rather than a task at run time. A query
+    given as a ``.sql`` file (relative to the DAG's folder or its
+    ``template_searchpath``) or with Jinja is checked once rendered, when
+    each task starts, and a parse error names the file.
+
+    :param catalog_name: the catalog prefix of three-part names
+        (``<catalog>.ns.t``) and of the view's Asset; default: the name of
+        the ``iceberg_conn_id`` connection's catalog.
 
     :param report_only: a dry run: write reports how far the table is from its
         definition; nothing is staged or appended.
@@ -69,9 +77,11 @@ def materialized_view(
         worker, see docs/engines.md); default: the Spark connection's choice.
     :param warm_idle_timeout: seconds a warm driver stays up without jobs.
     """
-    parsed = parse_query(sql, target=target, catalog_name=catalog_name)
-    parse_policies(input_upper_policies, parsed.inputs, catalog_name)
-    choose_plan(parsed, refresh)  # refresh="incremental" fails here for a query it cannot do
+    catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
+    if not is_templated_sql(sql):  # a template is checked when rendered (RenderedSqlMixin)
+        parsed = parse_query(sql, target=target, catalog_name=catalog_name)
+        parse_policies(input_upper_policies, parsed.inputs, catalog_name)
+        choose_plan(parsed, refresh)  # refresh="incremental" fails here for a query it cannot do
     gid = group_id or f"view_{normalize_table_name(target, catalog_name).replace('.', '_')}"
     with TaskGroup(group_id=gid, **group_kwargs) as group:
         sensor = FrontierSensor(

@@ -46,7 +46,7 @@ from airflow_provider_ct.core.frontier import (  # noqa: E402
 )
 from airflow_provider_ct.core.tables import iter_tables  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
-from airflow_provider_ct.devstack import Api, LocalAirflow  # noqa: E402
+from devtools.devstack import Api, LocalAirflow  # noqa: E402
 
 VIEW_DAG = "revenue_per_customer"
 CT_DAG = "continual_tasks"
@@ -226,7 +226,7 @@ def screenshot(airflow: LocalAirflow, path: Path) -> None:
     if importlib.util.find_spec("selenium") is None or shutil.which("chromedriver") is None:
         say("   no screenshot: needs selenium and chromedriver (`make setup` installs them)")
         return
-    from airflow_provider_ct.devbrowser import chromium, log_in
+    from devtools.devbrowser import chromium, log_in
 
     with chromium(1600, 900) as driver:
         log_in(driver, airflow.url, airflow.username, airflow.password)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from airflow_provider_ct.devstack import free_port
+from devtools.devstack import free_port
 
 __all__ = ["PgServer", "free_port", "running_postgres"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyspark
 
-from airflow_provider_ct.devstack import reap, stack_processes
+from devtools.devstack import reap, stack_processes
 from tests.pgserver import free_port
 
 

@@ -32,6 +32,45 @@ def test_entry_point_points_at_provider_info() -> None:
     assert hasattr(sys.modules[module], cls)
 
 
+def test_provider_info_names_every_operator_sensor_trigger_and_hook() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    from airflow.sdk import BaseHook, BaseOperator
+    from airflow.triggers.base import BaseTrigger
+
+    import airflow_provider_ct
+    from airflow_provider_ct.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    listed = {
+        kind: {m for group in info[kind] for m in group["python-modules"]}
+        for kind in ("operators", "sensors", "triggers", "hooks")
+    }
+    found: dict[str, set[str]] = {kind: set() for kind in listed}
+    for mod in pkgutil.walk_packages(airflow_provider_ct.__path__, "airflow_provider_ct."):
+        if ".spark." in mod.name or ".engine." in mod.name:
+            continue  # Spark job programs and the warm driver: no Airflow classes
+        module = importlib.import_module(mod.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != mod.name:
+                continue
+            if issubclass(cls, BaseOperator):
+                is_sensor = "sensors" in mod.name
+                found["sensors" if is_sensor else "operators"].add(mod.name)
+            elif issubclass(cls, BaseTrigger):
+                found["triggers"].add(mod.name)
+            elif issubclass(cls, BaseHook):
+                found["hooks"].add(mod.name)
+    assert found == listed
+    for modules in listed.values():
+        for name in modules:
+            importlib.import_module(name)
+    types = {c["connection-type"] for c in info["connection-types"]}
+    assert types == {"iceberg_catalog"}
+
+
 def test_airflow_providers_list_shows_the_package(tmp_path: Path) -> None:
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
     out = subprocess.run(

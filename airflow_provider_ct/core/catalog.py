@@ -13,13 +13,14 @@ database and warehouse. Supported:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from airflow_provider_ct.exceptions import ConfigurationError
 
@@ -101,6 +102,29 @@ class CatalogConfig:
             found += [raw, unquote(raw)]
         found += [v for k, v in self.properties.items() if v and SENSITIVE_KEY.search(k)]
         return tuple(dict.fromkeys(found))
+
+    def without_secrets(self) -> CatalogConfig:
+        """This configuration with no password in ``uri`` and no sensitive properties.
+
+        What may travel on a command line (cluster deploy mode): the job
+        completes it with :meth:`with_secrets` from its own environment.
+        """
+        parts = urlsplit(self.uri)
+        uri = self.uri
+        if parts.password is not None:
+            netloc = parts.netloc.replace(f":{parts.password}@", "@", 1)
+            uri = urlunsplit(parts._replace(netloc=netloc))
+        properties = {k: v for k, v in self.properties.items() if not SENSITIVE_KEY.search(k)}
+        return dataclasses.replace(self, uri=uri, properties=properties)
+
+    def with_secrets(self, password: str | None, properties: dict[str, str]) -> CatalogConfig:
+        """This configuration completed with a password (decoded) and sensitive properties."""
+        uri = self.uri
+        parts = urlsplit(uri)
+        if password and parts.username and parts.password is None:
+            netloc = parts.netloc.replace("@", f":{quote(password, safe='')}@", 1)
+            uri = urlunsplit(parts._replace(netloc=netloc))
+        return dataclasses.replace(self, uri=uri, properties={**self.properties, **properties})
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret of this configuration replaced by ``***``."""

@@ -75,9 +75,14 @@ class ContinualTaskDef:
         return ", ".join(f"`{c}` {t}" for c, t in self.columns)
 
 
-def _qualify(name: str, namespace: str, catalog_name: str) -> str:
+def _qualify(name: str, namespace: str | None, catalog_name: str) -> str:
     clean = name.replace("`", "").replace('"', "")
     if "." not in clean:
+        if not namespace:
+            raise QueryError(
+                f"table {clean!r} is not qualified: write it as namespace.{clean}, or pass "
+                "namespace= for the definition's unqualified names"
+            )
         clean = f"{namespace}.{clean}"
     return normalize_table_name(clean, catalog_name)
 
@@ -146,9 +151,13 @@ def _tables_in(tree: Any) -> list[exp.Table]:
 
 
 def parse_continual_task(
-    sql: str, *, default_namespace: str, catalog_name: str = "ct"
+    sql: str, *, default_namespace: str | None = None, catalog_name: str = "ct"
 ) -> ContinualTaskDef:
-    """Parse a ``CREATE CONTINUAL TASK``; errors name the offending part."""
+    """Parse a ``CREATE CONTINUAL TASK``; errors name the offending part.
+
+    ``default_namespace`` qualifies unqualified table names; without it every
+    name must be qualified (the error names the first one that is not).
+    """
     match = _HEADER.match(sql or "")
     if match is None:
         raise QueryError(

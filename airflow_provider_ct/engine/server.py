@@ -85,7 +85,7 @@ def _continual_body(
     """The continual-task job, with the arguments ``continual_job.main`` takes."""
     from airflow_provider_ct.spark.continual_job import run_continual
 
-    return run_continual(spark, config, str(args["task"]), str(args["namespace"]), desc)
+    return run_continual(spark, config, str(args["task"]), args.get("namespace") or None, desc)
 
 
 JOBS: dict[str, JobBody] = {"write": _write_body, "continual": _continual_body}

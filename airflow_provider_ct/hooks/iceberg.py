@@ -13,6 +13,17 @@ host, port, login, password and schema (the database). ``extra.warehouse``,
 ``extra.catalog_name`` (default ``ct``) and ``extra.kind`` (``sql``/``rest``);
 any other extra keys are passed to PyIceberg as catalog properties.
 
+A connection of type ``iceberg`` (``apache-airflow-providers-apache-iceberg``,
+whose default id is ``iceberg_default``) is read the way that provider's
+``IcebergHook`` reads it: every extra key is a PyIceberg catalog property,
+``host`` is the catalog ``uri``, ``type`` defaults to ``rest``, and for REST
+``login``/``password`` become ``credential`` (OAuth2 client id and secret).
+The catalog's name is ``extra.catalog_name``, else the connection id (the
+name that provider's hook opens the catalog under, so on a SQL catalog both
+hooks see the same tables). We translate instead of calling that hook's
+``catalog``: the Spark job needs the same catalog as Spark properties, and
+one :class:`CatalogConfig` gives both.
+
 The catalog's secrets (the password in its URL, sensitive properties) are
 registered with Airflow's secrets masker as soon as the configuration is
 resolved, so a task log line that happens to contain one shows ``***``.
@@ -40,6 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _RESERVED_EXTRAS = ("uri", "warehouse", "catalog_name", "kind")
+#: The connection type of apache-airflow-providers-apache-iceberg.
+ICEBERG_PROVIDER_CONN_TYPE = "iceberg"
 
 
 def mask_secrets(config: CatalogConfig) -> None:
@@ -106,6 +119,8 @@ class IcebergCatalogHook(BaseHook):
     @staticmethod
     def config_from_connection(conn: Any) -> CatalogConfig:
         """Translate an Airflow connection into a :class:`CatalogConfig`."""
+        if conn.conn_type == ICEBERG_PROVIDER_CONN_TYPE:
+            return config_from_iceberg_connection(conn)
         extra = dict(conn.extra_dejson or {})
         uri = extra.get("uri")
         if not uri:
@@ -172,3 +187,34 @@ class IcebergCatalogHook(BaseHook):
         except Exception as exc:
             return False, str(exc)
         return True, f"catalog reachable, {len(names)} namespace(s)"
+
+
+def config_from_iceberg_connection(conn: Any) -> CatalogConfig:
+    """A connection of the official Iceberg provider (type ``iceberg``) as a :class:`CatalogConfig`.
+
+    Mirrors ``IcebergHook.catalog`` of apache-airflow-providers-apache-iceberg
+    2.x: extra first, then ``host`` as ``uri``, ``type`` defaulting to
+    ``rest``, ``login:password`` as the REST ``credential``.
+    """
+    props = {str(k): str(v) for k, v in (conn.extra_dejson or {}).items()}
+    if conn.host:
+        props["uri"] = conn.host.rstrip("/")
+    kind = props.pop("type", "rest")
+    if kind == "rest" and conn.login and conn.password:
+        props["credential"] = f"{conn.login}:{conn.password}"
+    name = props.pop("catalog_name", "") or str(conn.conn_id)
+    if not name.isidentifier():
+        name = DEFAULT_CATALOG_NAME
+    uri = props.pop("uri", "")
+    if not uri:
+        raise ConfigurationError(
+            f"connection {conn.conn_id!r} (type iceberg) needs the catalog URI in host or extra.uri"
+        )
+    if kind not in ("sql", "rest"):
+        raise ConfigurationError(
+            f"connection {conn.conn_id!r}: catalog type {kind!r} is not supported by "
+            "airflow-provider-ct (sql or rest)"
+        )
+    return CatalogConfig(
+        name=name, kind=kind, uri=uri, warehouse=props.pop("warehouse", ""), properties=props
+    )

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_ct.core.catalog import DEFAULT_CATALOG_NAME
 from airflow_provider_ct.core.frontier import parse_timestamp, timestamp_from_datetime
 from airflow_provider_ct.core.policies import parse_policies
-from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError
+from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError, QueryError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
 
 #: Deployment-wide read-only switch (0dt upgrades, incident response).
 READ_ONLY_ENV = "CT_READ_ONLY"
@@ -103,3 +107,46 @@ def load_table_or_none(hook: IcebergCatalogHook, name: str) -> Table | None:
 def target_timeline(hook: IcebergCatalogHook, target: str) -> Timeline | None:
     table = load_table_or_none(hook, target)
     return None if table is None else Timeline.of(table)
+
+
+def is_templated_sql(sql: str) -> bool:
+    """Whether ``sql`` is only known after rendering: a ``.sql`` file or Jinja text."""
+    return sql.strip().endswith(".sql") or "{{" in sql or "{%" in sql
+
+
+def catalog_name_of(iceberg_conn_id: str, explicit: str | None = None) -> str:
+    """The catalog name to qualify table names with: ``explicit``, else the connection's.
+
+    Called at DAG-parse time by the TaskGroup factories; the operators read
+    the connection again at run time. A connection that cannot be read here
+    (a secrets backend only reachable from workers) falls back to ``ct``.
+    """
+    if explicit:
+        return explicit
+    try:
+        return IcebergCatalogHook(iceberg_conn_id).get_config().name
+    except Exception as exc:  # parse time: never break the DAG import for it
+        log.warning("catalog name of %r unknown at parse time (%s): using ct", iceberg_conn_id, exc)
+        return DEFAULT_CATALOG_NAME
+
+
+class RenderedSqlMixin:
+    """Parses the rendered ``sql`` right after rendering, naming the template in errors.
+
+    A ``.sql`` file or Jinja text cannot be parsed when the DAG is parsed;
+    this is its first check, so a bad query fails the task at render time
+    with the file's name instead of later inside Spark.
+    """
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        source = getattr(self, "sql", None)
+        super().render_template_fields(context, jinja_env)  # type: ignore[misc]
+        fields = getattr(self, "template_fields", ())
+        if "sql" not in fields or not isinstance(source, str) or not is_templated_sql(source):
+            return
+        where = source.strip() if source.strip().endswith(".sql") else "the view's SQL template"
+        try:
+            conn_id = getattr(self, "iceberg_conn_id", IcebergCatalogHook.default_conn_name)
+            parse_query(str(getattr(self, "sql", "")), catalog_name=catalog_name_of(conn_id))
+        except QueryError as exc:
+            raise QueryError(f"{where}, as rendered: {exc}") from None

@@ -7,7 +7,6 @@ landing in one compare-and-append.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from airflow_provider_ct.core.continual import CONTINUAL_TASK_KIND, parse_continual_task
@@ -19,6 +18,7 @@ from airflow_provider_ct.operators._common import load_table_or_none, timelines
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import WriteOperator
 from airflow_provider_ct.spark import continual_job
+from airflow_provider_ct.spark.exchange import inline
 
 
 class ContinualMintOperator(MintOperator):
@@ -32,7 +32,7 @@ class ContinualMintOperator(MintOperator):
 
     template_fields = ("definition", "namespace", "time")
 
-    def __init__(self, *, definition: str, namespace: str, **kwargs: Any) -> None:
+    def __init__(self, *, definition: str, namespace: str | None = None, **kwargs: Any) -> None:
         self.definition = definition
         self.namespace = namespace
         task = parse_continual_task(definition, default_namespace=namespace)
@@ -59,7 +59,7 @@ class ContinualWriteOperator(WriteOperator):
     query_kind = CONTINUAL_TASK_KIND
     quiet_records_time = False
 
-    def __init__(self, *, definition: str, namespace: str, **kwargs: Any) -> None:
+    def __init__(self, *, definition: str, namespace: str | None = None, **kwargs: Any) -> None:
         self.definition = definition
         self.namespace = namespace
         task = parse_continual_task(definition, default_namespace=namespace)
@@ -95,6 +95,6 @@ class ContinualWriteOperator(WriteOperator):
     def _warm_job(self) -> tuple[str, dict[str, Any]]:
         return "continual", {"task": self.definition, "namespace": self.namespace}
 
-    def _job_args(self, folder: Path) -> list[str]:
-        (folder / "task.sql").write_text(self.definition)
-        return ["--task", f"@{folder / 'task.sql'}", "--namespace", self.namespace]
+    def _job_args(self) -> list[str]:
+        namespace = ["--namespace", self.namespace] if self.namespace else []
+        return ["--task", inline(self.definition), *namespace]

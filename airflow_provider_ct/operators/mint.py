@@ -16,6 +16,7 @@ from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.exceptions import DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import (
+    RenderedSqlMixin,
     read_only_default,
     target_timeline,
     tick_time,
@@ -25,7 +26,7 @@ from airflow_provider_ct.operators._common import (
 log = logging.getLogger(__name__)
 
 
-class MintOperator(BaseOperator):
+class MintOperator(RenderedSqlMixin, BaseOperator):
     """Mint the batch description ``{id, target, lower, upper, time, base_snapshot_id, inputs}``.
 
     Skips (with the reason in the log) when T is already sealed, the target

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import posixpath
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseHook, BaseOperator
 
+from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.planner import REFRESH_MODES
@@ -23,12 +25,21 @@ from airflow_provider_ct.engine.client import ENGINES
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError, SparkJobError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import (
+    RenderedSqlMixin,
     load_json_object,
     load_table_or_none,
     timelines,
 )
 from airflow_provider_ct.spark import write_job
-from airflow_provider_ct.spark.conf import spark_jars
+from airflow_provider_ct.spark.conf import JarSettings, spark_jars
+from airflow_provider_ct.spark.exchange import (
+    EXCHANGE_DIR_KEY,
+    exchange_root,
+    inline,
+    new_job_folder,
+    read_text,
+    remove_folder,
+)
 from airflow_provider_ct.spark.job_errors import ERROR_FILE, job_error
 from airflow_provider_ct.spark.write_job import STATUS_STAGED, WriteReport
 
@@ -53,7 +64,7 @@ def _spark_submit_hook(spark_conn_id: str | None, master: str, **kwargs: Any) ->
     return _Hook(conn_id=spark_conn_id or "spark_default", **kwargs)
 
 
-class WriteOperator(BaseOperator):
+class WriteOperator(RenderedSqlMixin, BaseOperator):
     """Compute the correction for a description and stage it (nothing visible yet).
 
     :param target: the view's table.
@@ -189,12 +200,11 @@ class WriteOperator(BaseOperator):
         """The PySpark program to submit."""
         return str(write_job.__file__)
 
-    def _job_args(self, folder: Path) -> list[str]:
-        """Program-specific arguments (files go into ``folder``)."""
-        (folder / "query.sql").write_text(self.sql)
+    def _job_args(self) -> list[str]:
+        """Program-specific arguments, inline (no file the driver might not see)."""
         return [
             "--sql",
-            f"@{folder / 'query.sql'}",
+            inline(self.sql),
             "--refresh",
             self.refresh,
             "--verify-every",
@@ -217,9 +227,7 @@ class WriteOperator(BaseOperator):
         if default or self.engine == client.ENGINE_SPARK_SUBMIT:
             return None  # no connection to look at
         resolved = _spark_submit_hook(self.spark_conn_id, self.spark_master)._connection
-        extra: dict[str, Any] = {}
-        if self.spark_conn_id is not None:
-            extra = dict(BaseHook.get_connection(self.spark_conn_id).extra_dejson or {})
+        extra = self._spark_extra()
         if client.choose_engine(self.engine, extra, resolved["deploy_mode"]) != client.ENGINE_WARM:
             return None
         config = hook.get_config()
@@ -229,6 +237,7 @@ class WriteOperator(BaseOperator):
             driver_memory=self.driver_memory,
             extra=self.spark_conf,
             idle_timeout=client.idle_timeout(self.warm_idle_timeout, extra),
+            jar_settings=JarSettings.from_extra(extra, self.spark_conn_id or ""),
         )
         kind, args = self._warm_job()
         what = f"the {self.job_kind} for {target}"
@@ -254,11 +263,7 @@ class WriteOperator(BaseOperator):
             log.info("not a quiet tick, running Spark: %s", quiet.reason)
         report = self._run_warm(hook, desc, target)
         if report is None:  # the engine is spark-submit
-            with tempfile.TemporaryDirectory(prefix="ct-write-") as tmp:
-                folder = Path(tmp)
-                submit = self.submit_hook(hook, desc, target, folder)
-                log.info("submitting the %s for %s (%s)", self.job_kind, target, desc.id)
-                report = self._run_job(submit, folder, f"the {self.job_kind} for {target}")
+            report = self._submit(hook, desc, target)
         report.setdefault("quiet", False)
         log.info(
             "%s for %s: %s, +%s -%s rows%s",
@@ -271,50 +276,105 @@ class WriteOperator(BaseOperator):
         )
         return report
 
-    def submit_hook(
-        self, hook: IcebergCatalogHook, desc: BatchDescription, target: str, folder: Path
-    ) -> Any:
-        """The SparkSubmitHook for one job, whose input files it writes into ``folder``.
+    def _spark_extra(self) -> dict[str, Any]:
+        """The Spark connection's extra (jars, engine, exchange folder); empty without one."""
+        if self.spark_conn_id is None:
+            return {}
+        return dict(BaseHook.get_connection(self.spark_conn_id).extra_dejson or {})
 
-        The catalog configuration (password included) goes into a file only
-        this user can read (0600, in the 0700 folder of ``TemporaryDirectory``);
-        the command line names the file, and the job sets the password on its
-        own session, so ``ps`` never shows it.
+    def _cluster_mode(self) -> bool:
+        """Whether the Spark connection runs the driver on the cluster (``deploy-mode``)."""
+        return self._spark_extra().get("deploy-mode") == "cluster"
+
+    def _outputs(self, config: CatalogConfig, folder: Path) -> JobOutputs:
+        """Where the job returns its report: the exchange folder, else the local ``folder``."""
+        extra = self._spark_extra()
+        root = exchange_root(config, extra)
+        if root is not None:
+            return JobOutputs(new_job_folder(root), remote=True)
+        if self._cluster_mode():
+            raise ConfigurationError(
+                f"Spark connection {self.spark_conn_id!r} runs the driver in cluster deploy "
+                f"mode, which cannot return its report to this worker: set {EXCHANGE_DIR_KEY!r} "
+                "in its extra (a URI every node reaches), or give the catalog a URI warehouse"
+            )
+        return JobOutputs(str(folder), remote=False)
+
+    def _submit(self, hook: IcebergCatalogHook, desc: BatchDescription, target: str) -> Any:
+        """Run the job with ``spark-submit``; its report (see :meth:`_run_job`)."""
+        with tempfile.TemporaryDirectory(prefix="ct-write-") as tmp:
+            folder = Path(tmp)
+            outputs = self._outputs(hook.get_config(), folder)
+            submit = self.submit_hook(hook, desc, target, folder, outputs)
+            log.info("submitting the %s for %s (%s)", self.job_kind, target, desc.id)
+            try:
+                return self._run_job(submit, outputs, f"the {self.job_kind} for {target}")
+            finally:
+                if outputs.remote:
+                    remove_folder(outputs.folder)
+
+    def _catalog_arg(self, config: CatalogConfig, folder: Path) -> str:
+        """``--catalog``: a private local file with the secrets, or inline without them.
+
+        In client and local mode the driver runs here: the configuration
+        (password included) goes into a file only this user can read (0600,
+        in the 0700 folder of ``TemporaryDirectory``) and the job sets the
+        password on its own session, so ``ps`` never shows it. In cluster
+        deploy mode no local file reaches the driver: the configuration goes
+        inline without its secrets, which the driver takes from
+        ``CT_CATALOG_SECRETS`` (docs/deployment.md).
         """
-        config = hook.get_config()
-        (folder / "description.json").write_text(json.dumps(desc.to_json()))
+        if self._cluster_mode():
+            return inline(json.dumps(asdict(config.without_secrets())))
         _write_private(folder / "catalog.json", json.dumps(asdict(config)))
+        return f"@{folder / 'catalog.json'}"
+
+    def submit_hook(
+        self,
+        hook: IcebergCatalogHook,
+        desc: BatchDescription,
+        target: str,
+        folder: Path,
+        outputs: JobOutputs | None = None,
+    ) -> Any:
+        """The SparkSubmitHook for one job (the secrets file, if any, goes into ``folder``)."""
+        config = hook.get_config()
+        outputs = outputs or JobOutputs(str(folder), remote=False)
         args = [
             "--catalog",
-            f"@{folder / 'catalog.json'}",
+            self._catalog_arg(config, folder),
             "--description",
-            f"@{folder / 'description.json'}",
+            inline(json.dumps(desc.to_json())),
             "--report",
-            str(folder / REPORT_FILE),
+            outputs.report,
             "--error",
-            str(folder / ERROR_FILE),
-            *self._job_args(folder),
+            outputs.error,
+            *self._job_args(),
         ]
-        conf = hook.get_spark_conf(include_jars=False)
+        jar_settings = JarSettings.from_extra(self._spark_extra(), self.spark_conn_id or "")
+        conf = hook.get_spark_conf(include_jars=False, jar_settings=jar_settings)
         conf.update({"spark.sql.shuffle.partitions": "8", **self.spark_conf})
         bin_dir = os.path.dirname(sys.executable)
+        env_vars = {
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
         return _spark_submit_hook(
             self.spark_conn_id,
             self.spark_master,
             conf=conf,
-            jars=",".join(spark_jars(config)),
+            jars=",".join(spark_jars(config, settings=jar_settings)),
             name=f"ct-write-{target}",
             application_args=args,
             driver_memory=self.driver_memory,
-            env_vars={
-                "PYSPARK_PYTHON": sys.executable,
-                "PYSPARK_DRIVER_PYTHON": sys.executable,
-                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            },
+            # This worker's Python means nothing on a cluster node (and
+            # SparkSubmitHook refuses env_vars for a standalone cluster driver).
+            env_vars=None if self._cluster_mode() else env_vars,
             verbose=False,
         )
 
-    def _run_job(self, submit: Any, folder: Path, what: str) -> dict[str, Any]:
+    def _run_job(self, submit: Any, outputs: JobOutputs, what: str) -> dict[str, Any]:
         """Submit and wait; the job's report, or the job's own exception.
 
         ``SparkSubmitHook`` reports any failure as a bare ``AirflowException``;
@@ -326,12 +386,28 @@ class WriteOperator(BaseOperator):
         try:
             submit.submit(application=self._application())
         except AirflowException as exc:
-            raise job_error(folder / ERROR_FILE, what) from exc
-        report_path = folder / REPORT_FILE
-        if not report_path.exists():
-            raise SparkJobError(f"{what} finished without a report")
-        report: dict[str, Any] = json.loads(report_path.read_text())
+            raise job_error(outputs.error, what) from exc
+        text = read_text(outputs.report)
+        if text is None:
+            raise SparkJobError(f"{what} finished without a report at {outputs.report}")
+        report: dict[str, Any] = json.loads(text)
         return report
+
+
+@dataclass(frozen=True)
+class JobOutputs:
+    """The folder a submitted job writes its report or error into (local or a URI)."""
+
+    folder: str
+    remote: bool
+
+    @property
+    def report(self) -> str:
+        return posixpath.join(self.folder, REPORT_FILE)
+
+    @property
+    def error(self) -> str:
+        return posixpath.join(self.folder, ERROR_FILE)
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -12,13 +12,13 @@ from airflow.sdk import BaseSensorOperator, conf
 from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.exceptions import CTError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
-from airflow_provider_ct.operators._common import tick_time
+from airflow_provider_ct.operators._common import RenderedSqlMixin, tick_time
 from airflow_provider_ct.triggers.frontier import FrontierTrigger, lagging_inputs
 
 log = logging.getLogger(__name__)
 
 
-class FrontierSensor(BaseSensorOperator):
+class FrontierSensor(RenderedSqlMixin, BaseSensorOperator):
     """Wait until each input's upper is beyond T (its contents at T are final).
 
     Inputs are given by name, or discovered from a view's ``sql``. Works in
@@ -33,6 +33,7 @@ class FrontierSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("tables", "sql", "time")
+    template_ext: Sequence[str] = (".sql",)
     ui_color = "#e8e0f5"
 
     def __init__(

@@ -13,11 +13,13 @@ itself when it builds its session (:func:`job_session`).
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.catalog import SENSITIVE_KEY, CatalogConfig
 from airflow_provider_ct.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -55,6 +57,71 @@ def iceberg_jars(jars_dir: Path | None = None) -> list[str]:
     return [str(p) for p in runtime + jackson]
 
 
+@dataclass(frozen=True)
+class JarSettings:
+    """Where the job's jars come from, when not from the defaults.
+
+    Read from the Spark connection's extra (:meth:`from_extra`); every field
+    left empty keeps the default: the locally assembled Iceberg runtime
+    (``CT_SPARK_JARS_DIR``) and Debian's JDBC drivers under ``/usr/share/java``.
+
+    :param iceberg_jars: jars replacing the local Iceberg runtime (the upstream
+        ``iceberg-spark-runtime`` jar, or ours with its Jackson jars).
+    :param jdbc_jars: jars replacing Debian's JDBC driver for the catalog.
+    :param packages: Maven coordinates for ``spark.jars.packages``; one of
+        ``iceberg-spark-runtime`` replaces the local runtime, one of the JDBC
+        driver (``org.postgresql:postgresql``, ``org.xerial:sqlite-jdbc``)
+        replaces the local driver.
+    """
+
+    iceberg_jars: tuple[str, ...] = ()
+    jdbc_jars: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any], conn_id: str = "") -> JarSettings:
+        """The settings in a Spark connection's extra, each path checked to exist."""
+        where = f"Spark connection {conn_id!r} extra" if conn_id else "Spark connection extra"
+        env_packages = os.environ.get(JARS_PACKAGES_ENV, "")
+        settings = cls(
+            iceberg_jars=_jar_list(extra.get(ICEBERG_JARS_KEY), f"{where} {ICEBERG_JARS_KEY!r}"),
+            jdbc_jars=_jar_list(extra.get(JDBC_JARS_KEY), f"{where} {JDBC_JARS_KEY!r}"),
+            packages=_split(extra.get(PACKAGES_KEY) or env_packages),
+        )
+        return settings
+
+    def runtime_from_packages(self) -> bool:
+        return any(ICEBERG_RUNTIME_COORDINATE in p for p in self.packages)
+
+    def driver_from_packages(self, dialect: str) -> bool:
+        return any(p.startswith(JDBC_DRIVER_COORDINATES.get(dialect, "-")) for p in self.packages)
+
+
+#: Keys of the Spark connection's extra naming jars (see :class:`JarSettings`).
+ICEBERG_JARS_KEY = "iceberg_jars"
+JDBC_JARS_KEY = "jdbc_jars"
+PACKAGES_KEY = "spark.jars.packages"
+ICEBERG_RUNTIME_COORDINATE = ":iceberg-spark-runtime-"
+JDBC_DRIVER_COORDINATES = {"postgresql": "org.postgresql:", "sqlite": "org.xerial:"}
+#: A class the REST catalog's HTTP client needs, relocated in upstream runtime jars.
+REST_HTTP_CLASS = "org/apache/iceberg/shaded/org/apache/hc/client5/http/impl/classic/HttpClients"
+
+
+def _split(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, list | tuple) else str(value or "").split(",")
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def _jar_list(value: Any, setting: str) -> tuple[str, ...]:
+    """Jar paths or URLs; a local path that does not exist is an error naming ``setting``."""
+    jars = _split(value)
+    for jar in jars:
+        local = jar[len("file://") :] if jar.startswith("file://") else jar
+        if "://" not in local and not Path(local).is_file():
+            raise ConfigurationError(f"{setting}: jar {jar} does not exist")
+    return jars
+
+
 def jdbc_driver_jar(config: CatalogConfig) -> str:
     jar = JDBC_DRIVER_JARS.get(config.dialect)
     if jar is None:
@@ -63,15 +130,53 @@ def jdbc_driver_jar(config: CatalogConfig) -> str:
         package = {"sqlite": "libxerial-sqlite-jdbc-java"}.get(
             config.dialect, "libpostgresql-jdbc-java"
         )
-        raise ConfigurationError(f"JDBC driver {jar} is missing; install Debian's {package}")
+        raise ConfigurationError(
+            f"JDBC driver {jar} is missing; install Debian's {package}, or name the driver's jar "
+            f"in the Spark connection's extra {JDBC_JARS_KEY!r} (or its Maven coordinates in "
+            f"{PACKAGES_KEY!r})"
+        )
     return str(jar)
 
 
-def spark_jars(config: CatalogConfig, jars_dir: Path | None = None) -> list[str]:
-    """Local jars to ship: the Iceberg runtime (unless Maven packages are used) + JDBC driver."""
-    jars: list[str] = [] if os.environ.get(JARS_PACKAGES_ENV) else iceberg_jars(jars_dir)
+def check_rest_support(jars: list[str]) -> None:
+    """Fail early, naming what is missing, when the Iceberg runtime cannot talk REST.
+
+    Our locally assembled runtime (scripts/assemble_jars.sh) lacks the relocated
+    Apache HttpClient 5 that Iceberg's REST client needs; the JVM would only
+    fail inside the job with ``NoClassDefFoundError``.
+    """
+    runtimes = [j for j in jars if "iceberg-spark-runtime" in Path(j).name and "://" not in j]
+    for jar in runtimes:
+        with zipfile.ZipFile(jar) as archive:
+            names = set(archive.namelist())
+        if f"{REST_HTTP_CLASS}.class" not in names:
+            raise ConfigurationError(
+                f"a REST catalog needs Iceberg's REST client, but the Iceberg runtime {jar} lacks "
+                f"{REST_HTTP_CLASS.replace('/', '.')} (relocated Apache HttpClient 5): use the "
+                f"upstream iceberg-spark-runtime jar, named in the Spark connection's extra "
+                f"{ICEBERG_JARS_KEY!r} or as Maven coordinates in {PACKAGES_KEY!r}"
+            )
+
+
+def spark_jars(
+    config: CatalogConfig, jars_dir: Path | None = None, settings: JarSettings | None = None
+) -> list[str]:
+    """Local jars to ship: the Iceberg runtime and the catalog's JDBC driver.
+
+    Each comes from ``settings`` (the Spark connection) when given there, as
+    a jar or Maven coordinates, else from the defaults.
+    """
+    settings = settings or JarSettings(packages=_split(os.environ.get(JARS_PACKAGES_ENV)))
+    jars: list[str] = list(settings.iceberg_jars)
+    if not jars and not settings.runtime_from_packages():
+        jars = iceberg_jars(jars_dir)
     if config.kind == "sql":
-        jars.append(jdbc_driver_jar(config))
+        if settings.jdbc_jars:
+            jars += settings.jdbc_jars
+        elif not settings.driver_from_packages(config.dialect):
+            jars.append(jdbc_driver_jar(config))
+    else:
+        check_rest_support(jars)
     return jars
 
 
@@ -82,6 +187,7 @@ def spark_conf(
     extra: Mapping[str, str] | None = None,
     include_jars: bool = True,
     include_secrets: bool = False,
+    jar_settings: JarSettings | None = None,
 ) -> dict[str, str]:
     """Spark properties that register ``config`` as a Spark catalog of the same name.
 
@@ -118,11 +224,17 @@ def spark_conf(
     else:
         conf[f"{prefix}.type"] = "rest"
         conf[f"{prefix}.uri"] = config.uri
-    packages = os.environ.get(JARS_PACKAGES_ENV)
-    if packages:
-        conf["spark.jars.packages"] = packages
+        # The REST client takes the same property names as PyIceberg's
+        # (credential, token, scope, oauth2-server-uri, header.*, prefix, ...);
+        # secrets among them only through secret_spark_conf.
+        for key, value in config.properties.items():
+            if not SENSITIVE_KEY.search(key):
+                conf[f"{prefix}.{key}"] = value
+    settings = jar_settings or JarSettings(packages=_split(os.environ.get(JARS_PACKAGES_ENV)))
+    if settings.packages:
+        conf["spark.jars.packages"] = ",".join(settings.packages)
     if include_jars:
-        conf["spark.jars"] = ",".join(spark_jars(config, jars_dir))
+        conf["spark.jars"] = ",".join(spark_jars(config, jars_dir, settings))
     if include_secrets:
         conf.update(secret_spark_conf(config))
     conf.update(extra or {})
@@ -132,7 +244,11 @@ def spark_conf(
 def secret_spark_conf(config: CatalogConfig) -> dict[str, str]:
     """The Spark properties of ``config`` that are secrets (never on a command line)."""
     if config.kind != "sql":
-        return {}
+        return {
+            f"spark.sql.catalog.{config.name}.{key}": value
+            for key, value in config.properties.items()
+            if value and SENSITIVE_KEY.search(key)
+        }
     _, password = config.jdbc_credentials()
     return {f"spark.sql.catalog.{config.name}.jdbc.password": password} if password else {}
 

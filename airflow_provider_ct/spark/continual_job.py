@@ -280,7 +280,7 @@ def run_continual(
     spark: SparkSession,
     config: CatalogConfig,
     task_sql: str,
-    default_namespace: str,
+    default_namespace: str | None,
     description: BatchDescription,
 ) -> WriteReport:
     """Compute and stage one batch of a continual task."""
@@ -438,7 +438,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--catalog", required=True)
     parser.add_argument("--description", required=True)
     parser.add_argument("--task", required=True, help="CREATE CONTINUAL TASK text, or @file")
-    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--namespace", default=None)
     parser.add_argument("--report", required=True)
     parser.add_argument("--error", help=ERROR_HELP)
     return parser

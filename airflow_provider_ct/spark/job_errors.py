@@ -62,20 +62,29 @@ def report_failure(exc: BaseException, error_path: str | None, secrets: Iterable
     becomes the Airflow task log, and the error an Airflow exception.
     """
     payload = failure_payload(exc, secrets)
-    if error_path is not None:
+    if error_path is not None and "://" in error_path:
+        from airflow_provider_ct.spark.exchange import write_text
+
+        write_text(error_path, json.dumps(payload))  # the exchange folder (cluster mode)
+    elif error_path is not None:
         fd = os.open(error_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(payload, out)
     return 1
 
 
-def job_error(error_path: Path, what: str) -> CTError:
-    """The exception to raise for a failed job, from its error file.
+def job_error(error_path: Path | str, what: str) -> CTError:
+    """The exception to raise for a failed job, from its error file (a path or a URI).
 
     :param what: the job, for messages (``"the write job for ns.view"``).
     """
+    from airflow_provider_ct.spark.exchange import read_text
+
     try:
-        payload = json.loads(error_path.read_text())
+        text = read_text(str(error_path))
+        if text is None:
+            raise FileNotFoundError(str(error_path))
+        payload = json.loads(text)
     except FileNotFoundError:
         return SparkJobError(
             f"{what} failed without reporting an error: it was killed (out of memory?) or "

@@ -27,13 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import posixpath
 import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -68,6 +68,7 @@ from airflow_provider_ct.spark.correction import (
     compute_correction,
     correction_difference,
 )
+from airflow_provider_ct.spark.exchange import arg_text, write_text
 from airflow_provider_ct.spark.incremental import (
     Scratch,
     bind_inputs,
@@ -471,15 +472,20 @@ def _stage(
 
 
 #: ``--error`` of both jobs (see :mod:`.job_errors`).
-ERROR_HELP = "where to write the error that stopped the job, as JSON (else it is raised)"
+ERROR_HELP = (
+    "where to write the error that stopped the job, as JSON (else it is raised): "
+    "a path or a URI (s3://, hdfs://, file://)"
+)
+REPORT_HELP = "where to write the JSON report: a path or a URI (s3://, hdfs://, file://)"
+ARG_FORMS = "inline, b64:<base64> or @file"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ct-write-job", description=__doc__.split("\n")[0])
     parser.add_argument("--catalog", required=True, help="CatalogConfig as JSON")
-    parser.add_argument("--description", required=True, help="batch description JSON or @file")
-    parser.add_argument("--sql", required=True, help="the view's query, or @file")
-    parser.add_argument("--report", required=True, help="where to write the JSON report")
+    parser.add_argument("--description", required=True, help=f"batch description JSON, {ARG_FORMS}")
+    parser.add_argument("--sql", required=True, help=f"the view's query, {ARG_FORMS}")
+    parser.add_argument("--report", required=True, help=REPORT_HELP)
     parser.add_argument("--error", help=ERROR_HELP)
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--refresh", default="auto", choices=REFRESH_MODES)
@@ -487,19 +493,36 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def arg_text(value: str) -> str:
-    """A CLI value, or the text of the file it names with a leading ``@``."""
-    return Path(value[1:]).read_text() if value.startswith("@") else value
+#: Environment variable with the catalog's secrets as JSON (``{"password": ...,
+#: "properties": {...}}``), for a job whose catalog argument carries none
+#: (cluster deploy mode: give it to the driver as a Kubernetes or YARN secret).
+SECRETS_ENV = "CT_CATALOG_SECRETS"
+
+
+def with_secrets(config: CatalogConfig) -> CatalogConfig:
+    """``config`` completed from :data:`SECRETS_ENV` when that is set."""
+    raw = os.environ.get(SECRETS_ENV)
+    if not raw:
+        return config
+    try:
+        secrets = json.loads(raw)
+        password = secrets.get("password")
+        properties = {str(k): str(v) for k, v in dict(secrets.get("properties") or {}).items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ConfigurationError(f"{SECRETS_ENV} is not a JSON object of secrets: {exc}") from None
+    return config.with_secrets(str(password) if password else None, properties)
 
 
 def job_inputs(catalog_arg: str, description_arg: str) -> tuple[CatalogConfig, BatchDescription]:
-    """The catalog and description every job CLI receives (JSON or ``@file``).
+    """The catalog and description every job CLI receives (JSON, ``b64:`` or ``@file``).
 
-    The operator passes ``@file`` for the catalog: it holds the password,
-    which must not be on the command line.
+    In client and local mode the operator passes ``@file`` for the catalog:
+    it holds the password, which must not be on the command line. In cluster
+    deploy mode it passes the catalog without its secrets (``b64:``), which
+    the job completes from ``CT_CATALOG_SECRETS`` (see :func:`with_secrets`).
     """
     try:
-        config = CatalogConfig(**json.loads(arg_text(catalog_arg)))
+        config = with_secrets(CatalogConfig(**json.loads(arg_text(catalog_arg))))
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"--catalog is not a catalog configuration: {exc}") from None
     return config, BatchDescription.from_json(arg_text(description_arg))
@@ -526,7 +549,8 @@ def run_job(
             report = body(spark, config, description)
         finally:
             spark.stop()
-        Path(args.report).write_text(json.dumps(report.to_json()))
+        # A local path or a URI of the exchange folder (see spark/exchange.py).
+        write_text(args.report, json.dumps(report.to_json()))
         log.info("report: %s", json.dumps(report.to_json()))
     except Exception as exc:
         if args.error is None:

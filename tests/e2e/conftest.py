@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.devstack import Api, LocalAirflow
+from devtools.devstack import Api, LocalAirflow
 from tests.conftest import _pg_config, connection_json
 from tests.e2e.checks import check_backfilled_view
 from tests.e2e_dags.e2e_dags import DEFERRAL_DAG, POSTGRES_CONN, SPARK_CONN, VIEWS

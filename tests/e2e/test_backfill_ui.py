@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_ct.devbrowser import chromium, log_in, wait_until
+from devtools.devbrowser import chromium, log_in, wait_until
 from tests.e2e.checks import FROM_DATE, INTERVALS, TO_DATE
 from tests.e2e.conftest import Stack
 

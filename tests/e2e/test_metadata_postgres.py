@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.devstack import LocalAirflow
+from devtools.devstack import LocalAirflow
 from tests.e2e.checks import FROM_DATE, INTERVALS, TO_DATE, check_backfilled_view, iso
 from tests.e2e_dags.e2e_dags import VIEWS
 from tests.pgserver import PgServer

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_ct.devstack import LocalAirflow
+from devtools.devstack import LocalAirflow
 from tests.pgserver import running_postgres
 from tests.sparkcluster import running_spark_cluster
 
