@@ -126,7 +126,7 @@ class TpchQuery:
         return f"q{self.number:02d}"
 
 
-def _unordered(sql: str) -> exp.Expression:
+def _unordered(sql: str) -> exp.Expr:
     """The query without its top-level ``ORDER BY`` and ``LIMIT`` (a view is a multiset)."""
     tree = sqlglot.parse_one(sql, read="duckdb")
     tree.set("order", None)
