@@ -1,4 +1,4 @@
-"""Benchmark: ticks of the 22 TPC-H views in one DAG through ``dag.test()``, per engine.
+r"""Benchmark: ticks of the 22 TPC-H views in one DAG through ``dag.test()``, per engine.
 
 Run on demand, never in ``make test`` (see docs/views.md, "Benchmarks")::
 
@@ -26,6 +26,9 @@ What it does (data, queries, changes and oracle: bench/tick_bench_tpch.py):
    last line one JSON object: ``quiet_over_cold`` and ``busy_over_cold`` per
    engine (the median quiet and busy tick's wall time over that engine's
    cold start), ``exact`` and every mismatch.
+
+Airflow's task logs go to stdout as well; ``grep -E '^(\||###|==|\{)'`` keeps
+the bench's own lines.
 
 ``dag.test()`` runs the tasks one after the other in this process, so the
 per-task overhead measured here is Airflow's in-process task runner, not a
@@ -420,6 +423,8 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(_WORK, ignore_errors=True)
         shutil.rmtree(warm_dir, ignore_errors=True)
+    # py4j logs its shutdown at exit: keep the JSON the last line.
+    logging.getLogger("py4j").setLevel(logging.ERROR)
     print_summary(runs)
     summary = summary_json(runs, args, len(queries))
     print(json.dumps(summary))
