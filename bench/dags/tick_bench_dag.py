@@ -1,0 +1,60 @@
+"""The DAGs of bench/tick_bench.py: the 22 TPC-H queries as views, one DAG per engine.
+
+``dag.test()`` runs only DAGs its bundle (the DAGs folder) defines, so the
+bench points ``AIRFLOW__CORE__DAGS_FOLDER`` here and describes the views in
+a JSON file named by ``CT_TICK_BENCH_SPEC``: for each DAG its id, engine,
+target namespace and ``{view name: Spark SQL}``. Without that variable this
+file defines no DAG (it is harmless in any other DAGs folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG
+
+from airflow_provider_ct import materialized_view
+
+SPEC_ENV = "CT_TICK_BENCH_SPEC"
+
+
+def build_dag(spec: dict[str, Any]) -> DAG:
+    """One DAG holding every view of ``spec``, all independent of each other.
+
+    No schedule: the bench triggers each tick with ``dag.test(logical_date=T)``
+    and the view ticks at ``T``. The inputs are external tables on the 1 s
+    wall-clock policy, so the sensor passes once ``T`` is a second old.
+    """
+    with DAG(
+        dag_id=spec["dag_id"],
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,
+    ) as dag:
+        for name, sql in spec["views"].items():
+            materialized_view(
+                target=f"{spec['namespace']}.{name}",
+                sql=sql,
+                group_id=name,
+                poke_interval=1,
+                engine=spec["engine"],
+                warm_idle_timeout=float(spec.get("warm_idle_timeout", 600)),
+            )
+    return dag
+
+
+def _load() -> dict[str, DAG]:
+    path = os.environ.get(SPEC_ENV)
+    if not path:
+        return {}
+    specs = json.loads(Path(path).read_text())
+    return {spec["dag_id"]: build_dag(spec) for spec in specs}
+
+
+DAGS = _load()
+globals().update(DAGS)
