@@ -12,8 +12,11 @@ names its cause.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,6 +79,28 @@ def test_write_job_on_a_spark_cluster_gives_the_same_table_as_local_mode(
     apps = Counter(stack.spark.app_names())
     assert apps[f"ct-write-{VIEWS[CLUSTER][0]}.revenue"] == INTERVALS, apps
     assert not any(VIEWS[LOCAL][0] in name or VIEWS[POSTGRES][0] in name for name in apps), apps
+
+
+def test_run_durations_are_recorded_per_engine(backfilled: Runs, artifacts: Path) -> None:
+    """Each backfill run's wall time (sensor, mint, write, append and the feed task).
+
+    Written to ``test-artifacts/e2e-run-seconds.json`` for the docs: the
+    local DAGs write on the warm engine, the cluster DAG through spark-submit.
+    A measurement, not a timing assertion (the machine's load decides it).
+    """
+    seconds = {
+        dag_id: [_seconds(run) for run in runs] for dag_id, runs in sorted(backfilled.items())
+    }
+    assert all(len(values) == INTERVALS for values in seconds.values()), seconds
+    assert all(s > 0 for values in seconds.values() for s in values), seconds
+    (artifacts / "e2e-run-seconds.json").write_text(json.dumps(seconds, indent=2) + "\n")
+    print(f"e2e backfill run seconds: {seconds}")
+
+
+def _seconds(run: dict[str, Any]) -> float:
+    start = datetime.fromisoformat(run["start_date"])
+    end = datetime.fromisoformat(run["end_date"])
+    return round((end - start).total_seconds(), 1)
 
 
 def test_catalog_on_postgres_gives_the_same_table_as_on_sqlite(
