@@ -160,6 +160,36 @@ def oracle(
     return Counter(tuple(r) for r in rows)
 
 
+#: The example shop's inputs, as ``dags_examples/shop_feed.py`` names them.
+SHOP_INPUTS = ("orders", "customers")
+
+
+def fed_snapshots(catalog: Any, namespace: str, time: int) -> dict[str, int | None]:
+    """The snapshot ``shop_feed.feed_shop`` committed to each shop input for tick ``time``.
+
+    For DAGs whose inputs a feed task writes, this is the test's own record of
+    where the inputs' contents at ``time`` live: the feed commits once per input
+    and tick, stamped with its batch id ``feed-<input>-<time>`` and ``ct.time``
+    = ``time``. Read from the inputs' ``main`` history by PyIceberg alone, never
+    from the view (its ``ct.inputs``) nor the package's timeline code.
+    """
+    from pyiceberg.table.snapshots import ancestors_of
+
+    found: dict[str, int | None] = {}
+    for short in SHOP_INPUTS:
+        table = catalog.load_table(f"{namespace}.{short}")
+        batch_id = f"feed-{short}-{time}"
+        stamps = {
+            s.snapshot_id: {} if s.summary is None else s.summary.additional_properties
+            for s in ancestors_of(table.current_snapshot(), table.metadata)
+        }
+        matches = [i for i, p in stamps.items() if p.get("ct.batch-id") == batch_id]
+        assert len(matches) == 1, (table.name(), batch_id, len(matches))
+        assert stamps[matches[0]].get("ct.time") == str(time), (table.name(), batch_id)
+        found[f"{namespace}.{short}"] = matches[0]
+    return found
+
+
 def mint_view_tick(catalog: Any, target: str, sql: str, time: int) -> Any:
     """Mint a view's description for tick ``time`` from the catalog's current state."""
     from pyiceberg.exceptions import NoSuchTableError

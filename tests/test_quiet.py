@@ -60,15 +60,27 @@ def _rows(*pairs: tuple[int, str | None]) -> pa.Table:
     return pa.Table.from_pylist([{"k": k, "v": v} for k, v in pairs], SCHEMA)
 
 
-def land_view(catalog: Any, target: str, sql: str, time: int, *, hash_it: bool = True) -> Any:
+def land_view(
+    catalog: Any,
+    target: str,
+    sql: str,
+    time: int,
+    written: dict[str, int | None],
+    *,
+    hash_it: bool = True,
+) -> Any:
     """One view tick as the write job does it, with DuckDB computing the desired rows.
 
-    Returns the description it landed.
+    ``written`` is each input's snapshot as the test recorded it when it wrote
+    the input: the rows are computed over those, and the minted description
+    must pin exactly them (so a pinning bug fails here instead of feeding the
+    batch). Returns the description it landed.
     """
     desc = mint_view_tick(catalog, target, sql, time).description
     assert desc is not None
+    assert dict(desc.inputs) == written
     table = catalog.load_table(target)
-    want = oracle(catalog, sql, dict(desc.inputs))
+    want = oracle(catalog, sql, written)
     data = pa.Table.from_pylist(
         [dict(zip(SCHEMA.names, row, strict=True)) for row, n in want.items() for _ in range(n)],
         SCHEMA,
@@ -83,6 +95,14 @@ def land_view(catalog: Any, target: str, sql: str, time: int, *, hash_it: bool =
     finish_batch(batch, manifest, [change])
     assert land_staged(table, manifest, description=desc).result.landed
     return desc
+
+
+def heads(tables: dict[str, Any]) -> dict[str, int | None]:
+    """Each table's current snapshot: the test's record, taken right after its own writes."""
+    return {
+        name: None if (s := t.metadata.current_snapshot()) is None else s.snapshot_id
+        for name, t in tables.items()
+    }
 
 
 def shop(catalog: Any) -> dict[str, Any]:
@@ -166,9 +186,9 @@ def test_unchanged_inputs_are_quiet_and_the_empty_batch_keeps_the_contents(
 ) -> None:
     catalog = sqlite_catalog_config.load()
     # The inputs' snapshots as the test wrote them (not as the product pinned them).
-    written = {n: t.metadata.current_snapshot().snapshot_id for n, t in shop(catalog).items()}
+    written = heads(shop(catalog))
     seal(catalog, 1000)
-    land_view(catalog, TARGET, SQL, 1000)
+    land_view(catalog, TARGET, SQL, 1000, written)
     before = rows_of(catalog.load_table(TARGET))
     assert before == oracle(catalog, SQL, written) and sum(before.values()) == 3
     seal(catalog, 2000)  # the inputs' uppers move on; their contents do not
@@ -189,7 +209,7 @@ def test_unchanged_inputs_are_quiet_and_the_empty_batch_keeps_the_contents(
     assert rows_of(table) == oracle(catalog, SQL, written) == before
     assert rows_of(table, timeline.snapshot_at(2000)) == rows_of(table, timeline.snapshot_at(1999))
     head = timeline.entries[-1]
-    assert head.inputs == dict(desc.inputs)
+    assert head.inputs == dict(desc.inputs) == written
     assert head.summary[SummaryKeys.QUERY_HASH] == query_hash(SQL)
     # The quiet batch carries what the next proof needs: quiet again.
     seal(catalog, 3000)
@@ -201,7 +221,7 @@ def test_an_upstream_empty_append_changes_no_row(sqlite_catalog_config: CatalogC
     catalog = sqlite_catalog_config.load()
     inputs = shop(catalog)
     seal(catalog, 1000)
-    land_view(catalog, TARGET, SQL, 1000)
+    land_view(catalog, TARGET, SQL, 1000, heads(inputs))
     a = inputs["q.a"]
     a.refresh()
     landed = compare_and_append(
@@ -228,10 +248,10 @@ def test_a_compacted_external_input_is_quiet(sqlite_catalog_config: CatalogConfi
     appended = ext.metadata.current_snapshot().snapshot_id
     create_managed_table(catalog, "q.ev", SCHEMA)
     sql = "SELECT k, v FROM q.ext"
-    first = land_view(catalog, "q.ev", sql, sealed_now())
+    land_view(catalog, "q.ev", sql, sealed_now(), {"q.ext": appended})
     compacted = rewrite_files(catalog.load_table("q.ext"))
     desc = mint_view_tick(catalog, "q.ev", sql, sealed_now()).description
-    assert desc is not None and desc.inputs["q.ext"] == compacted != first.inputs["q.ext"]
+    assert desc is not None and desc.inputs["q.ext"] == compacted != appended
     quiet, reason = view_tick_is_quiet(
         catalog.load_table("q.ev"), desc, sql=sql, inputs={"q.ext": catalog.load_table("q.ext")}
     )
@@ -243,9 +263,9 @@ def test_a_compacted_external_input_is_quiet(sqlite_catalog_config: CatalogConfi
 # -- views: not quiet ---------------------------------------------------------------------
 def test_a_changed_input_is_not_quiet(sqlite_catalog_config: CatalogConfig) -> None:
     catalog = sqlite_catalog_config.load()
-    shop(catalog)
+    written = heads(shop(catalog))
     seal(catalog, 1000)
-    land_view(catalog, TARGET, SQL, 1000)
+    land_view(catalog, TARGET, SQL, 1000, written)
     replace_contents(catalog.load_table("q.b"), 1500, _rows((1, "uno"), (2, "two")))
     seal(catalog, 2000)
     quiet, reason = decide(catalog, mint_at(catalog, 2000))
@@ -259,7 +279,7 @@ def test_an_appended_external_input_is_not_quiet(sqlite_catalog_config: CatalogC
     ext.append(_rows((1, "x")))
     create_managed_table(catalog, "q.ev", SCHEMA)
     sql = "SELECT k, v FROM q.ext"
-    land_view(catalog, "q.ev", sql, sealed_now())
+    land_view(catalog, "q.ev", sql, sealed_now(), heads({"q.ext": ext}))
     rewrite_files(catalog.load_table("q.ext"))
     catalog.load_table("q.ext").append(_rows((9, "new")))  # compaction, then a real change
     desc = mint_view_tick(catalog, "q.ev", sql, sealed_now()).description
@@ -272,9 +292,9 @@ def test_an_appended_external_input_is_not_quiet(sqlite_catalog_config: CatalogC
 
 def test_an_input_schema_change_is_not_quiet(sqlite_catalog_config: CatalogConfig) -> None:
     catalog = sqlite_catalog_config.load()
-    shop(catalog)
+    written = heads(shop(catalog))
     seal(catalog, 1000)
-    land_view(catalog, TARGET, SQL, 1000)
+    land_view(catalog, TARGET, SQL, 1000, written)
     seal(catalog, 2000)
     desc = mint_at(catalog, 2000)
     assert decide(catalog, desc).quiet
@@ -288,12 +308,13 @@ def test_an_expired_pinned_snapshot_is_not_quiet(sqlite_catalog_config: CatalogC
     catalog = sqlite_catalog_config.load()
     ext = external(catalog)
     ext.append(_rows((1, "x")))
+    appended = heads({"q.ext": ext})
     create_managed_table(catalog, "q.ev", SCHEMA)
     sql = "SELECT k, v FROM q.ext"
-    first = land_view(catalog, "q.ev", sql, sealed_now())
+    land_view(catalog, "q.ev", sql, sealed_now(), appended)  # the batch pins the append
     rewrite_files(catalog.load_table("q.ext"))
     ext = catalog.load_table("q.ext")
-    ext.maintenance.expire_snapshots().by_id(first.inputs["q.ext"]).commit()
+    ext.maintenance.expire_snapshots().by_id(appended["q.ext"]).commit()
     desc = mint_view_tick(catalog, "q.ev", sql, sealed_now()).description
     assert desc is not None
     quiet, reason = view_tick_is_quiet(
@@ -304,9 +325,9 @@ def test_an_expired_pinned_snapshot_is_not_quiet(sqlite_catalog_config: CatalogC
 
 def test_target_drift_is_not_quiet(sqlite_catalog_config: CatalogConfig) -> None:
     catalog = sqlite_catalog_config.load()
-    shop(catalog)
+    written = heads(shop(catalog))
     seal(catalog, 1000)
-    land_view(catalog, TARGET, SQL, 1000)
+    land_view(catalog, TARGET, SQL, 1000, written)
     catalog.load_table(TARGET).append(_rows((99, "ghost")))  # behind our back
     seal(catalog, 2000)
     desc = mint_at(catalog, 2000)
@@ -318,9 +339,9 @@ def test_a_moved_head_or_a_changed_target_schema_is_not_quiet(
     sqlite_catalog_config: CatalogConfig,
 ) -> None:
     catalog = sqlite_catalog_config.load()
-    shop(catalog)
+    written = heads(shop(catalog))
     seal(catalog, 1000)
-    land_view(catalog, TARGET, SQL, 1000)
+    land_view(catalog, TARGET, SQL, 1000, written)
     seal(catalog, 2000)
     desc = mint_at(catalog, 2000)
     stale = BatchDescription(
@@ -341,11 +362,11 @@ def test_a_moved_head_or_a_changed_target_schema_is_not_quiet(
 
 def test_a_rolled_back_target_is_not_quiet(sqlite_catalog_config: CatalogConfig) -> None:
     catalog = sqlite_catalog_config.load()
-    shop(catalog)
+    written = heads(shop(catalog))
     seal(catalog, 1000)
-    first = land_view(catalog, TARGET, SQL, 1000)
+    first = land_view(catalog, TARGET, SQL, 1000, written)
     seal(catalog, 2000)
-    land_view(catalog, TARGET, SQL, 2000)
+    land_view(catalog, TARGET, SQL, 2000, written)
     table = catalog.load_table(TARGET)
     old_head = Timeline.of(table).find_batch(first.id)
     assert old_head is not None
@@ -358,7 +379,7 @@ def test_a_rolled_back_target_is_not_quiet(sqlite_catalog_config: CatalogConfig)
         upper=Frontier.sealing(3000),
         time=3000,
         base_snapshot_id=old_head.snapshot_id,
-        inputs=dict(first.inputs),
+        inputs=written,
     )
     quiet, reason = decide(catalog, desc)
     assert not quiet and "rolled back" in reason
@@ -382,9 +403,9 @@ def test_a_query_that_cannot_be_vouched_for_is_not_quiet(
     sqlite_catalog_config: CatalogConfig, last_sql: str, now_sql: str, hash_it: bool, expected: str
 ) -> None:
     catalog = sqlite_catalog_config.load()
-    shop(catalog)
+    written = heads(shop(catalog))
     seal(catalog, 1000)
-    land_view(catalog, TARGET, last_sql, 1000, hash_it=hash_it)
+    land_view(catalog, TARGET, last_sql, 1000, written, hash_it=hash_it)
     seal(catalog, 2000)
     quiet, reason = decide(catalog, mint_at(catalog, 2000, now_sql), now_sql)
     assert not quiet and expected in reason

@@ -33,7 +33,7 @@ from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import WriteOperator
 from tests.conftest import SCHEMA
 from tests.helpers import advance, oracle, replace_contents, rows_of
-from tests.test_quiet import SQL, TARGET, land_view, seal, shop
+from tests.test_quiet import SQL, TARGET, heads, land_view, seal, shop
 
 #: A Spark master nothing listens on: a job submitted there cannot run.
 DEAD_MASTER = "spark://127.0.0.1:9"
@@ -106,12 +106,13 @@ def test_a_quiet_view_tick_starts_no_jvm_and_the_table_still_equals_the_oracle(
     default_catalog: CatalogConfig, no_process: SubmitRecorder
 ) -> None:
     catalog = default_catalog.load()
-    shop(catalog)
+    written = heads(shop(catalog))  # the test's own record of its inputs
     seal(catalog, 1000)
-    land_view(catalog, TARGET, SQL, 1000)  # the last batch (DuckDB standing in for Spark)
+    land_view(catalog, TARGET, SQL, 1000, written)  # the last batch (DuckDB standing in for Spark)
     before = rows_of(catalog.load_table(TARGET))
     seal(catalog, 2000)
     desc = MintOperator(task_id="mint", target=TARGET, sql=SQL, time=2000).execute({})
+    assert desc["inputs"] == written  # unchanged inputs: the same snapshots as at 1000
     report, seconds = timed(lambda: view_write(desc, spark_master=DEAD_MASTER).execute({}))
     assert no_process.jvm_commands == []
     assert seconds < 10
@@ -124,7 +125,7 @@ def test_a_quiet_view_tick_starts_no_jvm_and_the_table_still_equals_the_oracle(
     table = catalog.load_table(TARGET)
     timeline = Timeline.of(table)
     assert timeline.upper == Frontier.sealing(2000)
-    assert rows_of(table) == oracle(catalog, SQL, desc["inputs"]) == before
+    assert rows_of(table) == oracle(catalog, SQL, written) == before
     # Time travel to the quiet tick's time gives the previous contents.
     assert rows_of(table, timeline.snapshot_at(2000)) == rows_of(table, timeline.snapshot_at(1999))
     assert timeline.entries[-1].time == 2000
@@ -201,20 +202,22 @@ def test_busy_quiet_and_drifted_ticks_through_the_operators(
     default_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     catalog = default_catalog.load()
-    shop(catalog)
+    written = heads(shop(catalog))  # the test's own record of its inputs
     seal(catalog, 1000)
     # A busy tick: Spark computes the first contents.
     desc1 = MintOperator(task_id="mint", target=TARGET, sql=SQL, time=1000).execute({})
+    assert desc1["inputs"] == written
     busy, busy_s = timed(lambda: view_write(desc1).execute({}))
     assert busy["status"] == "staged" and busy["quiet"] is False and busy["rows_to_insert"] == 3
     assert append(busy, desc1)["appended"]
     table = catalog.load_table(TARGET)
     first = rows_of(table)
-    assert first == oracle(catalog, SQL, desc1["inputs"])
+    assert first == oracle(catalog, SQL, written)
 
     # A quiet tick: no input changed; nothing may start a process.
     seal(catalog, 2000)
     desc2 = MintOperator(task_id="mint", target=TARGET, sql=SQL, time=2000).execute({})
+    assert desc2["inputs"] == written  # no input changed since the test wrote them
     recorder = SubmitRecorder()
     with monkeypatch.context() as patch:
         patch.setattr(subprocess, "Popen", recorder)
@@ -224,7 +227,7 @@ def test_busy_quiet_and_drifted_ticks_through_the_operators(
     table = catalog.load_table(TARGET)
     timeline = Timeline.of(table)
     assert timeline.upper == Frontier.sealing(2000)
-    assert rows_of(table) == oracle(catalog, SQL, desc2["inputs"]) == first
+    assert rows_of(table) == oracle(catalog, SQL, written) == first
     assert rows_of(table, timeline.snapshot_at(2000)) == first
 
     # Drift: a foreign append to the target. The next tick is not quiet, runs
@@ -232,11 +235,12 @@ def test_busy_quiet_and_drifted_ticks_through_the_operators(
     table.append(pa.table({"k": [99], "v": ["ghost"]}, SCHEMA))
     seal(catalog, 3000)
     desc3 = MintOperator(task_id="mint", target=TARGET, sql=SQL, time=3000).execute({})
+    assert desc3["inputs"] == written  # the drift is in the target, not the inputs
     fixed, fixed_s = timed(lambda: view_write(desc3).execute({}))
     assert fixed["quiet"] is False and (fixed["rows_to_insert"], fixed["rows_to_delete"]) == (0, 1)
     assert append(fixed, desc3)["appended"]
     table = catalog.load_table(TARGET)
-    assert rows_of(table) == oracle(catalog, SQL, desc3["inputs"]) == first
+    assert rows_of(table) == oracle(catalog, SQL, written) == first
     # The corrected batch carries the hash again: the next unchanged tick is quiet.
     seal(catalog, 4000)
     desc4 = MintOperator(task_id="mint", target=TARGET, sql=SQL, time=4000).execute({})

@@ -33,7 +33,14 @@ from airflow_provider_ct.exceptions import SchemaMismatchError, SparkJobError
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.write import WriteOperator
 from tests.conftest import SCHEMA, connection_json, sqlite_config
-from tests.helpers import advance, mint_view_tick, oracle, replace_contents, rows_of
+from tests.helpers import (
+    advance,
+    fed_snapshots,
+    mint_view_tick,
+    oracle,
+    replace_contents,
+    rows_of,
+)
 from tests.test_view_correctness import DETAIL_SQL, Shop
 from tests.warm import private_warm_dir
 
@@ -109,7 +116,9 @@ def test_view_ticks_on_the_warm_driver_equal_spark_submit_and_duckdb(
         warm = _write(warm_catalog, "eq.by_warm", sql, t, "warm")
         pids.add(WarmDriver(spec).pid())
         _append(warm)
-        expected = oracle(catalog, sql, warm["_inputs"])
+        written = shop.snapshots_at(t)  # the test's own record of this tick's inputs
+        assert dict(warm["_inputs"]) == written  # the product pinned them
+        expected = oracle(catalog, sql, written)
         got_warm = rows_of(catalog.load_table("eq.by_warm"))
         assert got_warm == expected
         if t == 2_000:  # spark-submit is slow: compare it on one tick
@@ -388,9 +397,11 @@ def test_a_dag_ticks_through_dag_test_on_the_warm_engine(
         run = warm_revenue.dag.test(logical_date=datetime(2026, 3, 1, hour, tzinfo=UTC))
         assert run.state == "success", run.state
         table = catalog.load_table("warmshop.revenue")
+        tick = timestamp_from_datetime(run.data_interval_end)
         head = Timeline.of(table).entries[-1]
-        assert head.time == timestamp_from_datetime(run.data_interval_end)
-        assert head.inputs is not None
-        assert rows_of(table) == oracle(catalog, sql, head.inputs)
+        assert head.time == tick
+        fed = fed_snapshots(catalog, "warmshop", tick)  # what the run's feed task wrote
+        assert head.inputs == fed
+        assert rows_of(table) == oracle(catalog, sql, fed)
         pids.append(driver.pid())
     assert pids[0] is not None and pids[0] == pids[1]  # the second tick reused the driver

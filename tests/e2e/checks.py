@@ -9,7 +9,7 @@ from typing import Any
 from airflow_provider_ct.core.frontier import timestamp_from_datetime
 from airflow_provider_ct.core.timeline import Timeline
 from tests.e2e_dags.e2e_dags import INTERVALS, START, VIEWS, sql_for
-from tests.helpers import oracle, rows_of
+from tests.helpers import fed_snapshots, oracle, rows_of
 
 FROM_DATE = START.replace(tzinfo=UTC)
 TO_DATE = FROM_DATE + timedelta(hours=INTERVALS - 1)
@@ -37,10 +37,13 @@ def check_backfilled_view(
     entries = [e for e in timeline.entries if e.time is not None]
     assert [e.time for e in entries] == TICKS  # one snapshot per interval, at its end
     contents = []
-    for entry in entries:
-        assert entry.inputs is not None
+    for tick, entry in zip(TICKS, entries, strict=True):
+        # The oracle reads what the run's feed task wrote for this tick (its stamped
+        # commits in the inputs' history), not the view's ct.inputs; the pins must match.
+        fed = fed_snapshots(catalog, namespace, tick)
+        assert entry.inputs == fed, tick
         rows = rows_of(table, entry.snapshot_id)
-        assert rows, f"empty view at {entry.time}"
-        assert rows == oracle(catalog, sql_for(namespace), entry.inputs), entry.time
+        assert rows, f"empty view at {tick}"
+        assert rows == oracle(catalog, sql_for(namespace), fed), tick
         contents.append(rows)
     return contents

@@ -4,10 +4,10 @@ Three backfills are created through ``POST /api/v2/backfills`` and run at the
 same time by the real scheduler and LocalExecutor: the baseline (local Spark,
 SQLite catalog), the same with the write job on a Spark standalone cluster,
 and the same with the catalog on PostgreSQL. Each must leave one snapshot per
-interval with ``ct.time`` at the interval's end and contents equal to DuckDB
-over the inputs pinned for that time; and each variant must equal the
-baseline tick by tick. One component differs per variant, so a mismatch
-names its cause.
+interval with ``ct.time`` at the interval's end, its inputs pinned to the
+snapshots the feed wrote for that time, and contents equal to DuckDB over
+those; and each variant must equal the baseline tick by tick. One component
+differs per variant, so a mismatch names its cause.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A second, separate Airflow (its own home, ports and embedded Iceberg catalog)
 keeps its metadata in a fresh PostgreSQL database instead of SQLite; the
 REST backfill must give the same result: one snapshot per interval, each
-equal to DuckDB over the pinned inputs.
+pinned to and equal to DuckDB over the inputs the feed wrote for its time.
 """
 
 from __future__ import annotations
