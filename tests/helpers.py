@@ -10,6 +10,8 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import sqlglot
+from sqlglot import exp
 
 from airflow_provider_ct.core.staging import batch_data_dir
 
@@ -135,27 +137,26 @@ def oracle(
     ``pinned`` maps each input to a snapshot id (``None``: empty). For an
     oracle, pass snapshots the test recorded itself when it wrote the inputs,
     never the ones the product pinned (a description's ``inputs``, ``ct.inputs``):
-    a pinning bug would then check itself.
+    a pinning bug would then check itself. The tables are replaced by the
+    snapshots with sqlglot here, not with the product's own rewrite
+    (``ParsedQuery.pinned_sql``), so a bug there cannot hide either.
     """
     import duckdb
 
-    from airflow_provider_ct.core.query import parse_query
-
-    parsed = parse_query(sql, catalog_name=catalog_name)
     con = duckdb.connect()
-    views = {}
-    for index, name in enumerate(parsed.inputs):
-        table = catalog.load_table(name)
-        snapshot = pinned[name]
-        arrow = (
-            table.scan(snapshot_id=snapshot).to_arrow()
-            if snapshot is not None
-            else table.schema().as_arrow().empty_table()
-        )
-        view = f"__ct_input_{index}"
-        con.register(view, arrow)
-        views[name] = view
-    duck_sql = parsed.pinned_sql(views, dialect="duckdb")
+    tree = sqlglot.parse_one(sql, read="spark")
+    views: dict[str, str] = {}
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    for table in list(tree.find_all(exp.Table)):
+        if not table.db and table.name.lower() in ctes:
+            continue  # a WITH name, not an input
+        name = _input_name(table, catalog_name)
+        if name not in views:
+            views[name] = f"__ct_input_{len(views)}"
+            con.register(views[name], _snapshot_rows(catalog.load_table(name), pinned[name]))
+        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+        table.replace(exp.Table(this=exp.to_identifier(views[name]), alias=alias))
+    duck_sql = tree.sql(dialect="duckdb")
     rows = con.execute(duck_sql).fetchall()
     return Counter(tuple(r) for r in rows)
 
@@ -188,6 +189,21 @@ def fed_snapshots(catalog: Any, namespace: str, time: int) -> dict[str, int | No
         assert stamps[matches[0]].get("ct.time") == str(time), (table.name(), batch_id)
         found[f"{namespace}.{short}"] = matches[0]
     return found
+
+
+def _input_name(table: Any, catalog_name: str) -> str:
+    """``[catalog.]ns.t`` as the catalog stores it (the test's own reading, not the product's)."""
+    parts = [p.lower() for p in (table.catalog, table.db, table.name) if p]
+    if len(parts) == 3 and parts[0] == catalog_name.lower():
+        parts = parts[1:]
+    assert len(parts) == 2, f"oracle: {table.sql()} is not namespace.table"
+    return ".".join(parts)
+
+
+def _snapshot_rows(table: Any, snapshot: int | None) -> pa.Table:
+    if snapshot is None:
+        return table.schema().as_arrow().empty_table()
+    return table.scan(snapshot_id=snapshot).to_arrow()
 
 
 def mint_view_tick(catalog: Any, target: str, sql: str, time: int) -> Any:
