@@ -4,9 +4,10 @@ Starts Airflow (scheduler, dag-processor, triggerer, API server; SQLite and
 LocalExecutor) under ``.demo/airflow-home`` with ``dags_examples/`` as its
 DAGs folder, then, as a person would through the UI or REST API:
 
-1. backfills the last few hours of the ``revenue_per_customer`` view (one
-   run per hour, in order, each pinned to its own hour's inputs), and ticks
-   the continual tasks and the managed collections once meanwhile;
+1. backfills the last hour and the current one of the ``revenue_per_customer``
+   view (``--backfill-hours``; one run per hour, in order, each pinned to its
+   own hour's inputs), and ticks the continual tasks and the managed
+   collections once meanwhile;
 2. triggers a few more ticks, at now, of all four example DAGs;
 3. prints, as it goes, every table's frontier and the view's rows, and the
    UI address with its login.
@@ -241,7 +242,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", type=Path, default=ROOT / ".demo" / "airflow-home")
     parser.add_argument("--port", type=int, default=0, help="API/UI port (default: a free one)")
-    parser.add_argument("--backfill-hours", type=int, default=2, help="past hours to backfill")
+    parser.add_argument("--backfill-hours", type=int, default=1, help="past hours to backfill")
     parser.add_argument("--ticks", type=int, default=1, help="ticks at now after the backfill")
     parser.add_argument("--keep-running", action="store_true", help="leave Airflow up")
     parser.add_argument("--screenshot", type=Path, help="save the view DAG's grid here")
