@@ -1,7 +1,7 @@
 """A backfill started from the Airflow web UI in headless Chromium.
 
 Logs in, opens the DAG, clicks Trigger, chooses Backfill, types the date range
-into the date pickers, checks the dialog's "4 runs will be triggered", and
+into the date pickers, checks the dialog's "<INTERVALS> runs will be triggered", and
 clicks Run Backfill, as a person would. Screenshots of the filled dialog and
 of the finished runs are saved under ``test-artifacts/``. The view's table
 must then hold one snapshot per interval, equal to DuckDB's result.

@@ -40,7 +40,7 @@ from airflow_provider_ct import FrontierSensor, IcebergCatalogHook, materialized
 from airflow_provider_ct.operators._common import tick_time  # noqa: E402
 
 START = datetime(2026, 2, 1)
-INTERVALS = 4
+INTERVALS = 3
 SQL_TEMPLATE = """
 SELECT c.id AS customer_id, c.name, c.country, COUNT(*) AS orders,
        SUM(o.amount_cents) AS revenue_cents
