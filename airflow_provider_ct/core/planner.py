@@ -543,9 +543,10 @@ def restrict_columns_to_keys(tree: Any, columns: list[str], keys_view: str) -> A
     Plain ``IN``: these columns sit in an equality, which no NULL passes.
     """
     tree = tree.copy()
+    keys: Any = exp.maybe_parse(f"SELECT __ct_k0 FROM {keys_view}", dialect="spark")
     for column in columns:
-        condition: Any = exp.maybe_parse(
-            f"{column} IN (SELECT __ct_k0 FROM {keys_view})", dialect="spark"
-        )
+        alias, name = column.split(".", 1)
+        ref = exp.column(name, table=alias, quoted=True)
+        condition = exp.In(this=ref, query=exp.Subquery(this=keys.copy()))
         tree = tree.where(condition, append=True, copy=False)
     return tree
