@@ -28,7 +28,7 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.engine import protocol as p
 from airflow_provider_ct.exceptions import ConfigurationError, SparkJobError
-from airflow_provider_ct.spark.conf import JarSettings, spark_conf, spark_jars
+from airflow_provider_ct.spark.conf import JarSettings, spark_conf
 from airflow_provider_ct.spark.job_errors import error_from_payload
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,7 @@ class WarmSpec:
         JVM's own ports, see docs/engines.md). ``extra``'s runtime SQL
         settings go to each job's session; the rest make the driver's identity.
         """
-        conf = spark_conf(config, include_jars=False, jar_settings=jar_settings)
-        conf["spark.jars"] = ",".join(spark_jars(config, settings=jar_settings))
+        conf = spark_conf(config, jar_settings=jar_settings)
         conf["spark.driver.memory"] = driver_memory
         conf["spark.ui.enabled"] = "false"
         if master.startswith("local"):

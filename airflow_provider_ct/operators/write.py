@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -227,7 +228,7 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         if default or self.engine == client.ENGINE_SPARK_SUBMIT:
             return None  # no connection to look at
         resolved = _spark_submit_hook(self.spark_conn_id, self.spark_master)._connection
-        extra = self._spark_extra()
+        extra = self._spark_extra
         if client.choose_engine(self.engine, extra, resolved["deploy_mode"]) != client.ENGINE_WARM:
             return None
         config = hook.get_config()
@@ -276,19 +277,24 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         )
         return report
 
+    @functools.cached_property
     def _spark_extra(self) -> dict[str, Any]:
-        """The Spark connection's extra (jars, engine, exchange folder); empty without one."""
+        """The Spark connection's extra (jars, engine, exchange folder); empty without one.
+
+        Read once per task: the engine choice, the exchange folder, the jars
+        and the deploy mode all come from it.
+        """
         if self.spark_conn_id is None:
             return {}
         return dict(BaseHook.get_connection(self.spark_conn_id).extra_dejson or {})
 
     def _cluster_mode(self) -> bool:
         """Whether the Spark connection runs the driver on the cluster (``deploy-mode``)."""
-        return self._spark_extra().get("deploy-mode") == "cluster"
+        return self._spark_extra.get("deploy-mode") == "cluster"
 
     def _outputs(self, config: CatalogConfig, folder: Path) -> JobOutputs:
         """Where the job returns its report: the exchange folder, else the local ``folder``."""
-        extra = self._spark_extra()
+        extra = self._spark_extra
         root = exchange_root(config, extra)
         if root is not None:
             return JobOutputs(new_job_folder(root), remote=True)
@@ -351,7 +357,7 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
             outputs.error,
             *self._job_args(),
         ]
-        jar_settings = JarSettings.from_extra(self._spark_extra(), self.spark_conn_id or "")
+        jar_settings = JarSettings.from_extra(self._spark_extra, self.spark_conn_id or "")
         conf = hook.get_spark_conf(include_jars=False, jar_settings=jar_settings)
         conf.update({"spark.sql.shuffle.partitions": "8", **self.spark_conf})
         bin_dir = os.path.dirname(sys.executable)

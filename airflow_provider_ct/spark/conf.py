@@ -90,6 +90,11 @@ class JarSettings:
         )
         return settings
 
+    @classmethod
+    def from_env(cls) -> JarSettings:
+        """The defaults, with Maven packages from ``CT_SPARK_PACKAGES`` if set."""
+        return cls(packages=_split(os.environ.get(JARS_PACKAGES_ENV)))
+
     def runtime_from_packages(self) -> bool:
         return any(ICEBERG_RUNTIME_COORDINATE in p for p in self.packages)
 
@@ -166,7 +171,7 @@ def spark_jars(
     Each comes from ``settings`` (the Spark connection) when given there, as
     a jar or Maven coordinates, else from the defaults.
     """
-    settings = settings or JarSettings(packages=_split(os.environ.get(JARS_PACKAGES_ENV)))
+    settings = settings or JarSettings.from_env()
     jars: list[str] = list(settings.iceberg_jars)
     if not jars and not settings.runtime_from_packages():
         jars = iceberg_jars(jars_dir)
@@ -230,7 +235,7 @@ def spark_conf(
         for key, value in config.properties.items():
             if not SENSITIVE_KEY.search(key):
                 conf[f"{prefix}.{key}"] = value
-    settings = jar_settings or JarSettings(packages=_split(os.environ.get(JARS_PACKAGES_ENV)))
+    settings = jar_settings or JarSettings.from_env()
     if settings.packages:
         conf["spark.jars.packages"] = ",".join(settings.packages)
     if include_jars:
