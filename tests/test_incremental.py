@@ -144,6 +144,7 @@ def test_incremental_ticks_equal_oracle(
         inputs.seal(time)
         report = _tick(spark, spark_catalog_config, target, sql, time)
         seen.append(report["strategy"])
+        assert report["diffed_on"] == "driver", report  # a few rows: no Spark diff jobs
         got = rows_of(catalog.load_table(target))
         assert _normalized(got) == _normalized(inputs.oracle(sql)), (name, n, report)
     assert seen[0] == "full"  # the first tick has nothing to start from
@@ -180,6 +181,7 @@ def test_drift_and_verification_fall_back_to_the_full_correction(
         assert _normalized(rows_of(catalog.load_table(target))) == _normalized(inputs.oracle(sql))
     assert strategies == ["group", "full"], strategies
     assert report["verified"] is True and report["verify_fixed_rows"] == 0, report
+    assert report["diffed_on"] == "spark"  # verification compares two Spark corrections
 
 
 def test_refresh_modes(spark: Any, spark_catalog_config: CatalogConfig) -> None:

@@ -101,3 +101,31 @@ def iter_tables(
             except NoSuchTableError:
                 continue
             yield ".".join(identifier), table
+
+
+#: Rows of a snapshot whose summary lacks the totals: "too many to guess small".
+UNKNOWN_ROWS = 1 << 62
+
+
+def live_rows(table: Table, snapshot_id: int | None) -> int:
+    """Rows of ``snapshot_id`` (default: the head) per its summary: records minus deletes.
+
+    An upper bound when equality deletes overlap, :data:`UNKNOWN_ROWS` when a
+    writer left the totals out; 0 for a table without snapshots.
+    """
+    snapshot = (
+        table.metadata.current_snapshot()
+        if snapshot_id is None
+        else table.metadata.snapshot_by_id(snapshot_id)
+    )
+    if snapshot is None:
+        return 0 if snapshot_id is None else UNKNOWN_ROWS
+    summary = snapshot.summary
+    if summary is None:
+        return UNKNOWN_ROWS
+    try:
+        records = int(str(summary.get("total-records")))
+        deletes = int(str(summary.get("total-position-deletes") or 0))
+    except ValueError:  # absent ("None") or not a number
+        return UNKNOWN_ROWS
+    return max(0, records - deletes)

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from airflow_provider_ct.exceptions import IncrementalMismatchError, SchemaMismatchError
 
 if TYPE_CHECKING:
@@ -35,12 +37,15 @@ SECOND_HASH_SALT = 0x5BD1E9955BD1E995 & 0x7FFFFFFFFFFFFFFF
 class Correction:
     """What must change: rows to insert and (file, position) pairs to retract."""
 
-    inserts: DataFrame
+    #: A Spark frame, or an Arrow table when the driver computed the difference.
+    inserts: DataFrame | pa.Table
     retractions: list[tuple[str, int]]
     insert_count: int
     retract_count: int
     #: Frees the cached differences once the inserts have been written.
     release: Callable[..., object] | None = None
+    #: Where the difference was computed: ``spark`` or ``driver`` (reported).
+    diffed_on: str = "spark"
 
 
 def check_schema(desired: DataFrame, target: DataFrame, target_name: str) -> None:
@@ -93,6 +98,7 @@ def compute_correction(
     columns: list[str],
     *,
     located: DataFrame | None = None,
+    on_driver: bool = False,
 ) -> Correction:
     """Compare ``desired`` with ``persisted`` (read with ``_file`` and ``_pos``).
 
@@ -105,9 +111,16 @@ def compute_correction(
         compares the rows its inputs' changes add with those they remove,
         and retracts the latter from the target's head. Every retracted row
         must be found there, else :class:`IncrementalMismatchError`.
+    :param on_driver: diff on the driver when both sides are small (see
+        :mod:`.driver_diff`); ``inserts`` is then an Arrow table.
     """
+    if on_driver:
+        from airflow_provider_ct.spark.driver_diff import driver_correction
+
+        small = driver_correction(desired, persisted, columns, located=located)
+        if small is not None:
+            return small
     from pyspark import StorageLevel
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     select = [F.col(f"`{c}`") for c in columns]
@@ -143,15 +156,8 @@ def compute_correction(
     retractions: list[tuple[str, int]] = []
     source = persisted_fp if located is None else with_fingerprint(located, columns)
     if retract_count and source is not None:
-        unwanted = F.broadcast(diff.where(F.col(MULT) < 0).withColumn(MULT, -F.col(MULT)))
-        order = Window.partitionBy(H1, H2).orderBy("_file", "_pos")
-        picked = (
-            source.join(unwanted, [H1, H2])
-            .withColumn("__ct_rank", F.row_number().over(order))
-            .where(F.col("__ct_rank") <= F.col(MULT))
-            .select(F.col("_file").alias("file_path"), F.col("_pos").alias("pos"))
-        )
-        retractions = _collect_positions(picked)
+        unwanted = diff.where(F.col(MULT) < 0).withColumn(MULT, -F.col(MULT))
+        retractions = pick_retractions(source, unwanted)
         if len(retractions) != retract_count:
             diff.unpersist()
             raise IncrementalMismatchError(
@@ -164,6 +170,25 @@ def compute_correction(
         retract_count=retract_count,
         release=diff.unpersist,
     )
+
+
+def pick_retractions(source: DataFrame, unwanted: DataFrame) -> list[tuple[str, int]]:
+    """The lowest ``(_file, _pos)`` ``m`` rows of ``source`` per fingerprint of ``unwanted``.
+
+    :param source: rows with fingerprints, ``_file`` and ``_pos``.
+    :param unwanted: fingerprints with the count ``m > 0`` of copies to retract.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.partitionBy(H1, H2).orderBy("_file", "_pos")
+    picked = (
+        source.join(F.broadcast(unwanted), [H1, H2])
+        .withColumn("__ct_rank", F.row_number().over(order))
+        .where(F.col("__ct_rank") <= F.col(MULT))
+        .select(F.col("_file").alias("file_path"), F.col("_pos").alias("pos"))
+    )
+    return _collect_positions(picked)
 
 
 def _collect_positions(df: DataFrame) -> list[tuple[str, int]]:

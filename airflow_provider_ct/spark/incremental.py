@@ -298,6 +298,8 @@ class _Delta:
     bindings: Bindings
     catalog_name: str
     columns: list[str]
+    #: Diff small sides on the driver (see ``.driver_diff``).
+    on_driver: bool = True
 
     def frame(self, block: Block, views: dict[str, str], names: list[str], shape: Any) -> DataFrame:
         """``block`` over ``views``, reshaped by ``shape`` (a tree -> tree function)."""
@@ -320,7 +322,10 @@ def _linear(delta: _Delta, persisted: DataFrame) -> Correction:
     plus, minus = _signed_frames(parts, empty)
     plus = plus.cache()  # read by the diff and again for the rows to insert
     return _correct_releasing(
-        lambda: compute_correction(plus, minus, columns, located=persisted), plus
+        lambda: compute_correction(
+            plus, minus, columns, located=persisted, on_driver=delta.on_driver
+        ),
+        plus,
     )
 
 
@@ -363,7 +368,10 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     # retractions are picked from them again (else a second target scan).
     affected = persisted.join(F.broadcast(keys), condition, "left_semi").cache()
     return _correct_releasing(
-        lambda: compute_correction(desired, affected, columns), desired, affected, keys
+        lambda: compute_correction(desired, affected, columns, on_driver=delta.on_driver),
+        desired,
+        affected,
+        keys,
     )
 
 
@@ -461,13 +469,16 @@ def incremental_correction(
     catalog_name: str,
     persisted: DataFrame,
     columns: list[str],
+    *,
+    on_driver: bool = True,
 ) -> Correction:
     """The correction of one incremental tick, by the plan's strategy.
 
     :param persisted: the target's head with ``_file`` and ``_pos``.
+    :param on_driver: diff small sides on the driver (see ``.driver_diff``).
     """
     register_left_join_restrictions(spark, plan, bindings)
-    delta = _Delta(spark, plan, bindings, catalog_name, columns)
+    delta = _Delta(spark, plan, bindings, catalog_name, columns, on_driver)
     if plan.strategy == GROUP:
         return _group(delta, persisted)
     return _linear(delta, persisted)

@@ -54,7 +54,7 @@ from airflow_provider_ct.core.staging import (
     finish_batch,
     outdated_reason,
 )
-from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.tables import create_managed_table, live_rows
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     ConfigurationError,
@@ -68,6 +68,7 @@ from airflow_provider_ct.spark.correction import (
     compute_correction,
     correction_difference,
 )
+from airflow_provider_ct.spark.driver_diff import ROWS_ON_DRIVER
 from airflow_provider_ct.spark.exchange import arg_text, write_text
 from airflow_provider_ct.spark.incremental import (
     Scratch,
@@ -185,6 +186,9 @@ def _write_inserts(table: Any, correction: Correction, folder: str) -> None:
     task scheduling, commit protocol) costs seconds even for ten rows. The
     table's name mapping reads both kinds of files alike.
     """
+    if isinstance(correction.inserts, pa.Table):  # diffed on the driver
+        _write_arrow(table, correction.inserts, folder)
+        return
     if correction.insert_count <= ROWS_COLLECTED:
         collect = getattr(correction.inserts, "_collect_as_arrow", None)
         if collect is not None:
@@ -193,12 +197,16 @@ def _write_inserts(table: Any, correction: Correction, folder: str) -> None:
             batches = collect()
             schema = to_arrow_schema(correction.inserts.schema)
             data = pa.Table.from_batches(batches) if batches else schema.empty_table()
-            path = posixpath.join(folder, f"part-{uuid.uuid4().hex}.parquet")
-            with table.io.new_output(path).create(overwrite=False) as out:
-                pq.write_table(data, out)
+            _write_arrow(table, data, folder)
             return
     files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
     correction.inserts.repartition(files).write.mode("errorifexists").parquet(folder)
+
+
+def _write_arrow(table: Any, data: pa.Table, folder: str) -> None:
+    path = posixpath.join(folder, f"part-{uuid.uuid4().hex}.parquet")
+    with table.io.new_output(path).create(overwrite=False) as out:
+        pq.write_table(data, out)
 
 
 def _staged_file(table: Any, path: str) -> StagedFile:
@@ -321,6 +329,7 @@ def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteRepo
     )
     extra = {
         "strategy": computed.strategy,
+        "diffed_on": correction.diffed_on,
         "plan": plan.explain(),
         **computed.details,
         "phases": clock.phases,
@@ -390,8 +399,7 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     elif plan.incremental:
         why_not = "the target has no rows yet"
     if base is None:
-        full = compute_correction(target.desired, target.persisted, target.columns)
-        return _Computed(full, FULL, why_not, 0)
+        return _Computed(_full_correction(tick, target), FULL, why_not, 0)
     verify_every = tick.verify_every
     verify = verify_every > 0 and base.incremental_ticks + 1 >= verify_every
     assert target.persisted is not None
@@ -399,16 +407,39 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
         bindings = bind_inputs(spark, config, plan, inputs, base.before, desc.inputs, tick.scratch)
         tick.clock.lap("changes")
         incr = incremental_correction(
-            spark, plan, bindings, config.name, target.persisted, target.columns
+            spark,
+            plan,
+            bindings,
+            config.name,
+            target.persisted,
+            target.columns,
+            on_driver=not verify,  # the verification compares two Spark corrections
         )
     except (IncrementalMismatchError, ChangesUnavailableError) as exc:
         reason = f"the incremental correction is not possible: {exc}"
-        full = compute_correction(target.desired, target.persisted, target.columns)
-        return _Computed(full, FULL, reason, 0)
+        return _Computed(_full_correction(tick, target), FULL, reason, 0)
     if not verify:
         ticks = base.incremental_ticks + 1
         return _Computed(incr, plan.strategy, plan.reason, ticks, bindings.report())
     return _verify(target, incr, verify_every, bindings.report())
+
+
+def _full_correction(tick: _Tick, target: _Target) -> Correction:
+    """``desired - persisted`` in full; on the driver when the summaries say both are small."""
+    on_driver = _estimated_rows(tick, target) <= ROWS_ON_DRIVER
+    return compute_correction(target.desired, target.persisted, target.columns, on_driver=on_driver)
+
+
+def _estimated_rows(tick: _Tick, target: _Target) -> int:
+    """Rows of the target's head, or of the inputs for a new target, by snapshot summaries.
+
+    Only a guess for choosing where to diff (the result can outgrow it in
+    one tick): the driver's pulls stop past the limit either way, at the
+    price of evaluating the query once more.
+    """
+    if target.persisted is not None:
+        return live_rows(target.table, tick.desc.base_snapshot_id)
+    return sum(live_rows(tick.catalog.load_table(name), None) for name in tick.desc.inputs)
 
 
 def _verify(
