@@ -17,9 +17,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_provider_ct.exceptions import IncrementalMismatchError
+from airflow_provider_ct.exceptions import ConfigurationError, IncrementalMismatchError
 from airflow_provider_ct.spark.correction import compute_correction
-from airflow_provider_ct.spark.driver_diff import driver_correction
+from airflow_provider_ct.spark.driver_diff import ROWS_ENV, driver_correction, rows_on_driver
 
 pytestmark = [pytest.mark.spark]
 
@@ -108,3 +108,20 @@ def test_a_side_past_the_limit_goes_back_to_spark(spark: Any) -> None:
     assert driver_correction(persisted.select(*COLUMNS), big, COLUMNS, limit=4) is None
     small = driver_correction(desired, persisted, COLUMNS, limit=5)
     assert small is not None and small.insert_count == 3 and small.retract_count == 0
+
+
+def test_the_environment_sets_the_limit_and_zero_turns_the_driver_off(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = [(1, "a", 1.0), (2, None, None)]
+    desired = spark.createDataFrame(rows, SCHEMA)
+    persisted = spark.createDataFrame(_located(rows[:1], random.Random(0)), LOCATED)
+    monkeypatch.setenv(ROWS_ENV, "1")
+    assert rows_on_driver() == 1
+    assert driver_correction(desired, persisted, COLUMNS) is None  # 2 desired rows > 1
+    monkeypatch.setenv(ROWS_ENV, "0")
+    assert compute_correction(desired, persisted, COLUMNS, on_driver=True).diffed_on == "spark"
+    for bad in ("many", "-5"):
+        monkeypatch.setenv(ROWS_ENV, bad)
+        with pytest.raises(ConfigurationError, match=ROWS_ENV):
+            rows_on_driver()

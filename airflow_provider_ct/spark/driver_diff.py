@@ -19,13 +19,14 @@ Spark path.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.exceptions import IncrementalMismatchError
+from airflow_provider_ct.exceptions import ConfigurationError, IncrementalMismatchError
 from airflow_provider_ct.spark.correction import (
     H1,
     H2,
@@ -42,6 +43,24 @@ log = logging.getLogger(__name__)
 
 #: Rows a side may have for the driver to diff it (each pull stops one row later).
 ROWS_ON_DRIVER = 200_000
+#: Overrides :data:`ROWS_ON_DRIVER` in the job's environment; 0 turns the driver's diff off.
+ROWS_ENV = "CT_DRIVER_DIFF_ROWS"
+
+
+def rows_on_driver() -> int:
+    """The limit in force: ``CT_DRIVER_DIFF_ROWS`` when set (a bad value is an error)."""
+    value = os.environ.get(ROWS_ENV, "").strip()
+    if not value:
+        return ROWS_ON_DRIVER
+    try:
+        rows = int(value)
+    except ValueError:
+        raise ConfigurationError(f"{ROWS_ENV} must be a number of rows, got {value!r}") from None
+    if rows < 0:
+        raise ConfigurationError(f"{ROWS_ENV} must not be negative, got {rows}")
+    return rows
+
+
 _INDEX = "__ct_i"
 _KEYS = [H1, H2]
 
@@ -52,7 +71,7 @@ def driver_correction(
     columns: list[str],
     *,
     located: DataFrame | None = None,
-    limit: int = ROWS_ON_DRIVER,
+    limit: int | None = None,
 ) -> Correction | None:
     """The correction diffed on the driver, or None when a side has more than ``limit`` rows.
 
@@ -60,9 +79,14 @@ def driver_correction(
     ``inserts`` is an Arrow table. With ``located``, the retracted rows are
     looked up there in Spark (it is the target, maybe large); otherwise they
     are picked from ``persisted``'s pulled positions.
+
+    :param limit: rows per side; default :func:`rows_on_driver` (0: None at once).
     """
     from pyspark.sql import functions as F
 
+    limit = rows_on_driver() if limit is None else limit
+    if limit == 0:
+        return None
     select = [F.col(f"`{c}`") for c in columns]
     want = _pull(with_fingerprint(desired.select(*select), columns), limit)
     if want is None:

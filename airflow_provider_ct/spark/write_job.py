@@ -68,7 +68,7 @@ from airflow_provider_ct.spark.correction import (
     compute_correction,
     correction_difference,
 )
-from airflow_provider_ct.spark.driver_diff import ROWS_ON_DRIVER
+from airflow_provider_ct.spark.driver_diff import rows_on_driver
 from airflow_provider_ct.spark.exchange import arg_text, write_text
 from airflow_provider_ct.spark.incremental import (
     Scratch,
@@ -426,7 +426,8 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
 
 def _full_correction(tick: _Tick, target: _Target) -> Correction:
     """``desired - persisted`` in full; on the driver when the summaries say both are small."""
-    on_driver = _estimated_rows(tick, target) <= ROWS_ON_DRIVER
+    limit = rows_on_driver()
+    on_driver = limit > 0 and _estimated_rows(tick, target) <= limit
     return compute_correction(target.desired, target.persisted, target.columns, on_driver=on_driver)
 
 
