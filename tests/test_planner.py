@@ -1,10 +1,21 @@
-"""The planner's choice of strategy, from the SQL alone (no Spark)."""
+"""The planner: strategy from the SQL alone, and the SQL that restricts a query to affected keys."""
 
 from __future__ import annotations
 
-import pytest
+import datetime
+from typing import Any
 
-from airflow_provider_ct.core.planner import choose_plan, plan_query, referenced_columns
+import pytest
+import sqlglot
+
+from airflow_provider_ct.core.planner import (
+    InlineKeys,
+    choose_plan,
+    plan_query,
+    referenced_columns,
+    restrict_columns_to_keys,
+    restrict_to_keys,
+)
 from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 
@@ -140,3 +151,78 @@ def test_referenced_columns_fall_back_to_every_column(sql: str) -> None:
     plan = plan_query(parse_query(sql))
     assert plan.incremental, plan
     assert referenced_columns(plan, SCHEMAS, "ct") == SCHEMAS
+
+
+KEY_ROWS = [
+    (1, "O'Brien", "2026-01-02"),
+    (1, "a\\b", "2026-01-02"),
+    (2, "plain", "2026-01-03"),
+    (3, "plain", None),
+    (None, None, "2026-01-04"),
+    (None, "O'Brien", None),
+]
+
+
+def _restricted(render: Any, inline: InlineKeys, column: str, *, group: bool) -> set[Any]:
+    """Keys (``group``) or rows kept by the inline restriction, as ``render`` runs the SQL."""
+    sql = f"SELECT {column} AS k, COUNT(*) AS n FROM t GROUP BY {column}"
+    tree = sqlglot.parse_one(sql, dialect="spark")
+    if group:
+        tree = restrict_to_keys(tree, (column,), "unused_view", inline)
+    else:
+        tree = restrict_columns_to_keys(tree, [f"t.{column}"], "unused_view", inline)
+        tree = tree.from_("t AS t", copy=False)
+    return {row[0] for row in render(tree)}
+
+
+@pytest.mark.parametrize(
+    ("column", "inline", "groups", "columns"),
+    [
+        ("k", InlineKeys((1, 3), has_null=True), {1, 3, None}, {1, 3}),
+        ("k", InlineKeys((), has_null=True), {None}, set()),
+        ("k", InlineKeys(()), set(), set()),
+        ("name", InlineKeys(("O'Brien", "a\\b")), {"O'Brien", "a\\b"}, {"O'Brien", "a\\b"}),
+        (
+            "d",
+            InlineKeys((datetime.date(2026, 1, 2),), has_null=True),
+            {datetime.date(2026, 1, 2), None},
+            {datetime.date(2026, 1, 2)},
+        ),
+    ],
+)
+def test_inline_keys_keep_exactly_their_groups_in_duckdb(
+    column: str, inline: InlineKeys, groups: set[Any], columns: set[Any]
+) -> None:
+    """NULL is a group of its own for the grouping key (``<=>``), never for a joined column."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (k BIGINT, name VARCHAR, d DATE)")
+    con.executemany("INSERT INTO t VALUES (?, ?, CAST(? AS DATE))", KEY_ROWS)
+
+    def render(tree: Any) -> list[tuple[Any, ...]]:
+        return con.execute(tree.sql(dialect="duckdb")).fetchall()
+
+    assert _restricted(render, inline, column, group=True) == groups
+    assert _restricted(render, inline, column, group=False) == columns
+
+
+@pytest.mark.spark
+def test_inline_string_keys_survive_spark_sql_escaping(spark: Any) -> None:
+    """Spark reads backslashes in literals as escapes: the keys must still match exactly."""
+    rows = [(r[0], r[1]) for r in KEY_ROWS]
+    spark.createDataFrame(rows, "k long, name string").createOrReplaceTempView("t")
+
+    def render(tree: Any) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in spark.sql(tree.sql(dialect="spark")).collect()]
+
+    inline = InlineKeys(("O'Brien", "a\\b"))
+    assert _restricted(render, inline, "name", group=True) == {"O'Brien", "a\\b"}
+    assert _restricted(render, inline, "name", group=False) == {"O'Brien", "a\\b"}
+
+
+def test_inline_keys_refuse_values_sql_cannot_write_exactly() -> None:
+    tree = sqlglot.parse_one("SELECT k FROM t GROUP BY k", dialect="spark")
+    for value in (1.5, datetime.datetime(2026, 1, 1)):
+        with pytest.raises(TypeError, match="no inline literal"):
+            restrict_to_keys(tree, ("k",), "v", InlineKeys((value,)))

@@ -33,6 +33,7 @@ from airflow_provider_ct.core.changes import table_changes
 from airflow_provider_ct.core.planner import (
     GROUP,
     Block,
+    InlineKeys,
     KeyColumns,
     Plan,
     bind_tables,
@@ -344,35 +345,73 @@ class _AffectedKeys:
 
 def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     """Recompute the groups whose keys occur in the change; correct only their rows."""
-    from pyspark.sql import functions as F
-
     plan, columns = delta.plan, delta.columns
     block = plan.blocks[0]
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
     found = _keys_from_changes(delta) or _keys_from_terms(delta)
     keys = found.frame.distinct().cache()
     keys.createOrReplaceTempView(KEYS_VIEW)
+    inline = _inline_keys(keys) if len(found.key_sql) == 1 else None
 
     def restrict(tree: Any) -> Any:
-        tree = restrict_to_keys(tree, found.key_sql, KEYS_VIEW)
-        return restrict_columns_to_keys(tree, list(found.also), KEYS_VIEW)
+        tree = restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline)
+        return restrict_columns_to_keys(tree, list(found.also), KEYS_VIEW, inline)
 
     # Cached: the correction reads the affected groups twice (the diff, then
     # the rows to insert), and they are few; recomputing means another scan.
     desired = delta.frame(block, new_views, columns, restrict).cache()
-    condition = None
-    for i, position in enumerate(found.positions):
-        clause = persisted[f"`{columns[position]}`"].eqNullSafe(keys[f"__ct_k{i}"])
-        condition = clause if condition is None else condition & clause
     # Cached too: the diff reads the target's affected rows, and the
     # retractions are picked from them again (else a second target scan).
-    affected = persisted.join(F.broadcast(keys), condition, "left_semi").cache()
+    affected = _affected_rows(persisted, columns, found, keys, inline).cache()
     return _correct_releasing(
         lambda: compute_correction(desired, affected, columns, on_driver=delta.on_driver),
         desired,
         affected,
         keys,
     )
+
+
+#: Up to this many affected keys are written into the query as literals.
+INLINE_KEYS = 1000
+
+
+def _inline_keys(keys: DataFrame) -> InlineKeys | None:
+    """The affected keys as literals, when there are few and of a type SQL writes exactly."""
+    from pyspark.sql import types as T
+
+    simple = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.BooleanType)
+    if not isinstance(keys.schema.fields[0].dataType, (*simple, T.DateType)):
+        return None
+    rows = keys.limit(INLINE_KEYS + 1).collect()
+    if len(rows) > INLINE_KEYS:
+        return None
+    values = [row[0] for row in rows]
+    present = tuple(sorted(v for v in values if v is not None))
+    log.info("%d affected keys inlined as literals", len(values))
+    return InlineKeys(present, has_null=len(present) != len(values))
+
+
+def _affected_rows(
+    persisted: DataFrame,
+    columns: list[str],
+    found: _AffectedKeys,
+    keys: DataFrame,
+    inline: InlineKeys | None,
+) -> DataFrame:
+    """The target's rows in the affected groups (``<=>`` on every restricted key)."""
+    from pyspark.sql import functions as F
+
+    if inline is not None:
+        column = persisted[f"`{columns[found.positions[0]]}`"]
+        kept = column.isin(list(inline.values)) if inline.values else F.lit(False)
+        if inline.has_null:
+            kept = kept | column.isNull()
+        return persisted.where(kept)
+    condition = None
+    for i, position in enumerate(found.positions):
+        clause = persisted[f"`{columns[position]}`"].eqNullSafe(keys[f"__ct_k{i}"])
+        condition = clause if condition is None else condition & clause
+    return persisted.join(F.broadcast(keys), condition, "left_semi")
 
 
 def _keys_from_terms(delta: _Delta) -> _AffectedKeys:
