@@ -28,11 +28,13 @@ GROUP BY c.id, c.name, c.country
 """
 
 
-def build_dag(dag_id: str, namespace: str, engine: str, idle_timeout: float = 300.0) -> DAG:
+def build_dag(
+    dag_id: str, namespace: str, engine: str, idle_timeout: float = 300.0, schedule: Any = "@hourly"
+) -> DAG:
     """Feed the shop's inputs, then tick ``<namespace>.revenue`` with ``engine``."""
     with DAG(
         dag_id=dag_id,
-        schedule="@hourly",
+        schedule=schedule,
         start_date=datetime(2026, 1, 1),
         catchup=False,
         max_active_runs=1,
