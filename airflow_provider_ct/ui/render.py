@@ -38,11 +38,11 @@ h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 20px 0 6p
 .muted { color: var(--muted); } a { color: var(--accent); text-decoration: none; }
 a:hover { text-decoration: underline; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; }
-th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line);
+th, td { text-align: left; padding: 4px 6px; border-bottom: 1px solid var(--line);
   vertical-align: top; }
 th { font-weight: 600; white-space: nowrap; } td.num { text-align: right; }
-.t { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12.5px;
-  white-space: nowrap; } td.num, td.kind { white-space: nowrap; }
+.t { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 11.5px;
+  white-space: nowrap; } td.num { white-space: nowrap; }
 tr.error td { background: var(--badbg); color: var(--bad); }
 .error-box { border: 1px solid var(--bad); background: var(--badbg); color: var(--bad);
   padding: 8px 12px; border-radius: 4px; margin: 8px 0; }
