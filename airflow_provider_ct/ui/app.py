@@ -28,10 +28,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.frontier import now_ms
-from airflow_provider_ct.exceptions import ConfigurationError
+from airflow_provider_ct.exceptions import ConfigurationError, CTError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.ui import render
 from airflow_provider_ct.ui.catalog import CatalogMissing, open_read_only
@@ -108,6 +109,60 @@ def history(conn_id: str, name: str, now: int) -> TableHistory:
         return table_history(catalog, config.name, name, now=now, scrub=config.scrub)
 
 
+@dataclass(frozen=True)
+class IndexData:
+    """What the index shows: each configured catalog's status and the producing DAGs."""
+
+    now: int
+    sections: list[tuple[str, CatalogStatus]]
+    producers: dict[str, list[str]]
+    notes: list[str]
+
+
+def index_data() -> IndexData:
+    """Every configured catalog's status at one ``now``, and who produces each table."""
+    now = now_ms()
+    sections = [(conn, gather(conn, now)) for conn in configured_conn_ids()]
+    producers, notes = producers_of([s for _, s in sections])
+    return IndexData(now, sections, producers, notes)
+
+
+class PageError(CTError):
+    """A page cannot be shown; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class HistoryData:
+    """What a table's page shows."""
+
+    now: int
+    conn_id: str
+    history: TableHistory
+    dags: list[str]
+
+
+def history_data(name: str, conn: str | None) -> HistoryData:
+    """A table's page data, or the HTTP status and message to answer instead.
+
+    :raises PageError: 404 for an unknown table or connection, 503 when the
+        catalog cannot be opened (an outage is reported, not a 500).
+    """
+    now = now_ms()
+    conn_id = conn or configured_conn_ids()[0]
+    try:
+        found = history(conn_id, name, now)
+    except NotShown as exc:
+        raise PageError(404, str(exc)) from None
+    except ConfigurationError as exc:
+        raise PageError(503, describe_error(exc)) from None
+    producers, _ = producers_of([CatalogStatus("", now, (found.status,))])
+    return HistoryData(now, conn_id, found, producers.get(found.status.asset_uri, []))
+
+
 def create_app() -> FastAPI:
     """The FastAPI app; every route requires a logged-in user allowed to read assets."""
     from airflow.api_fastapi.core_api.security import requires_access_asset
@@ -117,54 +172,38 @@ def create_app() -> FastAPI:
     app = FastAPI(title="Continual tables", docs_url=None, redoc_url=None, openapi_url=None)
     router = APIRouter(dependencies=[Depends(requires_access_asset(method="GET"))])
 
-    def _index_data() -> tuple[
-        int, list[tuple[str, CatalogStatus]], dict[str, list[str]], list[str]
-    ]:
-        now = now_ms()
-        sections = [(conn, gather(conn, now)) for conn in configured_conn_ids()]
-        producers, notes = producers_of([s for _, s in sections])
-        return now, sections, producers, notes
-
-    def _history(name: str, conn: str | None) -> tuple[TableHistory, list[str], int]:
-        now = now_ms()
-        conn_id = conn or configured_conn_ids()[0]
-        try:
-            found = history(conn_id, name, now)
-        except NotShown as exc:
-            raise HTTPException(status_code=404, detail=str(exc)) from None
-        except ConfigurationError as exc:  # the catalog is down: say so, do not 500
-            raise HTTPException(status_code=503, detail=describe_error(exc)) from None
-        producers, _ = producers_of([CatalogStatus("", now, (found.status,))])
-        return found, producers.get(found.status.asset_uri, []), now
-
     @router.get("/", response_class=HTMLResponse)
     def index() -> str:
-        now, sections, producers, notes = _index_data()
-        return render.render_index(sections, producers, now, notes)
+        data = index_data()
+        return render.render_index(data.sections, data.producers, data.now, data.notes)
 
     @router.get("/tables/{name}", response_class=HTMLResponse)
     def table_page(name: str, conn: str | None = Query(default=None)) -> Any:
         try:
-            found, dags, now = _history(name, conn)
-        except HTTPException as exc:
-            page = render.render_message(name, str(exc.detail), now_ms())
-            return HTMLResponse(page, status_code=exc.status_code)
-        return render.render_history(found, dags, conn or configured_conn_ids()[0], now)
+            data = history_data(name, conn)
+        except PageError as exc:
+            page = render.render_message(name, str(exc), now_ms())
+            return HTMLResponse(page, status_code=exc.status)
+        return render.render_history(data.history, data.dags, data.conn_id, data.now)
 
     @router.get("/api/tables")
     def api_tables() -> dict[str, Any]:
-        now, sections, producers, notes = _index_data()
+        data = index_data()
+        catalogs = [{"conn_id": c, **render.to_json(s)} for c, s in data.sections]
         return {
-            "now_ms": now,
-            "catalogs": [{"conn_id": c, **render.to_json(s)} for c, s in sections],
-            "producers": producers,
-            "notes": notes,
+            "now_ms": data.now,
+            "catalogs": catalogs,
+            "producers": data.producers,
+            "notes": data.notes,
         }
 
     @router.get("/api/tables/{name}")
     def api_table(name: str, conn: str | None = Query(default=None)) -> dict[str, Any]:
-        found, dags, now = _history(name, conn)
-        return {"now_ms": now, "dags": dags, **render.to_json(found)}
+        try:
+            data = history_data(name, conn)
+        except PageError as exc:
+            raise HTTPException(status_code=exc.status, detail=str(exc)) from None
+        return {"now_ms": data.now, "dags": data.dags, **render.to_json(data.history)}
 
     app.include_router(router)
     return app

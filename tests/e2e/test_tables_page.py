@@ -248,6 +248,10 @@ def test_continual_tables_page_refuses_anonymous_requests(stack: Stack) -> None:
     assert status == 200, body  # the same request with a login's token is served
     tables = {t["name"] for c in json.loads(body)["catalogs"] for t in c["tables"]}
     assert TABLE in tables
+    token = {"Authorization": f"Bearer {stack.api.token()}"}
+    for path in ("/ct/tables/e2e_page.nope", "/ct/api/tables/e2e_page.nope"):
+        status, body = _get(url + path, token)
+        assert status == 404 and "does not exist" in body, (path, status, body)
 
 
 def test_airflow_plugins_lists_the_provider_plugin(tmp_path: Path) -> None:
