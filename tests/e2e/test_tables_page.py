@@ -167,6 +167,7 @@ def _open_page_from_navigation(driver: Any, url: str) -> None:
     driver.switch_to.frame(frame)
 
 
+@pytest.mark.ui
 def test_continual_tables_page_in_headless_chromium(stack: Stack, artifacts: Path) -> None:
     from selenium.webdriver.common.by import By
 
