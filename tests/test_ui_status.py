@@ -233,3 +233,15 @@ def test_asset_uri_is_the_views_asset_uri() -> None:
 
     assert table_asset_uri("ct", "shop.revenue") == view_asset("shop.revenue", "ct").uri
     assert table_asset_uri("lake", "a.b") == view_asset("a.b", "lake").uri
+
+
+def test_sql_catalogs_refuse_the_pages_writes(catalog_config: CatalogConfig) -> None:
+    """SQLite (``mode=ro``) and PostgreSQL (read-only transactions) both refuse writes."""
+    create_managed_table(catalog_config.load(), "ro.t", SCHEMA)
+    catalog = open_read_only(catalog_config)
+    assert [t.name for t in catalog_status(catalog, "ct", now=T0).tables] == ["ro.t"]
+    with pytest.raises(Exception, match="readonly|read-only"):
+        catalog.create_namespace("ro_not_allowed")
+    with pytest.raises(Exception, match="readonly|read-only"):
+        catalog.drop_table("ro.t")
+    assert [".".join(i) for i in catalog_config.load().list_tables("ro")] == ["ro.t"]
