@@ -3,8 +3,10 @@
 The shapes follow Airflow's ``provider.yaml`` schema (``integrations``,
 ``operators``, ``sensors``, ``triggers``, ``hooks`` with ``integration-name``
 and ``python-modules``; ``connection-types``), so ``airflow providers get``
-and the UI's provider pages list what the package offers. The provider has
-no Airflow plugin (no UI views, macros or listeners), hence no ``plugins``.
+and the UI's provider pages list what the package offers. ``plugins`` names
+the "Continual tables" UI page (docs/ui.md); Airflow loads it through the
+``airflow.plugins`` entry point, and from here only when providers are not
+discovered lazily (``[core] lazy_discover_providers = False``).
 ``tests/test_provider.py`` checks that every module named here imports and
 that every operator, sensor, trigger and hook class of the package is named.
 """
@@ -49,4 +51,10 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": _group("airflow_provider_ct.hooks.iceberg"),
         "hook-class-names": [HOOK_CLASS],
         "connection-types": [{"connection-type": "iceberg_catalog", "hook-class-name": HOOK_CLASS}],
+        "plugins": [
+            {
+                "name": "continual_tables",
+                "plugin-class": "airflow_provider_ct.ui.plugin.ContinualTablesPlugin",
+            }
+        ],
     }
