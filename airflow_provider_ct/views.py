@@ -127,6 +127,7 @@ def materialized_view(
                 write_task_id=write.task_id,
                 description_task_id=mint_task.task_id,
                 iceberg_conn_id=iceberg_conn_id,
+                lineage_sql=sql,
                 outlets=[view_asset(target, catalog_name)],
             )
             write >> append

@@ -15,6 +15,7 @@ from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError, DescriptionError, ManifestMissingError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
 from airflow_provider_ct.operators._common import load_json_object
 from airflow_provider_ct.spark.write_job import STATUS_DRY_RUN, STATUS_OUTDATED, STATUS_STAGED
 
@@ -78,6 +79,8 @@ class AppendOperator(BaseOperator):
     :param report: the write report itself (dict or JSON) instead.
     :param description_task_id: the task whose XCom is the batch description
         the write was given (the mint); the manifest must answer exactly it.
+        Also what OpenLineage reports as the pinned inputs (docs/lineage.md).
+    :param lineage_sql: the view's query, for OpenLineage column lineage only.
     """
 
     template_fields: Sequence[str] = ("report",)
@@ -90,9 +93,11 @@ class AppendOperator(BaseOperator):
         report: dict[str, Any] | str | None = None,
         description_task_id: str | None = None,
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+        lineage_sql: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.lineage_sql = lineage_sql
         if write_task_id is None and report is None:
             raise ValueError("pass write_task_id= or report=")
         self.write_task_id = write_task_id
@@ -106,7 +111,9 @@ class AppendOperator(BaseOperator):
         value = context["ti"].xcom_pull(task_ids=self.description_task_id)
         if value is None:
             raise DescriptionError(f"task {self.description_task_id} returned no description")
-        return BatchDescription.from_json(load_json_object(value, "batch description"))
+        description = BatchDescription.from_json(load_json_object(value, "batch description"))
+        self._lineage_description = description
+        return description
 
     def execute(self, context: Any) -> dict[str, Any]:
         value = self.report
@@ -183,20 +190,22 @@ class AppendOperator(BaseOperator):
                 result.upper.to_summary(),
             )
         mine = outcome.landed_by_this_attempt
-        return {
-            "appended": result.landed,
-            "already_appended": result.already_landed,
-            "batch_id": batch.batch_id,
-            "attempt": batch.attempt,
-            "landed_attempt": outcome.landed_attempt,
-            "target": batch.target,
-            "upper": result.upper.to_json(),
-            "snapshot_ids": list(result.snapshot_ids),
-            "rows_inserted": batch.added_record_count if mine else 0,
-            "rows_deleted": batch.deleted_record_count if mine else 0,
-            "files_deleted": outcome.files_deleted,
-            "reason": result.reason,
-        }
+        return self._for_lineage(
+            {
+                "appended": result.landed,
+                "already_appended": result.already_landed,
+                "batch_id": batch.batch_id,
+                "attempt": batch.attempt,
+                "landed_attempt": outcome.landed_attempt,
+                "target": batch.target,
+                "upper": result.upper.to_json(),
+                "snapshot_ids": list(result.snapshot_ids),
+                "rows_inserted": batch.added_record_count if mine else 0,
+                "rows_deleted": batch.deleted_record_count if mine else 0,
+                "files_deleted": outcome.files_deleted,
+                "reason": result.reason,
+            }
+        )
 
     def _without_manifest(
         self, table: Table, report: dict[str, Any], manifest: str
@@ -216,14 +225,50 @@ class AppendOperator(BaseOperator):
                 target,
                 manifest,
             )
-        return {
-            "appended": landed,
-            "already_appended": landed,
-            "batch_id": batch_id,
-            "target": target,
-            "upper": timeline.upper.to_json(),
-            "snapshot_ids": [e.snapshot_id for e in timeline.entries if e.batch_id == batch_id],
-            "rows_inserted": 0,
-            "rows_deleted": 0,
-            "reason": "batch already on main" if landed else "staged batch vanished",
+        return self._for_lineage(
+            {
+                "appended": landed,
+                "already_appended": landed,
+                "batch_id": batch_id,
+                "target": target,
+                "upper": timeline.upper.to_json(),
+                "snapshot_ids": [e.snapshot_id for e in timeline.entries if e.batch_id == batch_id],
+                "rows_inserted": 0,
+                "rows_deleted": 0,
+                "reason": "batch already on main" if landed else "staged batch vanished",
+            }
+        )
+
+    def _for_lineage(self, result: dict[str, Any]) -> dict[str, Any]:
+        """Keep an append's result for :meth:`get_openlineage_facets_on_complete`."""
+        self._lineage_result = result
+        return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Pinned inputs and the batch's new snapshot on the target: docs/lineage.md."""
+        description = getattr(self, "_lineage_description", None)
+        result = getattr(self, "_lineage_result", None)
+        return safe_lineage(self.task_id, lambda: self._describe(description, result))
+
+    def _describe(
+        self, description: BatchDescription | None, result: dict[str, Any] | None
+    ) -> TickLineage | None:
+        """Nothing without the description (no pinned inputs to report) or a landed batch."""
+        if description is None or result is None or not result.get("appended"):
+            return None
+        snapshots = [int(s) for s in result.get("snapshot_ids") or []]
+        facts = {
+            "snapshotId": snapshots[-1] if snapshots else None,
+            "snapshotIds": snapshots,
+            "alreadyAppended": result.get("already_appended"),
+            "rowsInserted": result.get("rows_inserted"),
+            "rowsDeleted": result.get("rows_deleted"),
         }
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
+        return describe_tick(
+            hook.get_config(),
+            description,
+            sql=self.lineage_sql,
+            output_facts=facts,
+            rows_inserted=result.get("rows_inserted"),
+        )

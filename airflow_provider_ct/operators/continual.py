@@ -46,6 +46,10 @@ class ContinualMintOperator(MintOperator):
             raise QueryError(f"the definition's output {task.name} is not {target}")
         return [task.input, *task.references]
 
+    def _lineage_sql(self) -> str | None:
+        """None: sqlglot cannot trace columns through a continual-task definition."""
+        return None
+
 
 class ContinualWriteOperator(WriteOperator):
     """Run the continual-task Spark job for a description (stages every input time).
@@ -88,6 +92,10 @@ class ContinualWriteOperator(WriteOperator):
             input_name=task.input,
             input_table=hook.load_table(task.input),
         )
+
+    def _lineage_sql(self) -> str | None:
+        """None: sqlglot cannot trace columns through a continual-task definition."""
+        return None
 
     def _application(self) -> str:
         return str(continual_job.__file__)

@@ -15,6 +15,7 @@ from airflow_provider_ct.core.mint import mint
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.exceptions import DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
 from airflow_provider_ct.operators._common import (
     RenderedSqlMixin,
     read_only_default,
@@ -92,7 +93,27 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
         if held:
             log.info("%s now holds snapshots of %s from T=%s on", target, held, time)
         log.info("%s: %s", target, decision.reason)
+        self._minted = decision.description
         return decision.description.to_json()
+
+    def _lineage_sql(self) -> str | None:
+        """The query column lineage is traced from (a view's SELECT)."""
+        return self.sql
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The pinned inputs and the planned batch (no snapshot yet): docs/lineage.md."""
+        description = getattr(self, "_minted", None)
+        return safe_lineage(self.task_id, lambda: self._describe(description))
+
+    def _describe(self, description: BatchDescription | None) -> TickLineage | None:
+        if description is None:  # skipped: nothing was minted
+            return None
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
+        return describe_tick(
+            hook.get_config(),
+            description,
+            sql=self._lineage_sql(),
+        )
 
     def _inputs(self, target: str, catalog_name: str) -> list[str]:
         """Tables the target is computed from (parsing fails before any Spark job)."""

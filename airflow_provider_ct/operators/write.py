@@ -25,6 +25,7 @@ from airflow_provider_ct.core.quiet import Quiet, stage_empty_batch, view_tick_i
 from airflow_provider_ct.engine.client import ENGINES
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError, SparkJobError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
 from airflow_provider_ct.operators._common import (
     RenderedSqlMixin,
     load_json_object,
@@ -257,10 +258,13 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
             )
         # Everything checkable without a JVM is checked before Spark starts.
         self._check_before_spark(hook, desc, target)
+        self._lineage_state: tuple[BatchDescription, dict[str, Any] | None] = (desc, None)
         if self.quiet_ticks and not self.report_only:
             quiet = self._quiet(hook, desc, target)
             if quiet.quiet:
-                return self._stage_quiet(hook, desc, target, quiet.reason)
+                staged = self._stage_quiet(hook, desc, target, quiet.reason)
+                self._lineage_state = (desc, staged)
+                return staged
             log.info("not a quiet tick, running Spark: %s", quiet.reason)
         report = self._run_warm(hook, desc, target)
         if report is None:  # the engine is spark-submit
@@ -275,7 +279,38 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
             report["rows_to_delete"],
             f" ({report['reason']})" if report.get("reason") else "",
         )
+        self._lineage_state = (desc, report)
         return report
+
+    def _lineage_sql(self) -> str | None:
+        """The query column lineage is traced from (a view's SELECT)."""
+        return self.sql
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The pinned inputs and the staged batch (not yet on the table): docs/lineage.md."""
+        state = getattr(self, "_lineage_state", None)
+        return safe_lineage(self.task_id, lambda: self._describe(state))
+
+    def _describe(
+        self, state: tuple[BatchDescription, dict[str, Any] | None] | None
+    ) -> TickLineage | None:
+        if state is None:
+            return None
+        desc, report = state
+        report = report or {}
+        facts = {
+            "status": report.get("status"),
+            "quiet": report.get("quiet"),
+            "rowsToInsert": report.get("rows_to_insert"),
+            "rowsToDelete": report.get("rows_to_delete"),
+        }
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
+        return describe_tick(
+            hook.get_config(),
+            desc,
+            sql=self._lineage_sql(),
+            output_facts={k: v for k, v in facts.items() if v is not None},
+        )
 
     @functools.cached_property
     def _spark_extra(self) -> dict[str, Any]:
