@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
@@ -36,7 +37,7 @@ from airflow_provider_ct.lineage import (
     strip_credentials,
 )
 from tests.conftest import SCHEMA
-from tests.helpers import advance, fed_snapshots
+from tests.helpers import advance, fed_snapshots, replace_contents
 
 ROOT = Path(__file__).resolve().parent.parent
 REVENUE_COLUMNS = {
@@ -259,3 +260,39 @@ def test_lineage_events_of_a_real_view_tick_pin_ct_inputs_and_the_new_snapshot(
     minted = _by_table(mint["inputs"])
     assert {t: d["facets"]["ct"]["snapshotId"] for t, d in minted.items()} == ct_inputs
     assert "version" not in mint["outputs"][0]["facets"]
+
+
+@pytest.mark.airflow
+def test_continual_mint_reports_its_pins_without_column_lineage_and_a_skip_reports_nothing(
+    airflow_db: None, default_catalog: CatalogConfig
+) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_provider_ct.operators.continual import ContinualMintOperator
+
+    catalog = default_catalog.load()
+    events = create_managed_table(catalog, "ev.append_only", SCHEMA)
+    data = pa.table({"k": [1, 2], "v": ["a", "b"]}, schema=SCHEMA)
+    recorded = replace_contents(events, 3, data)  # the test's own record of the pin
+    advance(catalog.load_table("ev.append_only"), 20)
+    definition = (
+        "CREATE CONTINUAL TASK upsert (k BIGINT, v STRING) ON INPUT append_only AS ("
+        " INSERT INTO upsert SELECT k, v FROM append_only; )"
+    )
+    mint = ContinualMintOperator(task_id="m", definition=definition, namespace="ev", time=5)
+    minted = mint.execute({})
+    lineage = mint.get_openlineage_facets_on_complete(None)
+    ((source,),) = [lineage.inputs]
+    assert source.facets["symlinks"].identifiers[0].name == "ev.append_only"
+    assert source.facets["version"].datasetVersion == str(recorded)
+    assert minted["inputs"] == {"ev.append_only": recorded}
+    (target,) = lineage.outputs
+    assert target.facets["ct"].facts["batchId"] == minted["id"]
+    assert "columnLineage" not in target.facets and "version" not in target.facets
+
+    skipped = ContinualMintOperator(
+        task_id="r", definition=definition, namespace="ev", time=5, read_only=True
+    )
+    with pytest.raises(AirflowSkipException):
+        skipped.execute({})
+    assert skipped.get_openlineage_facets_on_complete(None).outputs == []
