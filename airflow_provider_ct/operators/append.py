@@ -147,10 +147,12 @@ class AppendOperator(BaseOperator):
         except ManifestMissingError:
             # The manifest is dropped once its batch lands; a retry after that
             # (or after cleanup) decides from the table's own history.
-            return self._without_manifest(table, report, manifest)
+            self._lineage_result = self._without_manifest(table, report, manifest)
+            return self._lineage_result
         if not outcome.result.landed:
             self._sweep_after_loss(table)
-        return {**self._result(outcome), "quiet": report.get("quiet", False)}
+        self._lineage_result = {**self._result(outcome), "quiet": report.get("quiet", False)}
+        return self._lineage_result
 
     @staticmethod
     def _sweep_after_loss(table: Table) -> None:
@@ -190,22 +192,20 @@ class AppendOperator(BaseOperator):
                 result.upper.to_summary(),
             )
         mine = outcome.landed_by_this_attempt
-        return self._for_lineage(
-            {
-                "appended": result.landed,
-                "already_appended": result.already_landed,
-                "batch_id": batch.batch_id,
-                "attempt": batch.attempt,
-                "landed_attempt": outcome.landed_attempt,
-                "target": batch.target,
-                "upper": result.upper.to_json(),
-                "snapshot_ids": list(result.snapshot_ids),
-                "rows_inserted": batch.added_record_count if mine else 0,
-                "rows_deleted": batch.deleted_record_count if mine else 0,
-                "files_deleted": outcome.files_deleted,
-                "reason": result.reason,
-            }
-        )
+        return {
+            "appended": result.landed,
+            "already_appended": result.already_landed,
+            "batch_id": batch.batch_id,
+            "attempt": batch.attempt,
+            "landed_attempt": outcome.landed_attempt,
+            "target": batch.target,
+            "upper": result.upper.to_json(),
+            "snapshot_ids": list(result.snapshot_ids),
+            "rows_inserted": batch.added_record_count if mine else 0,
+            "rows_deleted": batch.deleted_record_count if mine else 0,
+            "files_deleted": outcome.files_deleted,
+            "reason": result.reason,
+        }
 
     def _without_manifest(
         self, table: Table, report: dict[str, Any], manifest: str
@@ -225,24 +225,17 @@ class AppendOperator(BaseOperator):
                 target,
                 manifest,
             )
-        return self._for_lineage(
-            {
-                "appended": landed,
-                "already_appended": landed,
-                "batch_id": batch_id,
-                "target": target,
-                "upper": timeline.upper.to_json(),
-                "snapshot_ids": [e.snapshot_id for e in timeline.entries if e.batch_id == batch_id],
-                "rows_inserted": 0,
-                "rows_deleted": 0,
-                "reason": "batch already on main" if landed else "staged batch vanished",
-            }
-        )
-
-    def _for_lineage(self, result: dict[str, Any]) -> dict[str, Any]:
-        """Keep an append's result for :meth:`get_openlineage_facets_on_complete`."""
-        self._lineage_result = result
-        return result
+        return {
+            "appended": landed,
+            "already_appended": landed,
+            "batch_id": batch_id,
+            "target": target,
+            "upper": timeline.upper.to_json(),
+            "snapshot_ids": [e.snapshot_id for e in timeline.entries if e.batch_id == batch_id],
+            "rows_inserted": 0,
+            "rows_deleted": 0,
+            "reason": "batch already on main" if landed else "staged batch vanished",
+        }
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Pinned inputs and the batch's new snapshot on the target: docs/lineage.md."""
