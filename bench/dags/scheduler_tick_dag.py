@@ -1,4 +1,4 @@
-"""The DAG of bench/scheduler_tick_bench.py: the example shop's revenue view on the warm engine.
+"""The Airflow DAG of bench/scheduler_tick_bench.py: the shop's revenue view on the warm engine.
 
 The same DAG as the warm engine's tests (``tests/dags/warm_revenue.py``):
 ``feed`` commits the shop's inputs at the run's time and seals them, then
