@@ -12,8 +12,9 @@ tell downstream DAGs that something was sealed. Through an alias, only the
 events the task adds exist; DAGs scheduled on the table's ``Asset`` are
 triggered by them all the same.
 
-A reader with ``time="sealed"`` derives its tick time from the run's
-triggering events (:func:`sealed_tick_time`), never from the wall clock.
+A reader with ``time="sealed"`` ticks at the latest time its inputs have
+sealed (:func:`sealed_tick_time`): the run's triggering events are checked
+against the input tables, whose uppers bound the tick; never the wall clock.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def announced_uppers(
 def sealed_tick_time(
     context: Mapping[str, Any], inputs: Mapping[str, Timeline], catalog_name: str
 ) -> int | None:
-    """The run's tick time: the latest time every input sealed, per events and tables.
+    """The run's tick time: the latest time every input sealed (events checked, tables bound).
 
     ``None`` when no input sealed anything yet.
     """

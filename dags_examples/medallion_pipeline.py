@@ -49,10 +49,11 @@ BRONZE_COLUMNS = {
 
 # [START silver]
 # The latest event of each order (events of one order carry increasing seq).
+# SNAPSHOT: the events already in bronze at the first tick count too.
 SILVER = """
 CREATE CONTINUAL TASK orders_latest (order_id BIGINT, customer TEXT, day TEXT,
                                      amount_cents BIGINT, status TEXT, seq BIGINT)
-ON INPUT order_events AS (
+ON INPUT order_events WITH (SNAPSHOT = true) AS (
     DELETE FROM orders_latest WHERE order_id IN (SELECT order_id FROM order_events);
     INSERT INTO orders_latest
     SELECT e.order_id, e.customer, e.day, e.amount_cents, e.status, e.seq

@@ -4,13 +4,16 @@ Every append that moves a table's upper announces it (in Airflow: an asset
 event whose ``extra`` is :func:`frontier_event_extra`). A reader scheduled on
 those announcements ticks at the **latest time every input has sealed**:
 
-* an input with events in this run sealed every time below the newest
-  event's ``upper`` (uppers only move forward, so several queued events
-  mean the newest one; an older upper after a newer one is refused);
-* an input without an event contributes its table's current upper;
-* the event's upper must be covered by the table's actual upper (the table
-  is the truth; an event ahead of it is another table's, or the table went
-  backwards);
+* each input's events in this run are checked: well-formed, about that
+  input, uppers never going backwards (several queued events: the newest
+  counts), and covered by the table's actual upper (the table is the truth;
+  an event ahead of it is another table's, or the table went backwards);
+* the bound of every input is its table's actual upper, read now, which is
+  at or past everything its events announced. Not the events' own upper:
+  Airflow does not hand every event to some run (an event arriving while
+  the next run waits behind ``max_active_runs`` joins that run's queue
+  entry but not its consumed events, see docs/pipelines.md), so only the
+  table guarantees that no sealed write is left behind;
 * uppers are exclusive: ``upper = u`` seals ``t < u``, so the tick time is
   ``min(upper_i) - 1``. An empty (closed) upper bounds nothing.
 
@@ -110,8 +113,10 @@ def sealed_time(
 ) -> int | None:
     """The latest time every input has sealed, or ``None`` when nothing is.
 
-    :param announced: per input with events in this run, the newest upper they announce.
-    :param table_uppers: every input's actual upper, read from the table now.
+    :param announced: per input with events in this run, the newest upper they
+        announce; each must be covered by the table's upper.
+    :param table_uppers: every input's actual upper, read from the table now:
+        the bounds.
     """
     unknown = sorted(set(announced) - set(table_uppers))
     if unknown:
@@ -124,7 +129,7 @@ def sealed_time(
                 f"an event says {name} sealed up to {upper.to_summary()}, but the table's upper "
                 f"is {actual.to_summary()}: the table went backwards, or the event is not its"
             )
-        bound = bound.meet(upper)
+        bound = bound.meet(actual)
     if bound.is_empty:
         raise AssetEventError(
             f"every input is closed ({sorted(table_uppers)}): there is no latest sealed time"

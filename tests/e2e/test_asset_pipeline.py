@@ -19,6 +19,8 @@ gold are scheduled on their inputs' assets only. Then:
 
 from __future__ import annotations
 
+import ast
+import json
 import time
 from collections import Counter, defaultdict
 from typing import Any
@@ -151,6 +153,24 @@ def _consumed(stack: Stack, dag_id: str, run_id: str) -> list[dict[str, Any]]:
     return list(answer["asset_events"])
 
 
+MINT_TASKS = {
+    SILVER: "ct_e2e_medallion_orders_latest.mint",
+    GOLD: "view_e2e_medallion_revenue_daily.mint",
+    BY_DAY: "view_e2e_medallion_revenue_by_day.mint",
+}
+
+
+def _minted_time(stack: Stack, dag_id: str, run_id: str) -> int | None:
+    """The T the run's mint minted, or ``None`` when it skipped (a no-op run)."""
+    path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{MINT_TASKS[dag_id]}"
+    if stack.api.call("GET", path)["state"] != "success":
+        return None
+    value = stack.api.call("GET", f"{path}/xcomEntries/return_value?deserialize=true")["value"]
+    if isinstance(value, str):
+        value = json.loads(value) if value.startswith('{"') else ast.literal_eval(value)
+    return int(value["time"])
+
+
 def _batch_uppers(table: Any) -> list[int]:
     """The upper each of our batches left the table at, oldest first (one per batch)."""
     last: dict[str, int] = {}
@@ -172,7 +192,7 @@ def test_medallion_pipeline_ticks_each_layer_on_asset_events_at_the_sealed_time(
     _settle(stack, catalog)
 
     for dag_id, table_name in LAYERS.items():
-        runs = stack.api.runs(dag_id)
+        runs = sorted(stack.api.runs(dag_id), key=lambda r: str(r["run_after"]))
         assert runs and {(r["run_type"], r["state"]) for r in runs} == {
             ("asset_triggered", "success")
         }, runs
@@ -180,13 +200,20 @@ def test_medallion_pipeline_ticks_each_layer_on_asset_events_at_the_sealed_time(
         # One event per batch of the input, announcing exactly that batch's upper.
         input_table = catalog.load_table(INPUT_OF[dag_id])
         assert sorted(e["extra"]["upper"] for e in inputs) == _batch_uppers(input_table)
-        # Each run ticked at what its events sealed: its batch's upper is their newest upper.
-        consumed = [_consumed(stack, dag_id, r["dag_run_id"]) for r in runs]
-        sealed = sorted(max(e["extra"]["upper"] for e in events) for events in consumed)
-        assert _batch_uppers(catalog.load_table(table_name)) == sealed, (dag_id, consumed)
-        # Every input event consumed by exactly one run: none missed, none twice.
-        ids = [e["id"] for events in consumed for e in events]
-        assert sorted(ids) == sorted(e["id"] for e in inputs), dag_id
+        # Each run ticked at a sealed point of its input, covering its triggering events.
+        minted = []
+        for run in runs:
+            events = _consumed(stack, dag_id, run["dag_run_id"])
+            assert events, run  # triggered by events
+            t = _minted_time(stack, dag_id, run["dag_run_id"])
+            if t is not None:
+                assert t + 1 in _batch_uppers(input_table), (dag_id, t)
+                assert t + 1 >= max(e["extra"]["upper"] for e in events), (dag_id, t, events)
+                minted.append(t + 1)
+        # One batch per minting run, in order; no event consumed twice.
+        assert minted == sorted(set(minted)) == _batch_uppers(catalog.load_table(table_name))
+        ids = [e["id"] for r in runs for e in _consumed(stack, dag_id, r["dag_run_id"])]
+        assert len(ids) == len(set(ids)) and set(ids) <= {e["id"] for e in inputs}, dag_id
         # Its own events announce its batches (the next layer's input).
         own = _events_of(stack, table_name)
         assert {e["extra"]["kind"] for e in own} == {

@@ -1,4 +1,4 @@
-"""The medallion example's DAGs for the end-to-end pipeline test (tests/e2e/test_asset_pipeline.py).
+"""The medallion example's Airflow DAGs for tests/e2e/test_asset_pipeline.py.
 
 A copy of ``dags_examples/medallion.py`` in its own namespace, on the warm
 engine, paused until the test unpauses it, and without the bronze tick
