@@ -273,3 +273,68 @@ def test_a_sealed_tick_is_at_what_the_triggering_events_and_tables_sealed(
     ahead = _copy(ev_b[-1], extra={**ev_b[-1].extra, "upper": b2 + 10**6}, timestamp=later)
     with pytest.raises(FrontierRegressionError, match="the table's upper is"):
         _mint_with_events([*ev_a, ahead])
+
+
+def test_a_landed_append_announces_its_batch_and_the_loser_announces_nothing(
+    default_catalog: CatalogConfig,
+) -> None:
+    """Two quiet ticks minted at the same lower: the first appended lands, the other loses.
+
+    Quiet ticks need no Spark (docs/views.md); the write reports are real,
+    and the outlet events are Airflow's own accessor, as in a task run.
+    """
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from airflow_provider_ct.assets import frontier_alias, table_asset
+    from airflow_provider_ct.operators.append import AppendOperator
+    from airflow_provider_ct.operators.mint import MintOperator
+    from tests.test_quiet import SQL, TARGET, heads, land_view, seal, shop
+    from tests.test_quiet_operators import _XCom, view_write
+
+    catalog = default_catalog.load()
+    written = heads(shop(catalog))
+    seal(catalog, 1000)
+    land_view(catalog, TARGET, SQL, 1000, written)
+    seal(catalog, 3000)
+    asset, alias = table_asset(TARGET), frontier_alias(f"ct.{TARGET}")
+
+    def mint(time: int) -> dict[str, Any]:
+        return dict(MintOperator(task_id="mint", target=TARGET, sql=SQL, time=time).execute({}))
+
+    def append(desc: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+        report = view_write(desc, spark_master="spark://127.0.0.1:9").execute({})
+        events = OutletEventAccessors()
+        operator = AppendOperator(
+            task_id="append",
+            report=report,
+            description_task_id="mint",
+            asset=asset,
+            outlets=[alias],
+        )
+        out = operator.execute({"ti": _XCom({"mint": desc}), "outlet_events": events})
+        return out, list(events[alias].asset_alias_events)
+
+    at_2000, at_3000 = mint(2000), mint(3000)  # both from the lower 1001
+    out, (event,) = append(at_3000)
+    assert out["appended"]
+    timeline = Timeline.of(catalog.load_table(TARGET))
+    newest = timeline.entries[-1]
+    assert event.dest_asset_key.name == asset.name
+    assert event.extra == {
+        "table": TARGET,
+        "upper": timeline.upper.time,
+        "lower": 1001,
+        "time": 3000,
+        "snapshot_id": newest.snapshot_id,
+        "batch_id": newest.batch_id,
+        "rows_inserted": 0,
+        "rows_retracted": 0,
+        "refresh": "quiet",
+        "kind": "view",
+    }
+    assert timeline.upper == Frontier.at(3001)
+    # The other description minted at the same lower now loses: no event.
+    assert at_2000["lower"] == at_3000["lower"] == 1001
+    lost, events = append(at_2000)
+    assert not lost["appended"] and events == []
+    assert Timeline.of(catalog.load_table(TARGET)).upper == Frontier.at(3001)
