@@ -1,4 +1,4 @@
-"""The medallion example: bronze -> silver -> gold -> a view over gold, ticked by frontiers.
+"""The medallion example's Airflow DAGs: bronze -> silver -> gold -> a view over gold.
 
 Trigger ``medallion_bronze`` (optionally with ``{"rows": [...]}`` as conf)
 to blind-write order events; every downstream layer then ticks on its input's
@@ -23,5 +23,13 @@ from medallion_pipeline import medallion_dags
 ENGINE = os.environ.get("CT_EXAMPLE_ENGINE") or None
 
 NAMESPACE = os.environ.get("CT_EXAMPLE_MEDALLION_NAMESPACE", "medallion")
+#: ``off`` in ``make demo``: the bronze tick DAG has no time schedule.
+SCHEDULED = os.environ.get("CT_EXAMPLE_SCHEDULES", "on") != "off"
 
-globals().update(medallion_dags(namespace=NAMESPACE, engine=ENGINE))
+globals().update(
+    medallion_dags(
+        namespace=NAMESPACE,
+        engine=ENGINE,
+        **({} if SCHEDULED else {"tick_schedule": None}),
+    )
+)
