@@ -43,7 +43,8 @@ def continual_task(
         every name in the definition is qualified.
     :param time: the tick time (epoch ms, templated); default the run's
         ``data_interval_end``. ``"sealed"``: the latest time the input and
-        references have sealed, from the run's triggering asset events
+        references have sealed (triggering asset events checked against the
+        tables, whose uppers bound it)
         (schedule on :func:`~airflow_provider_ct.assets.continual_task_input_assets`);
         no sensor then, see docs/pipelines.md.
     :param catalog_name: the catalog prefix of three-part names and of the

@@ -61,7 +61,8 @@ def materialized_view(
 
     :param time: the tick time (epoch ms, templated); default the run's
         ``data_interval_end``. ``"sealed"``: the latest time every input has
-        sealed, from the run's triggering asset events (schedule the DAG on
+        sealed (the run's triggering asset events checked against the input
+        tables, whose uppers bound it; schedule the DAG on
         :func:`~airflow_provider_ct.assets.view_input_assets`); no sensor
         then, see docs/pipelines.md.
     :param catalog_name: the catalog prefix of three-part names
