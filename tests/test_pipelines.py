@@ -298,11 +298,12 @@ def test_a_landed_append_announces_its_batch_and_the_loser_announces_nothing(
     seal(catalog, 3000)
     asset, alias = table_asset(TARGET), frontier_alias(f"ct.{TARGET}")
 
-    def mint(time: int) -> dict[str, Any]:
-        return dict(MintOperator(task_id="mint", target=TARGET, sql=SQL, time=time).execute({}))
+    def staged(time: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A minted description and its write report (quiet: no Spark), not appended yet."""
+        desc = dict(MintOperator(task_id="mint", target=TARGET, sql=SQL, time=time).execute({}))
+        return desc, view_write(desc, spark_master="spark://127.0.0.1:9").execute({})
 
-    def append(desc: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
-        report = view_write(desc, spark_master="spark://127.0.0.1:9").execute({})
+    def append(desc: dict[str, Any], report: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
         events = OutletEventAccessors()
         operator = AppendOperator(
             task_id="append",
@@ -314,8 +315,9 @@ def test_a_landed_append_announces_its_batch_and_the_loser_announces_nothing(
         out = operator.execute({"ti": _XCom({"mint": desc}), "outlet_events": events})
         return out, list(events[alias].asset_alias_events)
 
-    at_2000, at_3000 = mint(2000), mint(3000)  # both from the lower 1001
-    out, (event,) = append(at_3000)
+    # Two ticks race from the same lower: both staged before either appends.
+    (at_2000, report_2000), (at_3000, report_3000) = staged(2000), staged(3000)
+    out, (event,) = append(at_3000, report_3000)
     assert out["appended"]
     timeline = Timeline.of(catalog.load_table(TARGET))
     newest = timeline.entries[-1]
@@ -335,6 +337,6 @@ def test_a_landed_append_announces_its_batch_and_the_loser_announces_nothing(
     assert timeline.upper == Frontier.at(3001)
     # The other description minted at the same lower now loses: no event.
     assert at_2000["lower"] == at_3000["lower"] == 1001
-    lost, events = append(at_2000)
+    lost, events = append(at_2000, report_2000)
     assert not lost["appended"] and events == []
     assert Timeline.of(catalog.load_table(TARGET)).upper == Frontier.at(3001)
