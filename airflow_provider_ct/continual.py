@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
+from airflow_provider_ct.assets import SEALED, frontier_alias, table_asset
 from airflow_provider_ct.core.continual import parse_continual_task
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import catalog_name_of
@@ -13,7 +14,6 @@ from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.continual import ContinualMintOperator, ContinualWriteOperator
 from airflow_provider_ct.operators.write import DEFAULT_LOCAL_MASTER
 from airflow_provider_ct.sensors.frontier import FrontierSensor
-from airflow_provider_ct.views import view_asset
 
 
 def continual_task(
@@ -41,6 +41,12 @@ def continual_task(
         [WITH (SNAPSHOT = true)] AS ( stmt; ... )``, as in Materialize.
     :param namespace: namespace of unqualified table names; not needed when
         every name in the definition is qualified.
+    :param time: the tick time (epoch ms, templated); default the run's
+        ``data_interval_end``. ``"sealed"``: the latest time the input and
+        references have sealed (triggering asset events checked against the
+        tables, whose uppers bound it)
+        (schedule on :func:`~airflow_provider_ct.assets.continual_task_input_assets`);
+        no sensor then, see docs/pipelines.md.
     :param catalog_name: the catalog prefix of three-part names and of the
         output's Asset; default: the ``iceberg_conn_id`` connection's catalog.
     :param quiet_ticks: a tick in which the input did not change commits the
@@ -53,15 +59,6 @@ def continual_task(
     task = parse_continual_task(definition, default_namespace=namespace, catalog_name=catalog_name)
     gid = group_id or f"ct_{task.name.replace('.', '_')}"
     with TaskGroup(group_id=gid, **group_kwargs) as group:
-        sensor = FrontierSensor(
-            task_id="wait_for_inputs",
-            tables=[task.input, *task.references],
-            time=time,
-            iceberg_conn_id=iceberg_conn_id,
-            deferrable=deferrable,
-            poke_interval=poke_interval,
-            timeout=sensor_timeout,
-        )
         mint = ContinualMintOperator(
             task_id="mint",
             definition=definition,
@@ -87,7 +84,22 @@ def continual_task(
             write_task_id=write.task_id,
             description_task_id=mint.task_id,
             iceberg_conn_id=iceberg_conn_id,
-            outlets=[view_asset(task.name, catalog_name)],
+            asset=table_asset(task.name, catalog_name),
+            writer_kind="continual-task",
+            outlets=[frontier_alias(f"{catalog_name}.{task.name}")],
         )
-        sensor >> mint >> write >> append
+        mint >> write >> append
+        if time != SEALED:  # a sealed time is sealed by construction: nothing to wait for
+            (
+                FrontierSensor(
+                    task_id="wait_for_inputs",
+                    tables=[task.input, *task.references],
+                    time=time,
+                    iceberg_conn_id=iceberg_conn_id,
+                    deferrable=deferrable,
+                    poke_interval=poke_interval,
+                    timeout=sensor_timeout,
+                )
+                >> mint
+            )
     return group

@@ -7,7 +7,8 @@ our refusals apart from bugs in libraries underneath::
     ├── ConfigurationError        a connection, catalog or jar set-up is unusable
     ├── FrontierError             a frontier or timestamp is invalid
     │   ├── FrontierRegressionError   a table's upper went backwards
-    │   └── TimeNotSealedError        asked for contents at a time not yet final
+    │   ├── TimeNotSealedError        asked for contents at a time not yet final
+    │   └── AssetEventError           a triggering asset event's extra is unusable
     ├── TimelineError             a table's ``ct.*`` summary keys cannot be read
     │   └── MalformedSummaryError     a summary value does not parse
     ├── CommitError               a compare-and-append could not be attempted
@@ -59,6 +60,14 @@ class FrontierRegressionError(FrontierError):
 
 class TimeNotSealedError(FrontierError):
     """Contents were requested at a time that is not yet below the upper."""
+
+
+class AssetEventError(FrontierError):
+    """A triggering asset event cannot tell what its table sealed.
+
+    Its ``extra`` is not a frontier event of ours (no ``upper``, a malformed
+    one, another table's), or the uppers of one table's events go backwards.
+    """
 
 
 class TimelineError(CTError):

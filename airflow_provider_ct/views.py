@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import Asset, TaskGroup
 
+from airflow_provider_ct.assets import SEALED, frontier_alias, table_asset
 from airflow_provider_ct.core.planner import choose_plan
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
@@ -20,10 +21,7 @@ from airflow_provider_ct.sensors.frontier import FrontierSensor
 
 def view_asset(target: str, catalog_name: str = "ct") -> Asset:
     """The Airflow Asset a view's append task updates (schedule other DAGs on it)."""
-    name = normalize_table_name(target, catalog_name)
-    return Asset(
-        name=f"{catalog_name}.{name}", uri=f"iceberg://{catalog_name}/{name.replace('.', '/')}"
-    )
+    return table_asset(target, catalog_name)
 
 
 def materialized_view(
@@ -61,6 +59,12 @@ def materialized_view(
     ``template_searchpath``) or with Jinja is checked once rendered, when
     each task starts, and a parse error names the file.
 
+    :param time: the tick time (epoch ms, templated); default the run's
+        ``data_interval_end``. ``"sealed"``: the latest time every input has
+        sealed (the run's triggering asset events checked against the input
+        tables, whose uppers bound it; schedule the DAG on
+        :func:`~airflow_provider_ct.assets.view_input_assets`); no sensor
+        then, see docs/pipelines.md.
     :param catalog_name: the catalog prefix of three-part names
         (``<catalog>.ns.t``) and of the view's Asset; default: the name of
         the ``iceberg_conn_id`` connection's catalog.
@@ -84,17 +88,6 @@ def materialized_view(
         choose_plan(parsed, refresh)  # refresh="incremental" fails here for a query it cannot do
     gid = group_id or f"view_{normalize_table_name(target, catalog_name).replace('.', '_')}"
     with TaskGroup(group_id=gid, **group_kwargs) as group:
-        sensor = FrontierSensor(
-            task_id="wait_for_inputs",
-            sql=sql,
-            time=time,
-            input_upper_policies=input_upper_policies,
-            iceberg_conn_id=iceberg_conn_id,
-            deferrable=deferrable,
-            poke_interval=poke_interval,
-            timeout=sensor_timeout,
-            mode=sensor_mode,
-        )
         mint_task = MintOperator(
             task_id="mint",
             target=target,
@@ -120,15 +113,32 @@ def materialized_view(
             engine=engine,
             warm_idle_timeout=warm_idle_timeout,
         )
-        sensor >> mint_task >> write
+        mint_task >> write
+        if time != SEALED:  # a sealed time is sealed by construction: nothing to wait for
+            (
+                FrontierSensor(
+                    task_id="wait_for_inputs",
+                    sql=sql,
+                    time=time,
+                    input_upper_policies=input_upper_policies,
+                    iceberg_conn_id=iceberg_conn_id,
+                    deferrable=deferrable,
+                    poke_interval=poke_interval,
+                    timeout=sensor_timeout,
+                    mode=sensor_mode,
+                )
+                >> mint_task
+            )
         if not report_only:
+            name = normalize_table_name(target, catalog_name)
             append = AppendOperator(
                 task_id="append",
                 write_task_id=write.task_id,
                 description_task_id=mint_task.task_id,
                 iceberg_conn_id=iceberg_conn_id,
                 lineage_sql=sql,
-                outlets=[view_asset(target, catalog_name)],
+                asset=table_asset(name, catalog_name),
+                outlets=[frontier_alias(f"{catalog_name}.{name}")],
             )
             write >> append
     return group

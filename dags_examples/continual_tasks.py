@@ -33,6 +33,8 @@ NAMESPACE = os.environ.get("CT_EXAMPLE_CT_NAMESPACE", "events")
 #: ``warm`` in ``make demo``: the three tasks' jobs share one long-lived Spark
 #: driver. Unset: the Spark connection decides. See docs/engines.md.
 ENGINE = os.environ.get("CT_EXAMPLE_ENGINE") or None
+#: ``off`` in ``make demo``: no time schedule, the demo triggers every run.
+SCHEDULED = os.environ.get("CT_EXAMPLE_SCHEDULES", "on") != "off"
 EVENTS = pa.schema(
     [("key", pa.int32()), ("val", pa.int32()), ("ts", pa.int64()), ("anomaly", pa.bool_())]
 )
@@ -101,7 +103,7 @@ def feed_events(catalog: Any, namespace: str, time: int) -> int:
 
 with DAG(
     dag_id="continual_tasks",
-    schedule=timedelta(minutes=10),
+    schedule=timedelta(minutes=10) if SCHEDULED else None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

@@ -14,6 +14,7 @@ writes fail loudly.
 
 from __future__ import annotations
 
+import os
 import zlib
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,7 +32,14 @@ SERVICES = ("api", "billing", "search")
 COLUMNS = {"service": "string", "state": "string"}
 AUDIT_COLUMNS = {"service": "string", "event": "string", "at": "int64"}
 
-tick_dag = collections_dag(dag_id="ct_collections", namespaces=["ops"])
+#: ``off`` in ``make demo``: no time schedules, the demo triggers every run.
+SCHEDULED = os.environ.get("CT_EXAMPLE_SCHEDULES", "on") != "off"
+
+tick_dag = collections_dag(
+    dag_id="ct_collections",
+    namespaces=["ops"],
+    **({} if SCHEDULED else {"schedule": None}),
+)
 
 
 def _flaky(service: str, quarter: int) -> bool:
@@ -40,7 +48,7 @@ def _flaky(service: str, quarter: int) -> bool:
 
 with DAG(
     "ops_service_status",
-    schedule=timedelta(minutes=5),
+    schedule=timedelta(minutes=5) if SCHEDULED else None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

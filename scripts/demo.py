@@ -9,15 +9,21 @@ DAGs folder, then, as a person would through the UI or REST API:
    own hour's inputs), and ticks the continual tasks and the managed
    collections once meanwhile;
 2. triggers a few more ticks, at now, of all four example DAGs;
-3. prints, as it goes, every table's frontier and the view's rows, and the
-   UI address with its login.
+3. meanwhile (with step 1, so it adds little time) writes order events into
+   the medallion's bronze collection; silver, gold and the view over gold
+   follow on their own, triggered by asset events (docs/pipelines.md);
+4. prints, as it goes, every table's frontier and the view's rows, then the
+   medallion's end-to-end freshness per layer, and the UI address with its
+   login.
 
-It never waits for the clock: the scheduler's own schedules are off
-(``[scheduler] use_job_schedule = False``), so every run is one the demo
-asked for and no hourly run can tick the view at a later time and seal the
-hours being backfilled. The write jobs run on the warm engine (one
-long-lived Spark driver, ``CT_EXAMPLE_ENGINE=warm``), so a tick costs
-seconds, not a JVM start.
+It never waits for the clock: the example DAGs' time schedules are off
+(``CT_EXAMPLE_SCHEDULES=off``) except the view's, which a backfill needs;
+the view is unpaused only once its backfill holds the runs up to the
+current hour, so no scheduled run can tick it at a later time and seal the
+hours being backfilled. Asset-triggered runs need the scheduler's own run
+creation (``[scheduler] use_job_schedule``), so that stays on. The write
+jobs run on the warm engine (one long-lived Spark driver,
+``CT_EXAMPLE_ENGINE=warm``), so a tick costs seconds, not a JVM start.
 
 Everything it started is stopped at the end or on Ctrl-C; ``--keep-running``
 leaves Airflow up for a person to explore until Ctrl-C, ticking every DAG
@@ -48,18 +54,25 @@ from airflow_provider_ct.core.frontier import (  # noqa: E402
 from airflow_provider_ct.core.tables import iter_tables  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
 from devtools.devstack import Api, LocalAirflow  # noqa: E402
+from devtools.freshness import pipeline_freshness  # noqa: E402
 
 VIEW_DAG = "revenue_per_customer"
 CT_DAG = "continual_tasks"
-EXAMPLE_DAGS = [VIEW_DAG, CT_DAG, "ops_service_status", "ct_collections"]
+#: The medallion (dags_examples/medallion.py): the demo triggers bronze writes,
+#: the layers follow on asset events.
+BRONZE_DAG = "medallion_bronze"
+LAYER_DAGS = ["medallion_silver", "medallion_gold", "medallion_by_day"]
+BRONZE_TABLE = "medallion.order_events"
+LAYER_TABLES = ["medallion.orders_latest", "medallion.revenue_daily", "medallion.revenue_by_day"]
+EXAMPLE_DAGS = [VIEW_DAG, CT_DAG, "ops_service_status", "ct_collections", BRONZE_DAG, *LAYER_DAGS]
 #: DAGs the demo ticks besides the view (each run at "now").
 SIDE_DAGS = [CT_DAG, "ops_service_status", "ct_collections"]
 VIEW_TABLE = "shop.revenue_per_customer"
-NAMESPACES = ("shop", "events", "ops")
-#: The demo's Airflow: no scheduled runs (the demo triggers every run, so none
-#: can overtake the backfill), and the example DAGs' write jobs on the warm engine.
+NAMESPACES = ("shop", "events", "ops", "medallion")
+#: The demo's Airflow: no time schedules but the view's (the demo triggers
+#: every run), and the example DAGs' write jobs on the warm engine.
 DEMO_ENV = {
-    "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+    "CT_EXAMPLE_SCHEDULES": "off",
     "CT_EXAMPLE_ENGINE": "warm",
 }
 #: With --keep-running, the demo ticks every example DAG this often.
@@ -175,7 +188,10 @@ def backfill_view(api: Api, watcher: Watcher, hours: int) -> bool:
         if time.monotonic() > deadline:
             raise TimeoutError("the scheduler did not create the backfill's runs")
         time.sleep(2)
-    side = trigger_at_now(api, SIDE_DAGS)
+    # Now the backfill holds every hour up to the current one: unpausing lets
+    # its runs start and leaves the scheduler no earlier run to create.
+    api.set_paused(VIEW_DAG, False)
+    side = trigger_at_now(api, [*SIDE_DAGS, BRONZE_DAG])
     run_ids = [r["dag_run_id"] for r in runs]
     wait(watcher, finished(api, VIEW_DAG, run_ids), 1800, "the backfill")
     # Each backfilled hour must be its own snapshot, at its own time.
@@ -205,6 +221,31 @@ def tick(api: Api, watcher: Watcher, dag_ids: list[str]) -> list[tuple[str, str]
     for dag_id, run_id in started:
         wait(watcher, finished(api, dag_id, [run_id]), 900, f"{dag_id} {run_id}")
     return started
+
+
+def wait_for_medallion(watcher: Watcher, timeout: float = 600) -> None:
+    """Waits until every medallion layer's upper caught up with bronze's."""
+
+    def caught_up() -> bool:
+        catalog = watcher.config.load()
+        try:
+            tables = [catalog.load_table(t) for t in [BRONZE_TABLE, *LAYER_TABLES]]
+        except Exception:  # a layer's first tick has not created its table yet
+            return False
+        return len({Timeline.of(t).upper for t in tables}) == 1
+
+    wait(watcher, caught_up, timeout, "the medallion layers to catch up with bronze")
+
+
+def print_freshness(watcher: Watcher) -> None:
+    """Per bronze write, how long until each layer committed a snapshot containing it."""
+    say("== medallion: end-to-end freshness (bronze write committed -> layer snapshot with it)")
+    names = [t.split(".")[1] for t in LAYER_TABLES]
+    say(f"   {'bronze write ct.time':<26} " + "  ".join(f"{n:>16}" for n in names))
+    for row in pipeline_freshness(watcher.config.load(), BRONZE_TABLE, LAYER_TABLES):
+        lags = [row.lag_ms[t] for t in LAYER_TABLES]
+        cells = ["-" if lag is None else f"+{lag / 1000:.1f} s" for lag in lags]
+        say(f"   {format_timestamp(row.write_time):<26} " + "  ".join(f"{c:>16}" for c in cells))
 
 
 def summarize(api: Api) -> bool:
@@ -265,14 +306,19 @@ def main() -> int:
         say(f"   UI:    {airflow.url}   login: {airflow.username} / {airflow.password}")
         say(f"   CLI:   source {airflow.env_file}; airflow dags list")
         watcher = Watcher(CatalogConfig.embedded(args.home))
-        for dag_id in EXAMPLE_DAGS:  # nothing runs on its own: schedules are off
+        for dag_id in EXAMPLE_DAGS[1:]:  # the view after its backfill is created
             api.set_paused(dag_id, False)
-        say(f"   unpaused {', '.join(EXAMPLE_DAGS)} (the demo triggers every run)")
+        say(
+            f"   unpaused {', '.join(EXAMPLE_DAGS[1:])}; {VIEW_DAG} once its backfill exists "
+            "(the demo triggers every run; the medallion layers run on asset events)"
+        )
         backfilled = backfill_view(api, watcher, args.backfill_hours)
         for _ in range(args.ticks):
             tick(api, watcher, [VIEW_DAG, *SIDE_DAGS])
+        wait_for_medallion(watcher)
         say("== frontiers")
         watcher.print_frontiers()
+        print_freshness(watcher)
         ok = summarize(api) and backfilled
         if args.screenshot:
             screenshot(airflow, args.screenshot)
@@ -286,7 +332,7 @@ def main() -> int:
                 f"{KEEP_RUNNING_TICK.seconds // 60} min; Ctrl-C stops it"
             )
             while True:
-                trigger_at_now(api, EXAMPLE_DAGS)
+                trigger_at_now(api, [VIEW_DAG, *SIDE_DAGS, BRONZE_DAG])
                 next_tick = time.monotonic() + KEEP_RUNNING_TICK.total_seconds()
                 while time.monotonic() < next_tick:
                     time.sleep(15)

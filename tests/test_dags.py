@@ -42,7 +42,8 @@ def test_example_dags_import_cleanly() -> None:
         "view_shop_revenue_per_customer.append",
     } <= ids
     append = dag.get_task("view_shop_revenue_per_customer.append")
-    assert [a.uri for a in append.outlets] == ["iceberg://ct/shop/revenue_per_customer"]
+    assert append.asset.uri == "iceberg://ct/shop/revenue_per_customer"
+    assert [a.name for a in append.outlets] == ["ct-frontier:ct.shop.revenue_per_customer"]
 
 
 def _load_example() -> Any:

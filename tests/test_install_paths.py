@@ -95,12 +95,8 @@ def test_catalog_name_is_read_from_the_connection(
             target="lake.ns.view", sql="SELECT k FROM lake.ns.src", iceberg_conn_id="lake_conn"
         )
         task = continual_task(definition=TASK, iceberg_conn_id="lake_conn")
-    assert [a.uri for a in view.children["view_ns_view.append"].outlets] == [  # type: ignore[union-attr]
-        "iceberg://lake/ns/view"
-    ]
-    assert [a.uri for a in task.children["ct_ev_latest.append"].outlets] == [  # type: ignore[union-attr]
-        "iceberg://lake/ev/latest"
-    ]
+    assert view.children["view_ns_view.append"].asset.uri == "iceberg://lake/ns/view"  # type: ignore[union-attr]
+    assert task.children["ct_ev_latest.append"].asset.uri == "iceberg://lake/ev/latest"  # type: ignore[union-attr]
 
 
 # -- the official iceberg connection -----------------------------------------------
@@ -216,7 +212,7 @@ def test_view_dag_runs_on_an_iceberg_connection_with_the_runtime_jar_from_the_sp
     assert run.state == "success"
     assert rows_of(catalog.load_table("ice.view")) == {(2, "b"): 1, (3, "c"): 1}  # k > 1
     write = iceberg_conn_view.dag.get_task("view.append")
-    assert [a.uri for a in write.outlets] == ["iceberg://iceberg_default/ice/view"]
+    assert write.asset.uri == "iceberg://iceberg_default/ice/view"
 
 
 @pytest.mark.spark

@@ -6,10 +6,13 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_provider_ct.assets import emit_frontier_event
 from airflow_provider_ct.core.commit import catalog_transport_errors
 from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.sealed import frontier_event_extra
 from airflow_provider_ct.core.staging import LandResult, batch_files_live, land_staged
 from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.timeline import Timeline
@@ -81,6 +84,12 @@ class AppendOperator(BaseOperator):
         the write was given (the mint); the manifest must answer exactly it.
         Also what OpenLineage reports as the pinned inputs (docs/lineage.md).
     :param lineage_sql: the view's query, for OpenLineage column lineage only.
+    :param asset: the target's Asset. When the batch is on the table (the
+        upper moved), the task announces it: one asset event for ``asset``,
+        through the first :class:`AssetAlias` of ``outlets``, with the new
+        upper, time, snapshot and batch ids, rows and refresh strategy in its
+        ``extra``. A loser, or a write that staged nothing, announces nothing.
+    :param writer_kind: the ``kind`` of that event (``view``, ``continual-task``).
     """
 
     template_fields: Sequence[str] = ("report",)
@@ -94,12 +103,16 @@ class AppendOperator(BaseOperator):
         description_task_id: str | None = None,
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
         lineage_sql: str | None = None,
+        asset: Asset | None = None,
+        writer_kind: str = "view",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.lineage_sql = lineage_sql
         if write_task_id is None and report is None:
             raise ValueError("pass write_task_id= or report=")
+        self.asset = asset
+        self.writer_kind = writer_kind
         self.write_task_id = write_task_id
         self.report = report
         self.description_task_id = description_task_id
@@ -147,12 +160,42 @@ class AppendOperator(BaseOperator):
         except ManifestMissingError:
             # The manifest is dropped once its batch lands; a retry after that
             # (or after cleanup) decides from the table's own history.
-            self._lineage_result = self._without_manifest(table, report, manifest)
-            return self._lineage_result
-        if not outcome.result.landed:
-            self._sweep_after_loss(table)
-        self._lineage_result = {**self._result(outcome), "quiet": report.get("quiet", False)}
-        return self._lineage_result
+            result = self._without_manifest(table, report, manifest)
+        else:
+            if not outcome.result.landed:
+                self._sweep_after_loss(table)
+            result = {**self._result(outcome), "quiet": report.get("quiet", False)}
+        self._lineage_result = result
+        if result["appended"]:
+            self._announce(context, result, report, description)
+        return result
+
+    def _announce(
+        self,
+        context: Any,
+        result: dict[str, Any],
+        report: dict[str, Any],
+        description: BatchDescription | None,
+    ) -> None:
+        """Emit the target's asset event: its upper moved (see ``assets.py`` for why an alias)."""
+        alias = next((o for o in self.outlets if isinstance(o, AssetAlias)), None)
+        if self.asset is None or alias is None:
+            return
+        snapshots = result.get("snapshot_ids") or []
+        refresh = "quiet" if report.get("quiet") else report.get("strategy")
+        extra = frontier_event_extra(
+            table=result["target"],
+            upper=Frontier.from_json(result["upper"]),
+            lower=None if description is None else description.lower,
+            time=None if description is None else description.time,
+            snapshot_id=snapshots[-1] if snapshots else None,
+            batch_id=result["batch_id"],
+            rows_inserted=result.get("rows_inserted"),
+            rows_retracted=result.get("rows_deleted"),
+            refresh=refresh,
+            kind=self.writer_kind,
+        )
+        emit_frontier_event(context, alias, self.asset, extra)
 
     @staticmethod
     def _sweep_after_loss(table: Table) -> None:

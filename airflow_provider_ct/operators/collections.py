@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-from airflow.sdk import BaseOperator
+from airflow.sdk import AssetAlias, BaseOperator
 
+from airflow_provider_ct.assets import emit_frontier_event, frontier_alias, table_asset
 from airflow_provider_ct.collections.append_only import blind_write
 from airflow_provider_ct.collections.differential import DifferentialCollection
 from airflow_provider_ct.collections.holds import register_reader
@@ -33,8 +34,13 @@ from airflow_provider_ct.collections.registry import (
     register_collection,
 )
 from airflow_provider_ct.collections.rows import parse_rows, parse_updates
-from airflow_provider_ct.collections.ticker import DEFAULT_CHECKPOINT_MS, tick_collections
-from airflow_provider_ct.core.frontier import now_ms, parse_timestamp
+from airflow_provider_ct.collections.ticker import (
+    ADVANCED,
+    DEFAULT_CHECKPOINT_MS,
+    tick_collections,
+)
+from airflow_provider_ct.core.frontier import Frontier, now_ms, parse_timestamp
+from airflow_provider_ct.core.sealed import frontier_event_extra
 from airflow_provider_ct.exceptions import CollectionError, ConfigurationError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import read_only_default
@@ -61,6 +67,28 @@ def _time(value: Any, what: str = "time") -> int | None:
     if value in (None, ""):
         return None
     return parse_timestamp(value, what)
+
+
+def _announce(
+    operator: BaseOperator,
+    context: Any,
+    hook: IcebergCatalogHook,
+    collection: str,
+    upper: Frontier,
+    **fields: Any,
+) -> None:
+    """Emit ``collection``'s asset event through the operator's first AssetAlias outlet.
+
+    Called only when the collection's upper moved; see ``assets.py`` for why an alias.
+    """
+    alias = next((o for o in operator.outlets if isinstance(o, AssetAlias)), None)
+    if alias is None:
+        return
+    catalog_name = hook.get_config().name
+    asset = table_asset(collection, catalog_name)
+    table = asset.name.removeprefix(f"{catalog_name}.")
+    extra = frontier_event_extra(table=table, upper=upper, **fields)
+    emit_frontier_event(context, alias, asset, extra)
 
 
 def _names(value: Sequence[str] | None, what: str) -> list[str] | None:
@@ -128,6 +156,11 @@ class BlindWriteOperator(BaseOperator):
     :param rows_key: the XCom key (default ``return_value``).
     :param read_only: the deployment's mode; default ``CT_READ_ONLY``.
     :param iceberg_conn_id: catalog connection (default: embedded catalog).
+
+    A write that committed announces the collection's asset event (new
+    upper, time, batch id, rows; see docs/pipelines.md) through its
+    :class:`AssetAlias` outlet (default ``ct-frontier:<collection>``); rows
+    that cancelled out commit nothing and announce nothing.
     """
 
     template_fields: Sequence[str] = ("collection", "rows")
@@ -144,6 +177,7 @@ class BlindWriteOperator(BaseOperator):
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("outlets", [frontier_alias(collection)])
         super().__init__(**kwargs)
         if (rows is None) == (rows_task_id is None):
             raise ValueError("pass exactly one of rows= or rows_task_id=")
@@ -161,11 +195,28 @@ class BlindWriteOperator(BaseOperator):
             if value is None:
                 raise CollectionError(f"task {self.rows_task_id} pushed no rows")
         rows, diffs = parse_updates(value)
-        catalog = IcebergCatalogHook(self.iceberg_conn_id).get_catalog()
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
         receipt = blind_write(
-            catalog, self.collection, rows, diffs, read_only=read_only_default(self.read_only)
+            hook.get_catalog(),
+            self.collection,
+            rows,
+            diffs,
+            read_only=read_only_default(self.read_only),
         )
         log.info("blind write to %s landed at %s", self.collection, receipt.time)
+        if receipt.time is not None:
+            _announce(
+                self,
+                context,
+                hook,
+                self.collection,
+                receipt.upper,
+                time=receipt.time,
+                batch_id=receipt.batch_id,
+                rows_inserted=receipt.inserted,
+                rows_retracted=receipt.retracted,
+                kind="blind-write",
+            )
         return receipt.to_json()
 
 
@@ -184,6 +235,10 @@ class DifferentialWriteOperator(BaseOperator):
     :param insert: rows to insert. Templated.
     :param read_only: the deployment's mode; default ``CT_READ_ONLY``.
     :param iceberg_conn_id: catalog connection (default: embedded catalog).
+
+    A correction that landed announces the collection's asset event through
+    its :class:`AssetAlias` outlet (default ``ct-frontier:<collection>``);
+    ``in-sync`` and ``pending`` announce nothing (the upper did not move).
     """
 
     template_fields: Sequence[str] = ("collection", "desired", "retract", "insert")
@@ -201,6 +256,7 @@ class DifferentialWriteOperator(BaseOperator):
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("outlets", [frontier_alias(collection)])
         super().__init__(**kwargs)
         replace = desired is not None or desired_task_id is not None
         update = retract is not None or insert is not None
@@ -218,9 +274,9 @@ class DifferentialWriteOperator(BaseOperator):
         self.iceberg_conn_id = iceberg_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        catalog = IcebergCatalogHook(self.iceberg_conn_id).get_catalog()
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
         writer = DifferentialCollection.open(
-            catalog, self.collection, read_only=read_only_default(self.read_only)
+            hook.get_catalog(), self.collection, read_only=read_only_default(self.read_only)
         )
         if self.retract is not None or self.insert is not None:
             result = writer.update(
@@ -235,6 +291,19 @@ class DifferentialWriteOperator(BaseOperator):
                     raise CollectionError(f"task {self.desired_task_id} pushed no desired rows")
             result = writer.replace(parse_rows(value, "desired rows"))
         log.info("desired state of %s: %s", self.collection, result.status)
+        if result.landed:
+            _announce(
+                self,
+                context,
+                hook,
+                self.collection,
+                result.upper,
+                time=result.time,
+                batch_id=result.batch_id,
+                rows_inserted=result.inserted,
+                rows_retracted=result.retracted,
+                kind="differential-write",
+            )
         return result.to_json()
 
 
@@ -252,6 +321,11 @@ class TickCollectionsOperator(BaseOperator):
         once they are this old, so expiry can bound its history (``None``: never).
     :param read_only: the deployment's mode; default ``CT_READ_ONLY``.
     :param iceberg_conn_id: catalog connection (default: embedded catalog).
+
+    Collections are found at run time, so their asset events go through one
+    :class:`AssetAlias` outlet (default ``ct-frontier:ticks:<conn id>``):
+    one event per collection whose upper this tick moved (``advanced``),
+    none for those already current, contended, closed or read-only.
     """
 
     template_fields: Sequence[str] = ("namespaces", "time")
@@ -267,6 +341,7 @@ class TickCollectionsOperator(BaseOperator):
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("outlets", [frontier_alias(f"ticks:{iceberg_conn_id}")])
         super().__init__(**kwargs)
         self.namespaces = _names(namespaces, "namespaces")
         self.time = time
@@ -275,15 +350,19 @@ class TickCollectionsOperator(BaseOperator):
         self.iceberg_conn_id = iceberg_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        catalog = IcebergCatalogHook(self.iceberg_conn_id).get_catalog()
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
         tick_at = _time(self.time)
         report = tick_collections(
-            catalog,
+            hook.get_catalog(),
             namespaces=self.namespaces,
             now=now_ms() if tick_at is None else tick_at,
             read_only=read_only_default(self.read_only),
             checkpoint_ms=self.checkpoint_ms,
         )
+        for outcome in report.outcomes:
+            moved = outcome.status == ADVANCED or outcome.synced == "landed"
+            if moved and outcome.upper is not None and not outcome.upper.is_empty:
+                _announce(self, context, hook, outcome.collection, outcome.upper, kind="tick")
         if report.errors:
             raise CollectionError(f"ticking failed for {report.errors}")
         return report.to_json()

@@ -9,10 +9,12 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_provider_ct.assets import SEALED, sealed_tick_time
 from airflow_provider_ct.collections.holds import hold_collection_inputs
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.mint import mint
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
+from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
@@ -38,7 +40,9 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
     :param target: the view's table, ``namespace.table``.
     :param sql: the view's Spark SQL SELECT.
     :param time: tick time override (epoch ms, templated); default: the run's
-        ``data_interval_end``.
+        ``data_interval_end``. ``"sealed"``: the latest time every input has
+        sealed, from the run's triggering asset events and the inputs' tables
+        (a run where that is not past the target's upper skips: nothing to do).
     :param read_only: mint nothing; default from the ``CT_READ_ONLY`` environment variable.
     :param input_upper_policies: per external input, ``wallclock[:<ms>]`` or ``summary:<key>``.
     :param iceberg_conn_id: catalog connection (default: embedded catalog).
@@ -73,7 +77,7 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
         target = normalize_table_name(self.target, catalog_name)
         names = self._inputs(target, catalog_name)
         inputs = timelines(hook, names, self.input_upper_policies)  # all exist
-        time = tick_time(context, self.time)
+        time = self._tick_time(context, inputs, catalog_name)
         decision = mint(
             target=target,
             target_timeline=target_timeline(hook, target),
@@ -114,6 +118,15 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
             description,
             sql=self._lineage_sql(),
         )
+
+    def _tick_time(self, context: Any, inputs: Mapping[str, Timeline], catalog_name: str) -> int:
+        """T: the ``time`` argument or the run's interval, or what the inputs sealed."""
+        if self.time != SEALED:
+            return tick_time(context, self.time)
+        time = sealed_tick_time(context, inputs, catalog_name)
+        if time is None:
+            raise AirflowSkipException("no input has sealed any time yet: nothing to tick")
+        return time
 
     def _inputs(self, target: str, catalog_name: str) -> list[str]:
         """Tables the target is computed from (parsing fails before any Spark job)."""

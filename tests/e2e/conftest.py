@@ -24,6 +24,7 @@ from devtools.devstack import Api, LocalAirflow
 from tests.conftest import _pg_config, connection_json
 from tests.e2e.checks import check_backfilled_view
 from tests.e2e_dags.e2e_dags import DEFERRAL_DAG, POSTGRES_CONN, SPARK_CONN, VIEWS
+from tests.e2e_dags.e2e_medallion import MEDALLION_DAGS
 from tests.sparkcluster import SparkCluster, running_spark_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +75,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pg_server) -> Iterator[Stack
         }
         airflow = LocalAirflow(home=home, dags_folder=ROOT / "tests" / "e2e_dags", env=env)
         with airflow:
-            api = airflow.start([*VIEWS, DEFERRAL_DAG])
+            api = airflow.start([*VIEWS, DEFERRAL_DAG, *MEDALLION_DAGS])
             yield Stack(airflow, api, CatalogConfig.embedded(home), postgres, cluster)
         assert not airflow.survivors(), f"Airflow processes outlived stop(): {airflow.survivors()}"
