@@ -327,3 +327,25 @@ def test_closed_collection_can_still_be_maintained(sqlite_catalog_config: Catalo
     assert table.metadata.current_snapshot().summary.additional_properties[SummaryKeys.UPPER] == (
         "empty"
     )
+
+
+def test_expiry_keeps_the_snapshot_that_sets_the_upper_under_a_foreign_head(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    """A frontier-only tick, then a foreign append: expiring the tick would lose the upper.
+
+    Found by the model-checked run (seed 781668794): maintenance expired the
+    tick's snapshot, main kept only the foreign one, and every later reader
+    refused the table as regressed below its high-water upper.
+    """
+    catalog = sqlite_catalog_config.load()
+    name = f"ns_{uuid.uuid4().hex[:8]}.state"
+    catalog.create_namespace_if_not_exists(name.split(".")[0])
+    table = create_managed_table(catalog, name, SCHEMA)
+    advance(table, 1_000)  # the tick: ct.upper = 1001, no data
+    table.refresh()
+    table.append(pa.table({"k": [6], "v": ["foreign"]}, schema=SCHEMA))  # no ct.* keys
+    expire_snapshots(catalog, name, retention_ms=0, now=now_ms() + 3_600_000)
+    after = Timeline.of(catalog.load_table(name))
+    assert after.upper == Frontier.at(1_001)
+    assert rows_of(catalog.load_table(name)) == Counter({(6, "foreign"): 1})

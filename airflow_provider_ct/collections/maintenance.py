@@ -179,6 +179,12 @@ def plan_expiry(
     recent = [i for i, e in enumerate(entries) if e.committed_at_ms >= now - retention_ms]
     if recent:
         keep = min(keep, max(0, recent[0] - 1))
+    # The newest snapshot carrying ct.upper stays, and all after it: the
+    # frontier is read from it (a foreign commit after it carries none, and
+    # expiring it would leave main below the upper it had reached).
+    setter = [i for i, e in enumerate(entries) if e.snapshot_id == timeline.upper_snapshot_id]
+    if setter:
+        keep = min(keep, setter[0])
     candidates = {e.snapshot_id for e in entries[:keep]}
     main_ids = {e.snapshot_id for e in entries}
     # Snapshots on no ref's history (rolled back) go once older than the retention.
