@@ -221,3 +221,18 @@ def mint_view_tick(catalog: Any, target: str, sql: str, time: int) -> Any:
     except NoSuchTableError:
         target_tl = None
     return mint(target=target, target_timeline=target_tl, time=time, inputs=inputs)
+
+
+def append_between(table: Any, lower: int, upper: int, batch: str, **kwargs: Any) -> None:
+    """Compare-and-append ``batch`` moving the upper from ``lower`` to ``upper``; it must land."""
+    from airflow_provider_ct.core.commit import compare_and_append
+    from airflow_provider_ct.core.frontier import Frontier
+
+    result = compare_and_append(
+        table,
+        expected_upper=Frontier.at(lower),
+        new_upper=Frontier.at(upper),
+        batch_id=batch,
+        **kwargs,
+    )
+    assert result.landed, result.reason

@@ -18,7 +18,7 @@ from airflow_provider_ct.collections import CollectionKind, register_collection
 from airflow_provider_ct.collections.holds import register_reader
 from airflow_provider_ct.collections.registry import set_table_properties
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.commit import TimedChange, compare_and_append
+from airflow_provider_ct.core.commit import TimedChange
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.staging import batch_data_dir
@@ -31,21 +31,13 @@ from airflow_provider_ct.ui.status import (
     table_history,
 )
 from tests.conftest import SCHEMA, sqlite_config
-from tests.helpers import live_data_files, local_path, stage_rows
+from tests.helpers import append_between, live_data_files, local_path, stage_rows
 
 T0 = 1_700_000_000_000
 VIEW, LOG, EXTERNAL = "ui.view", "ui.log", "ui.external"
 
 
-def _append(table: Any, lower: int, upper: int, batch: str, **kwargs: Any) -> None:
-    result = compare_and_append(
-        table,
-        expected_upper=Frontier.at(lower),
-        new_upper=Frontier.at(upper),
-        batch_id=batch,
-        **kwargs,
-    )
-    assert result.landed, result.reason
+_append = append_between
 
 
 def _build_view(catalog: Any) -> tuple[int, int]:

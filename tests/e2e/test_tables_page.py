@@ -32,16 +32,16 @@ import pytest
 from airflow_provider_ct.collections import CollectionKind, register_collection
 from airflow_provider_ct.collections.holds import register_reader
 from airflow_provider_ct.collections.maintenance import expire_snapshots
-from airflow_provider_ct.core.commit import TimedChange, compare_and_append
+from airflow_provider_ct.core.commit import TimedChange
 from airflow_provider_ct.core.deletes import write_position_deletes
-from airflow_provider_ct.core.frontier import Frontier, format_timestamp, now_ms
+from airflow_provider_ct.core.frontier import format_timestamp, now_ms
 from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.core.tables import create_managed_table
 from devtools.devbrowser import chromium, log_in, wait_until
 from tests.conftest import SCHEMA
 from tests.e2e.conftest import Stack
 from tests.e2e_dags.e2e_dags import EMBEDDED, VIEWS
-from tests.helpers import live_data_files, stage_rows
+from tests.helpers import append_between, live_data_files, stage_rows
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.e2e]
 
@@ -52,15 +52,7 @@ MINUTE = 60_000
 BATCHES = [("p1", 3, 0, 0), ("p2", 2, 0, 0), ("p3", 1, 2, 2), ("p4", 0, 0, 0), ("p5", 0, 1, 0)]
 
 
-def _append(table: Any, lower: int, upper: int, batch: str, **kwargs: Any) -> None:
-    result = compare_and_append(
-        table,
-        expected_upper=Frontier.at(lower),
-        new_upper=Frontier.at(upper),
-        batch_id=batch,
-        **kwargs,
-    )
-    assert result.landed, result.reason
+_append = append_between
 
 
 def _write_ticks(catalog: Any, base: int) -> int:
