@@ -29,6 +29,7 @@ from airflow_provider_ct.core.continual import parse_continual_task
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.core.sealed import newest_upper, sealed_time
+from airflow_provider_ct.core.tables import table_asset_uri
 from airflow_provider_ct.core.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -42,14 +43,17 @@ ALIAS_PREFIX = "ct-frontier:"
 def table_asset(table: str, catalog_name: str = "ct") -> Asset:
     """The Airflow Asset of a managed table (schedule other DAGs on it)."""
     name = normalize_table_name(table, catalog_name)
-    return Asset(
-        name=f"{catalog_name}.{name}", uri=f"iceberg://{catalog_name}/{name.replace('.', '/')}"
-    )
+    return Asset(name=f"{catalog_name}.{name}", uri=table_asset_uri(catalog_name, name))
 
 
 def frontier_alias(what: str) -> AssetAlias:
     """The alias a writer emits frontier events through (``what``: a table or a tick DAG)."""
     return AssetAlias(name=f"{ALIAS_PREFIX}{what}")
+
+
+def first_alias(outlets: Sequence[Any]) -> AssetAlias | None:
+    """The alias a writer task emits its frontier events through (its first AssetAlias outlet)."""
+    return next((o for o in outlets if isinstance(o, AssetAlias)), None)
 
 
 def emit_frontier_event(

@@ -129,3 +129,12 @@ def live_rows(table: Table, snapshot_id: int | None) -> int:
     except ValueError:  # absent ("None") or not a number
         return UNKNOWN_ROWS
     return max(0, records - deletes)
+
+
+def table_asset_uri(catalog_name: str, name: str) -> str:
+    """The URI naming table ``name`` (``namespace.table``) as an Airflow Asset.
+
+    Here, with no Airflow import, so the UI's status module (which knows
+    nothing of Airflow) and ``assets.table_asset`` spell it the same way.
+    """
+    return f"iceberg://{catalog_name}/{name.replace('.', '/')}"

@@ -6,9 +6,9 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk import Asset, BaseOperator
 
-from airflow_provider_ct.assets import emit_frontier_event
+from airflow_provider_ct.assets import emit_frontier_event, first_alias
 from airflow_provider_ct.core.commit import catalog_transport_errors
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
@@ -178,7 +178,7 @@ class AppendOperator(BaseOperator):
         description: BatchDescription | None,
     ) -> None:
         """Emit the target's asset event: its upper moved (see ``assets.py`` for why an alias)."""
-        alias = next((o for o in self.outlets if isinstance(o, AssetAlias)), None)
+        alias = first_alias(self.outlets)
         if self.asset is None or alias is None:
             return
         snapshots = result.get("snapshot_ids") or []

@@ -13,9 +13,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-from airflow.sdk import AssetAlias, BaseOperator
+from airflow.sdk import BaseOperator
 
-from airflow_provider_ct.assets import emit_frontier_event, frontier_alias, table_asset
+from airflow_provider_ct.assets import (
+    emit_frontier_event,
+    first_alias,
+    frontier_alias,
+    table_asset,
+)
 from airflow_provider_ct.collections.append_only import blind_write
 from airflow_provider_ct.collections.differential import DifferentialCollection
 from airflow_provider_ct.collections.holds import register_reader
@@ -81,7 +86,7 @@ def _announce(
 
     Called only when the collection's upper moved; see ``assets.py`` for why an alias.
     """
-    alias = next((o for o in operator.outlets if isinstance(o, AssetAlias)), None)
+    alias = first_alias(operator.outlets)
     if alias is None:
         return
     catalog_name = hook.get_config().name

@@ -37,6 +37,7 @@ from airflow_provider_ct.collections.holds import hold_time, read_holds
 from airflow_provider_ct.collections.registry import CollectionKeys
 from airflow_provider_ct.core.frontier import Frontier, now_ms, parse_summary_timestamp
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.tables import table_asset_uri
 from airflow_provider_ct.core.timeline import Timeline, TimelineEntry, is_managed
 from airflow_provider_ct.exceptions import ConfigurationError
 
@@ -131,11 +132,6 @@ class CatalogStatus:
     unmanaged: int = 0
     error: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def table_asset_uri(catalog_name: str, name: str) -> str:
-    """The URI of the Airflow Asset a view of ``name`` updates (as ``views.view_asset``)."""
-    return f"iceberg://{catalog_name}/{name.replace('.', '/')}"
 
 
 def lag_of(upper: Frontier, now: int) -> int:
