@@ -210,3 +210,29 @@ def test_refresh_modes(spark: Any, spark_catalog_config: CatalogConfig) -> None:
     assert report["status"] == "dry_run" and report["strategy"] == "linear"
     assert report["plan"][0] == "strategy: linear"
     assert set(report["input_changes"]) == {f"{ns}.a", f"{ns}.b"}
+
+
+def test_auto_runs_small_inputs_in_full(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up to CT_FULL_BELOW_ROWS input rows, auto runs in full and says why; incremental never."""
+    ns = "incr_small"
+    catalog = spark_catalog_config.load()
+    inputs = Inputs(catalog, ns, seed=11)
+    sql = QUERIES["group"][1].format(ns=ns)
+    for n in (1, 2, 3, 4):
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        rows = len(inputs.a) + len(inputs.b)
+        # Tick 2: the inputs are just at the limit; tick 3: one row past it.
+        monkeypatch.setenv("CT_FULL_BELOW_ROWS", str(rows if n != 3 else rows - 1))
+        refresh = "incremental" if n == 4 else "auto"
+        report = _tick(spark, spark_catalog_config, f"{ns}.v", sql, 1_000 * n, refresh=refresh)
+        view = _normalized(rows_of(catalog.load_table(f"{ns}.v")))
+        assert view == _normalized(inputs.oracle(sql))
+        if n == 1:
+            continue  # the first tick creates the view: always in full
+        expected = "full" if n == 2 else "group"
+        assert report["strategy"] == expected, (n, report)
+        if n == 2:
+            assert report["reason"].startswith(f"the inputs hold {rows:,} rows, at most {rows:,}")

@@ -28,6 +28,7 @@ on the target's history (drift, rollbacks, expired input snapshots: see
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,32 @@ FULL = "full"
 #: ``refresh=`` of a view: incremental where possible, never falling back for
 #: the query's shape, or always the full correction.
 REFRESH_MODES = ("auto", "incremental", FULL)
+
+#: ``refresh="auto"`` runs the full correction when the inputs hold at most
+#: this many rows in all (docs/decisions.md: below it a full correction
+#: costs less than an incremental one, whatever changed).
+SMALL_INPUT_ROWS = 250_000
+#: Overrides :data:`SMALL_INPUT_ROWS` in the job's environment; 0 turns the rule off.
+SMALL_INPUT_ROWS_ENV = "CT_FULL_BELOW_ROWS"
+
+
+def env_row_count(name: str, default: int) -> int:
+    """A row count set in the environment variable ``name`` (a bad value is an error)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        rows = int(value)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number of rows, got {value!r}") from None
+    if rows < 0:
+        raise ConfigurationError(f"{name} must not be negative, got {rows}")
+    return rows
+
+
+def small_input_rows(refresh: str) -> int:
+    """Inputs this small (in rows) make ``refresh`` run in full: only ``auto`` chooses by size."""
+    return env_row_count(SMALL_INPUT_ROWS_ENV, SMALL_INPUT_ROWS) if refresh == "auto" else 0
 
 
 class NotIncremental(Exception):

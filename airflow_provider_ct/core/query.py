@@ -7,6 +7,8 @@ milliseconds, before a JVM starts, with a message naming the problem.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -143,8 +145,20 @@ def _base_tables(tree: Any) -> list[exp.Table]:
 def parse_query(sql: str, *, target: str | None = None, catalog_name: str = "ct") -> ParsedQuery:
     """Parse one Spark SQL query, refusing anything a view cannot be.
 
+    Parses of the same text are memoized per process: a tick's tasks parse
+    their query several times (the DAG file, the sensor, mint, write, the
+    quiet check, lineage), 2-4 ms each for a TPC-H query. Each caller gets
+    its own copy of the tree (a fifth of a parse), since sqlglot's
+    transformations (lineage's qualification, rewrites) may change it.
+
     :param target: the view's own table; a query that reads it is refused.
     """
+    parsed = _parse_query(sql, target, catalog_name)
+    return dataclasses.replace(parsed, expression=parsed.expression.copy())
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_query(sql: str, target: str | None, catalog_name: str) -> ParsedQuery:
     if not sql or not sql.strip():
         raise QueryError("the query is empty")
     try:

@@ -7,18 +7,24 @@ landing in one compare-and-append.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_ct.core.continual import CONTINUAL_TASK_KIND, parse_continual_task
+from airflow_provider_ct.core.continual import (
+    CONTINUAL_TASK_KIND,
+    ContinualTaskDef,
+    parse_continual_task,
+)
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.quiet import Quiet, continual_tick_is_quiet
 from airflow_provider_ct.exceptions import DescriptionError, QueryError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
-from airflow_provider_ct.operators._common import load_table_or_none, timelines
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import WriteOperator
 from airflow_provider_ct.spark import continual_job
 from airflow_provider_ct.spark.exchange import inline
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 
 class ContinualMintOperator(MintOperator):
@@ -71,26 +77,29 @@ class ContinualWriteOperator(WriteOperator):
 
     def _check_before_spark(
         self, hook: IcebergCatalogHook, desc: BatchDescription, target: str
-    ) -> None:
-        task = parse_continual_task(
-            self.definition, default_namespace=self.namespace, catalog_name=hook.get_config().name
-        )
+    ) -> dict[str, Table]:
+        task = self._task(hook)
         tables = [task.input, *task.references]
-        timelines(hook, tables)  # all exist
+        loaded = {name: hook.load_table(name) for name in tables}  # all exist
         missing = [t for t in tables if t not in desc.inputs]
         if missing:
             raise DescriptionError(f"description {desc.id} does not pin {missing}")
+        return loaded
 
-    def _quiet(self, hook: IcebergCatalogHook, desc: BatchDescription, target: str) -> Quiet:
+    def _quiet(
+        self,
+        hook: IcebergCatalogHook,
+        desc: BatchDescription,
+        target: Table | None,
+        inputs: dict[str, Table],
+    ) -> Quiet:
         """Quiet when the job would process no input time (the input did not change)."""
-        task = parse_continual_task(
+        name = self._task(hook).input
+        return continual_tick_is_quiet(target, desc, input_name=name, input_table=inputs[name])
+
+    def _task(self, hook: IcebergCatalogHook) -> ContinualTaskDef:
+        return parse_continual_task(
             self.definition, default_namespace=self.namespace, catalog_name=hook.get_config().name
-        )
-        return continual_tick_is_quiet(
-            load_table_or_none(hook, target),
-            desc,
-            input_name=task.input,
-            input_table=hook.load_table(task.input),
         )
 
     def _lineage_sql(self) -> str | None:

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook, BaseOperator
 
@@ -30,7 +30,6 @@ from airflow_provider_ct.operators._common import (
     RenderedSqlMixin,
     load_json_object,
     load_table_or_none,
-    timelines,
 )
 from airflow_provider_ct.spark import write_job
 from airflow_provider_ct.spark.conf import JarSettings, spark_jars
@@ -44,6 +43,9 @@ from airflow_provider_ct.spark.exchange import (
 )
 from airflow_provider_ct.spark.job_errors import ERROR_FILE, job_error
 from airflow_provider_ct.spark.write_job import STATUS_STAGED, WriteReport
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -165,37 +167,37 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
 
     def _check_before_spark(
         self, hook: IcebergCatalogHook, desc: BatchDescription, target: str
-    ) -> None:
+    ) -> dict[str, Table]:
+        """Check what needs no JVM; returns the inputs, loaded (the quiet check reads them)."""
         parsed = parse_query(self.sql, target=target, catalog_name=hook.get_config().name)
-        timelines(hook, parsed.inputs)  # inputs exist
+        inputs = {name: hook.load_table(name) for name in parsed.inputs}  # inputs exist
         missing = [t for t in parsed.inputs if t not in desc.inputs]
         if missing:
             raise DescriptionError(f"description {desc.id} does not pin inputs {missing}")
+        return inputs
 
-    def _quiet(self, hook: IcebergCatalogHook, desc: BatchDescription, target: str) -> Quiet:
+    def _quiet(
+        self,
+        hook: IcebergCatalogHook,
+        desc: BatchDescription,
+        target: Table | None,
+        inputs: dict[str, Table],
+    ) -> Quiet:
         """Whether the tick provably changes nothing (metadata reads only, no JVM)."""
-        catalog_name = hook.get_config().name
-        parsed = parse_query(self.sql, target=target, catalog_name=catalog_name)
         return view_tick_is_quiet(
-            load_table_or_none(hook, target),
-            desc,
-            sql=self.sql,
-            inputs={name: hook.load_table(name) for name in parsed.inputs},
-            catalog_name=catalog_name,
+            target, desc, sql=self.sql, inputs=inputs, catalog_name=hook.get_config().name
         )
 
-    def _stage_quiet(
-        self, hook: IcebergCatalogHook, desc: BatchDescription, target: str, reason: str
-    ) -> dict[str, Any]:
+    def _stage_quiet(self, target: Table, desc: BatchDescription, reason: str) -> dict[str, Any]:
         """Stage the quiet tick's empty batch; the append commits it like any other."""
         _, manifest = stage_empty_batch(
-            hook.load_table(target),
+            target,
             desc,
             record_time=self.quiet_records_time,
             summary={SummaryKeys.QUERY_HASH: query_hash(self.sql, self.query_kind)},
         )
-        log.info("quiet tick for %s (no Spark job): %s", target, reason)
-        report = WriteReport(STATUS_STAGED, desc.id, target, manifest=manifest, reason=reason)
+        log.info("quiet tick for %s (no Spark job): %s", desc.target, reason)
+        report = WriteReport(STATUS_STAGED, desc.id, desc.target, manifest=manifest, reason=reason)
         return {**report.to_json(), "quiet": True}
 
     def _application(self) -> str:
@@ -257,12 +259,14 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
                 f"description {desc.id} is for {desc.target}, not for this task's target {target}"
             )
         # Everything checkable without a JVM is checked before Spark starts.
-        self._check_before_spark(hook, desc, target)
+        inputs = self._check_before_spark(hook, desc, target)
         self._lineage_state: tuple[BatchDescription, dict[str, Any] | None] = (desc, None)
         if self.quiet_ticks and not self.report_only:
-            quiet = self._quiet(hook, desc, target)
+            table = load_table_or_none(hook, target)
+            quiet = self._quiet(hook, desc, table, inputs)
             if quiet.quiet:
-                staged = self._stage_quiet(hook, desc, target, quiet.reason)
+                assert table is not None  # a quiet tick has a head to stay equal to
+                staged = self._stage_quiet(table, desc, quiet.reason)
                 self._lineage_state = (desc, staged)
                 return staged
             log.info("not a quiet tick, running Spark: %s", quiet.reason)

@@ -19,14 +19,14 @@ Spark path.
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.exceptions import ConfigurationError, IncrementalMismatchError
+from airflow_provider_ct.core.planner import env_row_count
+from airflow_provider_ct.exceptions import IncrementalMismatchError
 from airflow_provider_ct.spark.correction import (
     H1,
     H2,
@@ -49,16 +49,7 @@ ROWS_ENV = "CT_DRIVER_DIFF_ROWS"
 
 def rows_on_driver() -> int:
     """The limit in force: ``CT_DRIVER_DIFF_ROWS`` when set (a bad value is an error)."""
-    value = os.environ.get(ROWS_ENV, "").strip()
-    if not value:
-        return ROWS_ON_DRIVER
-    try:
-        rows = int(value)
-    except ValueError:
-        raise ConfigurationError(f"{ROWS_ENV} must be a number of rows, got {value!r}") from None
-    if rows < 0:
-        raise ConfigurationError(f"{ROWS_ENV} must not be negative, got {rows}")
-    return rows
+    return env_row_count(ROWS_ENV, ROWS_ON_DRIVER)
 
 
 _INDEX = "__ct_i"

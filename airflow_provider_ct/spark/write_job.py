@@ -45,7 +45,14 @@ from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
-from airflow_provider_ct.core.planner import FULL, REFRESH_MODES, Plan, choose_plan
+from airflow_provider_ct.core.planner import (
+    FULL,
+    REFRESH_MODES,
+    SMALL_INPUT_ROWS_ENV,
+    Plan,
+    choose_plan,
+    small_input_rows,
+)
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
 from airflow_provider_ct.core.staging import (
     StagedFile,
@@ -289,7 +296,8 @@ def run_write(
         return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
     scratch = Scratch(spark, target.table)
-    tick = _Tick(spark, config, catalog, sql, desc, plan, verify_every, scratch, clock)
+    small = small_input_rows(refresh)
+    tick = _Tick(spark, config, catalog, sql, desc, plan, verify_every, small, scratch, clock)
     try:
         return _compute_and_stage(tick, target, dry_run)
     finally:
@@ -307,6 +315,8 @@ class _Tick:
     desc: BatchDescription
     plan: Plan
     verify_every: int
+    #: ``refresh="auto"`` runs in full over inputs of at most this many rows (0: never).
+    small_rows: int
     #: Holds the inputs' changes the correction's frames read: removed after staging.
     scratch: Scratch
     clock: _PhaseClock
@@ -398,6 +408,9 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
         base, why_not = incremental_base(target.table, desc, sql=tick.sql, inputs=inputs)
     elif plan.incremental:
         why_not = "the target has no rows yet"
+    if base is not None:
+        why_not = _small_inputs(tick, inputs) or ""
+        base = None if why_not else base
     if base is None:
         return _Computed(_full_correction(tick, target), FULL, why_not, 0)
     verify_every = tick.verify_every
@@ -422,6 +435,28 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
         ticks = base.incremental_ticks + 1
         return _Computed(incr, plan.strategy, plan.reason, ticks, bindings.report())
     return _verify(target, incr, verify_every, bindings.report())
+
+
+def _small_inputs(tick: _Tick, inputs: dict[str, Any]) -> str | None:
+    """Why the inputs are too small for an incremental tick to pay, or None.
+
+    An incremental tick runs several small Spark jobs (the changes, the
+    affected keys, the restricted query, the target's affected rows), each
+    with a fixed cost; a full correction runs the query once. Over small
+    inputs the full one is cheaper whatever changed (docs/decisions.md).
+    The pinned snapshots' summaries say how small, without reading data.
+    """
+    limit = tick.small_rows
+    if limit <= 0:
+        return None
+    pinned = {name: snap for name, snap in tick.desc.inputs.items() if snap is not None}
+    rows = sum(live_rows(inputs[name], snap) for name, snap in pinned.items())
+    if rows > limit:
+        return None
+    return (
+        f"the inputs hold {rows:,} rows, at most {limit:,} ({SMALL_INPUT_ROWS_ENV}): "
+        "a full correction costs less than an incremental one at this size"
+    )
 
 
 def _full_correction(tick: _Tick, target: _Target) -> Correction:
