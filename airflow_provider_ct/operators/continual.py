@@ -16,15 +16,15 @@ from airflow_provider_ct.core.continual import (
 )
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.quiet import Quiet, continual_tick_is_quiet
-from airflow_provider_ct.exceptions import DescriptionError, QueryError
+from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators.mint import MintOperator
-from airflow_provider_ct.operators.write import WriteOperator
+from airflow_provider_ct.operators.write import Loaded, WriteOperator
 from airflow_provider_ct.spark import continual_job
 from airflow_provider_ct.spark.exchange import inline
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
+    pass
 
 
 class ContinualMintOperator(MintOperator):
@@ -75,27 +75,15 @@ class ContinualWriteOperator(WriteOperator):
         task = parse_continual_task(definition, default_namespace=namespace)
         super().__init__(target=task.name, sql=definition, **kwargs)
 
-    def _check_before_spark(
-        self, hook: IcebergCatalogHook, desc: BatchDescription, target: str
-    ) -> dict[str, Table]:
+    def _tables_read(self, hook: IcebergCatalogHook, target: str) -> list[str]:
         task = self._task(hook)
-        tables = [task.input, *task.references]
-        loaded = {name: hook.load_table(name) for name in tables}  # all exist
-        missing = [t for t in tables if t not in desc.inputs]
-        if missing:
-            raise DescriptionError(f"description {desc.id} does not pin {missing}")
-        return loaded
+        return [task.input, *task.references]
 
-    def _quiet(
-        self,
-        hook: IcebergCatalogHook,
-        desc: BatchDescription,
-        target: Table | None,
-        inputs: dict[str, Table],
-    ) -> Quiet:
+    def _quiet(self, hook: IcebergCatalogHook, desc: BatchDescription, loaded: Loaded) -> Quiet:
         """Quiet when the job would process no input time (the input did not change)."""
         name = self._task(hook).input
-        return continual_tick_is_quiet(target, desc, input_name=name, input_table=inputs[name])
+        table = loaded.inputs[name]
+        return continual_tick_is_quiet(loaded.target, desc, input_name=name, input_table=table)
 
     def _task(self, hook: IcebergCatalogHook) -> ContinualTaskDef:
         return parse_continual_task(

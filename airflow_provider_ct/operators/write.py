@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.sdk import BaseHook, BaseOperator
 
@@ -66,6 +66,14 @@ def _spark_submit_hook(spark_conn_id: str | None, master: str, **kwargs: Any) ->
             return data
 
     return _Hook(conn_id=spark_conn_id or "spark_default", **kwargs)
+
+
+class Loaded(NamedTuple):
+    """The tables a quiet check reads, loaded once per task."""
+
+    #: The target, ``None`` before its first tick.
+    target: Table | None
+    inputs: dict[str, Table]
 
 
 class WriteOperator(RenderedSqlMixin, BaseOperator):
@@ -165,27 +173,30 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
                 raise DescriptionError(f"task {self.description_task_id} returned no description")
         return BatchDescription.from_json(load_json_object(value, "batch description"))
 
+    def _tables_read(self, hook: IcebergCatalogHook, target: str) -> list[str]:
+        """The tables the job reads (a query that does not parse fails here, before Spark)."""
+        catalog_name = hook.get_config().name
+        return list(parse_query(self.sql, target=target, catalog_name=catalog_name).inputs)
+
     def _check_before_spark(
         self, hook: IcebergCatalogHook, desc: BatchDescription, target: str
     ) -> dict[str, Table]:
         """Check what needs no JVM; returns the inputs, loaded (the quiet check reads them)."""
-        parsed = parse_query(self.sql, target=target, catalog_name=hook.get_config().name)
-        inputs = {name: hook.load_table(name) for name in parsed.inputs}  # inputs exist
-        missing = [t for t in parsed.inputs if t not in desc.inputs]
+        names = self._tables_read(hook, target)
+        inputs = {name: hook.load_table(name) for name in names}  # all exist
+        missing = [t for t in names if t not in desc.inputs]
         if missing:
             raise DescriptionError(f"description {desc.id} does not pin inputs {missing}")
         return inputs
 
-    def _quiet(
-        self,
-        hook: IcebergCatalogHook,
-        desc: BatchDescription,
-        target: Table | None,
-        inputs: dict[str, Table],
-    ) -> Quiet:
+    def _quiet(self, hook: IcebergCatalogHook, desc: BatchDescription, loaded: Loaded) -> Quiet:
         """Whether the tick provably changes nothing (metadata reads only, no JVM)."""
         return view_tick_is_quiet(
-            target, desc, sql=self.sql, inputs=inputs, catalog_name=hook.get_config().name
+            loaded.target,
+            desc,
+            sql=self.sql,
+            inputs=loaded.inputs,
+            catalog_name=hook.get_config().name,
         )
 
     def _stage_quiet(self, target: Table, desc: BatchDescription, reason: str) -> dict[str, Any]:
@@ -263,7 +274,7 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         self._lineage_state: tuple[BatchDescription, dict[str, Any] | None] = (desc, None)
         if self.quiet_ticks and not self.report_only:
             table = load_table_or_none(hook, target)
-            quiet = self._quiet(hook, desc, table, inputs)
+            quiet = self._quiet(hook, desc, Loaded(table, inputs))
             if quiet.quiet:
                 assert table is not None  # a quiet tick has a head to stay equal to
                 staged = self._stage_quiet(table, desc, quiet.reason)
