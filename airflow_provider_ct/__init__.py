@@ -18,6 +18,7 @@ _LAZY = {
     "MintOperator": "airflow_provider_ct.operators.mint",
     "WriteOperator": "airflow_provider_ct.operators.write",
     "AppendOperator": "airflow_provider_ct.operators.append",
+    "ViewTickOperator": "airflow_provider_ct.operators.tick",
     "IcebergCatalogHook": "airflow_provider_ct.hooks.iceberg",
     "materialized_view": "airflow_provider_ct.views",
     "continual_task": "airflow_provider_ct.continual",

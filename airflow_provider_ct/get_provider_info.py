@@ -43,6 +43,7 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_ct.operators.mint",
             "airflow_provider_ct.operators.write",
             "airflow_provider_ct.operators.append",
+            "airflow_provider_ct.operators.tick",
             "airflow_provider_ct.operators.continual",
             "airflow_provider_ct.operators.collections",
         ),

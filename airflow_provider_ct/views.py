@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk import Asset, TaskGroup
+from airflow.sdk import Asset, BaseOperator, TaskGroup
 
 from airflow_provider_ct.assets import SEALED, frontier_alias, table_asset
 from airflow_provider_ct.core.planner import choose_plan
@@ -15,6 +15,7 @@ from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import catalog_name_of, is_templated_sql
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
+from airflow_provider_ct.operators.tick import ViewTickOperator
 from airflow_provider_ct.operators.write import DEFAULT_LOCAL_MASTER, WriteOperator
 from airflow_provider_ct.sensors.frontier import FrontierSensor
 
@@ -47,6 +48,7 @@ def materialized_view(
     warm_idle_timeout: float | None = None,
     refresh: str = "auto",
     verify_every: int = 0,
+    fuse_steps: bool = False,
     **group_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that keeps ``target`` equal to ``sql`` at every tick.
@@ -80,6 +82,10 @@ def materialized_view(
     :param engine: ``spark-submit`` | ``warm`` (a long-lived Spark driver per
         worker, see docs/engines.md); default: the Spark connection's choice.
     :param warm_idle_timeout: seconds a warm driver stays up without jobs.
+    :param fuse_steps: mint, write and append as one task ``tick``
+        (:class:`~airflow_provider_ct.operators.tick.ViewTickOperator`):
+        a third of the task instances per tick, at the price of per-step
+        durations and retries in the UI (docs/engines.md).
     """
     catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
     if not is_templated_sql(sql):  # a template is checked when rendered (RenderedSqlMixin)
@@ -87,33 +93,37 @@ def materialized_view(
         parse_policies(input_upper_policies, parsed.inputs, catalog_name)
         choose_plan(parsed, refresh)  # refresh="incremental" fails here for a query it cannot do
     gid = group_id or f"view_{normalize_table_name(target, catalog_name).replace('.', '_')}"
+    name = normalize_table_name(target, catalog_name)
+    write_args: dict[str, Any] = {
+        "target": target,
+        "sql": sql,
+        "spark_conn_id": spark_conn_id,
+        "spark_master": spark_master,
+        "spark_conf": spark_conf,
+        "report_only": report_only,
+        "iceberg_conn_id": iceberg_conn_id,
+        "quiet_ticks": quiet_ticks,
+        "refresh": refresh,
+        "verify_every": verify_every,
+        "engine": engine,
+        "warm_idle_timeout": warm_idle_timeout,
+    }
+    announce: dict[str, Any] = {
+        "asset": table_asset(name, catalog_name),
+        "outlets": [frontier_alias(f"{catalog_name}.{name}")],
+    }
     with TaskGroup(group_id=gid, **group_kwargs) as group:
-        mint_task = MintOperator(
-            task_id="mint",
-            target=target,
-            sql=sql,
-            time=time,
-            read_only=read_only,
-            input_upper_policies=input_upper_policies,
-            iceberg_conn_id=iceberg_conn_id,
-        )
-        write = WriteOperator(
-            task_id="write",
-            target=target,
-            sql=sql,
-            description_task_id=mint_task.task_id,
-            spark_conn_id=spark_conn_id,
-            spark_master=spark_master,
-            spark_conf=spark_conf,
-            report_only=report_only,
-            iceberg_conn_id=iceberg_conn_id,
-            quiet_ticks=quiet_ticks,
-            refresh=refresh,
-            verify_every=verify_every,
-            engine=engine,
-            warm_idle_timeout=warm_idle_timeout,
-        )
-        mint_task >> write
+        mint_args: dict[str, Any] = {
+            "time": time,
+            "read_only": read_only,
+            "input_upper_policies": input_upper_policies,
+        }
+        if fuse_steps:
+            first: BaseOperator = ViewTickOperator(
+                task_id="tick", **mint_args, **write_args, **({} if report_only else announce)
+            )
+        else:
+            first = _separate_steps(mint_args, write_args, None if report_only else announce)
         if time != SEALED:  # a sealed time is sealed by construction: nothing to wait for
             (
                 FrontierSensor(
@@ -127,18 +137,29 @@ def materialized_view(
                     timeout=sensor_timeout,
                     mode=sensor_mode,
                 )
-                >> mint_task
+                >> first
             )
-        if not report_only:
-            name = normalize_table_name(target, catalog_name)
-            append = AppendOperator(
-                task_id="append",
-                write_task_id=write.task_id,
-                description_task_id=mint_task.task_id,
-                iceberg_conn_id=iceberg_conn_id,
-                lineage_sql=sql,
-                asset=table_asset(name, catalog_name),
-                outlets=[frontier_alias(f"{catalog_name}.{name}")],
-            )
-            write >> append
     return group
+
+
+def _separate_steps(
+    mint_args: dict[str, Any], write_args: dict[str, Any], announce: dict[str, Any] | None
+) -> MintOperator:
+    """mint >> write >> append (no append for a dry run, ``announce`` None); returns mint."""
+    target, sql, conn = write_args["target"], write_args["sql"], write_args["iceberg_conn_id"]
+    mint_task = MintOperator(
+        task_id="mint", target=target, sql=sql, iceberg_conn_id=conn, **mint_args
+    )
+    write = WriteOperator(task_id="write", description_task_id=mint_task.task_id, **write_args)
+    mint_task >> write
+    if announce is not None:
+        append = AppendOperator(
+            task_id="append",
+            write_task_id=write.task_id,
+            description_task_id=mint_task.task_id,
+            iceberg_conn_id=conn,
+            lineage_sql=sql,
+            **announce,
+        )
+        write >> append
+    return mint_task

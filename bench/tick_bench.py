@@ -5,6 +5,11 @@ Run on demand, never in ``make test`` (see docs/views.md, "Benchmarks")::
     python bench/tick_bench.py --views 1,6 --sf 0.001          # a smoke run (minutes)
     python bench/tick_bench.py --engines warm                  # 22 views at SF 0.01
     python bench/tick_bench.py --engines spark-submit,warm --ticks 2
+    python bench/tick_bench.py --engines warm,warm-fused --ticks 2   # also one task per tick
+
+An engine name ending in ``-fused`` builds the views with ``fuse_steps=True``
+(mint, write and append as one task ``tick``, whose duration the tables show
+in the ``write`` column).
 
 What it does (data, queries, changes and oracle: bench/tick_bench_tpch.py):
 
@@ -68,11 +73,14 @@ os.environ["CT_TICK_BENCH_SPEC"] = str(_WORK / "spec.json")
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
 from airflow_provider_ct.engine import protocol  # noqa: E402
+from airflow_provider_ct.operators.tick import WRITE_REPORT_KEY  # noqa: E402
 from bench import tick_bench_tpch as tpch  # noqa: E402
 from tests.helpers import rows_of  # noqa: E402
 
 log = logging.getLogger("tick_bench")
 TASKS = ("wait_for_inputs", "mint", "write", "append")
+#: ``--engines warm-fused``: the engine with mint, write and append fused into one task.
+FUSED = "-fused"
 
 #: A fresh interpreter and JVM: a new local session and its first query (the unit).
 COLD_START = """
@@ -127,7 +135,8 @@ def write_spec(engines: list[str], queries: list[tpch.TpchQuery]) -> None:
     specs = [
         {
             "dag_id": dag_id(engine),
-            "engine": engine,
+            "engine": engine.removesuffix(FUSED),
+            "fuse_steps": engine.endswith(FUSED),
             "namespace": namespace(engine),
             "views": {q.name: q.spark_sql for q in queries},
         }
@@ -165,11 +174,16 @@ def _run_details(dag_id_: str, run_id: str) -> tuple[dict[str, float], dict[str,
             select(XComModel).where(
                 XComModel.dag_id == dag_id_,
                 XComModel.run_id == run_id,
-                XComModel.key == "return_value",
-                XComModel.task_id.like("%.write"),
+                XComModel.key.in_(("return_value", WRITE_REPORT_KEY)),
             )
         ).all()
-        reports = {x.task_id: XComModel.deserialize_value(x) for x in xcoms}
+        # A write task's return value; a fused tick task's report under its own key.
+        reports = {
+            x.task_id.rsplit(".", 1)[0] + ".write": XComModel.deserialize_value(x)
+            for x in xcoms
+            if (x.task_id.endswith(".write") and x.key == "return_value")
+            or (x.task_id.endswith(".tick") and x.key == WRITE_REPORT_KEY)
+        }
     return durations, reports
 
 
@@ -191,8 +205,11 @@ def run_tick(dag: Any, engine: str, kind: str, queries: list[tpch.TpchQuery]) ->
     tick = Tick(engine, kind, t_ms, round(wall, 2), load)
     for q in queries:
         report = reports.get(f"{q.name}.write") or {}
+        tasks = {t: round(durations.get(f"{q.name}.{t}", 0.0), 2) for t in TASKS}
+        if f"{q.name}.tick" in durations:  # fused: mint, write and append in one task
+            tasks["write"] = round(durations[f"{q.name}.tick"], 2)
         tick.views[q.name] = {
-            "tasks": {t: round(durations.get(f"{q.name}.{t}", 0.0), 2) for t in TASKS},
+            "tasks": tasks,
             "strategy": "quiet" if report.get("quiet") else report.get("strategy", "?"),
             "reason": report.get("reason", ""),
             "phases": report.get("phases", {}),

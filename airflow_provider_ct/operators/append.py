@@ -65,82 +65,26 @@ def checked_report(value: Any) -> dict[str, Any]:
     return report
 
 
-class AppendOperator(BaseOperator):
-    """Commit a staged batch with compare-and-append on the target's frontier.
+class AppendStep:
+    """The commit step of a tick: land a staged batch, announce it, sweep after a loss.
 
-    Succeeds in every ordinary outcome and says which in its XCom:
-    ``{"appended": true}`` when the batch is on the table (including a retry,
-    or a second attempt of the same batch, that finds it already there; a
-    second attempt's own staged files are removed), ``{"appended": false,
-    "upper": ...}`` when another writer got there first (its staged files are
-    deleted; the next tick corrects). A malformed report, a manifest that is
-    not completely staged, not the target's or not the description's fails
-    the task and changes nothing; so does an unknown commit outcome, so that
-    Airflow's retry settles it.
-
-    :param write_task_id: the WriteOperator whose report to append.
-    :param report: the write report itself (dict or JSON) instead.
-    :param description_task_id: the task whose XCom is the batch description
-        the write was given (the mint); the manifest must answer exactly it.
-        Also what OpenLineage reports as the pinned inputs (docs/lineage.md).
-    :param lineage_sql: the view's query, for OpenLineage column lineage only.
-    :param asset: the target's Asset. When the batch is on the table (the
-        upper moved), the task announces it: one asset event for ``asset``,
-        through the first :class:`AssetAlias` of ``outlets``, with the new
-        upper, time, snapshot and batch ids, rows and refresh strategy in its
-        ``extra``. A loser, or a write that staged nothing, announces nothing.
-    :param writer_kind: the ``kind`` of that event (``view``, ``continual-task``).
+    :class:`AppendOperator` runs it on the write task's report;
+    :class:`~.tick.ViewTickOperator` runs it after its own write. The class
+    using it sets ``iceberg_conn_id``, ``asset``, ``writer_kind``,
+    ``lineage_sql`` and (as every operator has) ``task_id`` and ``outlets``.
     """
 
-    template_fields: Sequence[str] = ("report",)
-    ui_color = "#d9f2d0"
+    iceberg_conn_id: str
+    asset: Asset | None
+    writer_kind: str
+    lineage_sql: str | None
+    task_id: str
+    outlets: Any
 
-    def __init__(
-        self,
-        *,
-        write_task_id: str | None = None,
-        report: dict[str, Any] | str | None = None,
-        description_task_id: str | None = None,
-        iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
-        lineage_sql: str | None = None,
-        asset: Asset | None = None,
-        writer_kind: str = "view",
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.lineage_sql = lineage_sql
-        if write_task_id is None and report is None:
-            raise ValueError("pass write_task_id= or report=")
-        self.asset = asset
-        self.writer_kind = writer_kind
-        self.write_task_id = write_task_id
-        self.report = report
-        self.description_task_id = description_task_id
-        self.iceberg_conn_id = iceberg_conn_id
-
-    def _description(self, context: Any) -> BatchDescription | None:
-        if self.description_task_id is None:
-            return None
-        value = context["ti"].xcom_pull(task_ids=self.description_task_id)
-        if value is None:
-            raise DescriptionError(f"task {self.description_task_id} returned no description")
-        description = BatchDescription.from_json(load_json_object(value, "batch description"))
-        self._lineage_description = description
-        return description
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        value = self.report
-        if value is None:
-            value = context["ti"].xcom_pull(task_ids=self.write_task_id)
-            if value is None:
-                raise DescriptionError(f"task {self.write_task_id} returned no write report")
-        report = checked_report(value)
-        description = self._description(context)
-        if description is not None and report["description_id"] != description.id:
-            raise DescriptionError(
-                f"write report is for description {report['description_id']}, not for "
-                f"{description.id} minted by {self.description_task_id}"
-            )
+    def _append_report(
+        self, context: Any, report: dict[str, Any], description: BatchDescription | None
+    ) -> dict[str, Any]:
+        """Land the batch of a checked write ``report``; the outcome as the task's XCom."""
         if report["status"] != STATUS_STAGED:
             log.info(
                 "nothing to append: write status %s (%s)",
@@ -284,9 +228,9 @@ class AppendOperator(BaseOperator):
         """Pinned inputs and the batch's new snapshot on the target: docs/lineage.md."""
         description = getattr(self, "_lineage_description", None)
         result = getattr(self, "_lineage_result", None)
-        return safe_lineage(self.task_id, lambda: self._describe(description, result))
+        return safe_lineage(self.task_id, lambda: self._describe_append(description, result))
 
-    def _describe(
+    def _describe_append(
         self, description: BatchDescription | None, result: dict[str, Any] | None
     ) -> TickLineage | None:
         """Nothing without the description (no pinned inputs to report) or a landed batch."""
@@ -308,3 +252,82 @@ class AppendOperator(BaseOperator):
             output_facts=facts,
             rows_inserted=result.get("rows_inserted"),
         )
+
+
+class AppendOperator(AppendStep, BaseOperator):
+    """Commit a staged batch with compare-and-append on the target's frontier.
+
+    Succeeds in every ordinary outcome and says which in its XCom:
+    ``{"appended": true}`` when the batch is on the table (including a retry,
+    or a second attempt of the same batch, that finds it already there; a
+    second attempt's own staged files are removed), ``{"appended": false,
+    "upper": ...}`` when another writer got there first (its staged files are
+    deleted; the next tick corrects). A malformed report, a manifest that is
+    not completely staged, not the target's or not the description's fails
+    the task and changes nothing; so does an unknown commit outcome, so that
+    Airflow's retry settles it.
+
+    :param write_task_id: the WriteOperator whose report to append.
+    :param report: the write report itself (dict or JSON) instead.
+    :param description_task_id: the task whose XCom is the batch description
+        the write was given (the mint); the manifest must answer exactly it.
+        Also what OpenLineage reports as the pinned inputs (docs/lineage.md).
+    :param lineage_sql: the view's query, for OpenLineage column lineage only.
+    :param asset: the target's Asset. When the batch is on the table (the
+        upper moved), the task announces it: one asset event for ``asset``,
+        through the first :class:`AssetAlias` of ``outlets``, with the new
+        upper, time, snapshot and batch ids, rows and refresh strategy in its
+        ``extra``. A loser, or a write that staged nothing, announces nothing.
+    :param writer_kind: the ``kind`` of that event (``view``, ``continual-task``).
+    """
+
+    template_fields: Sequence[str] = ("report",)
+    ui_color = "#d9f2d0"
+
+    def __init__(
+        self,
+        *,
+        write_task_id: str | None = None,
+        report: dict[str, Any] | str | None = None,
+        description_task_id: str | None = None,
+        iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+        lineage_sql: str | None = None,
+        asset: Asset | None = None,
+        writer_kind: str = "view",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.lineage_sql = lineage_sql
+        if write_task_id is None and report is None:
+            raise ValueError("pass write_task_id= or report=")
+        self.asset = asset
+        self.writer_kind = writer_kind
+        self.write_task_id = write_task_id
+        self.report = report
+        self.description_task_id = description_task_id
+        self.iceberg_conn_id = iceberg_conn_id
+
+    def _description(self, context: Any) -> BatchDescription | None:
+        if self.description_task_id is None:
+            return None
+        value = context["ti"].xcom_pull(task_ids=self.description_task_id)
+        if value is None:
+            raise DescriptionError(f"task {self.description_task_id} returned no description")
+        description = BatchDescription.from_json(load_json_object(value, "batch description"))
+        self._lineage_description = description
+        return description
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        value = self.report
+        if value is None:
+            value = context["ti"].xcom_pull(task_ids=self.write_task_id)
+            if value is None:
+                raise DescriptionError(f"task {self.write_task_id} returned no write report")
+        report = checked_report(value)
+        description = self._description(context)
+        if description is not None and report["description_id"] != description.id:
+            raise DescriptionError(
+                f"write report is for description {report['description_id']}, not for "
+                f"{description.id} minted by {self.description_task_id}"
+            )
+        return self._append_report(context, report, description)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -27,6 +27,9 @@ from airflow_provider_ct.operators._common import (
 )
 
 log = logging.getLogger(__name__)
+
+#: The key of a task's return value in XCom (Airflow's ``XCOM_RETURN_KEY``).
+XCOM_RETURN_KEY = "return_value"
 
 
 class MintOperator(RenderedSqlMixin, BaseOperator):
@@ -72,33 +75,22 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
         self.iceberg_conn_id = iceberg_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        hook = IcebergCatalogHook(self.iceberg_conn_id)
-        catalog_name = hook.get_config().name
-        target = normalize_table_name(self.target, catalog_name)
-        names = self._inputs(target, catalog_name)
-        inputs = timelines(hook, names, self.input_upper_policies)  # all exist
-        time = self._tick_time(context, inputs, catalog_name)
-        decision = mint(
-            target=target,
-            target_timeline=target_timeline(hook, target),
-            time=time,
-            inputs=inputs,
-            read_only=read_only_default(self.read_only),
+        description = mint_description(
+            context,
+            iceberg_conn_id=self.iceberg_conn_id,
+            target=self.target,
+            time=self.time,
+            read_only=self.read_only,
+            input_upper_policies=self.input_upper_policies,
             previous=self._previous(context),
+            inputs_of=self._inputs,
         )
-        if decision.description is None:
-            log.info("not minting for %s at T=%s: %s", target, time, decision.reason)
-            raise AirflowSkipException(decision.reason)
-        # Before the write job reads the pinned snapshots, collection expiry
-        # must learn what this reader still reads. Only once minted: a refused
-        # tick (a bogus time, an input not yet complete) must change nothing,
-        # and its time as a first hold would let expiry drop what later ticks read.
-        held = hold_collection_inputs(hook.get_catalog(), target, inputs, since=time)
-        if held:
-            log.info("%s now holds snapshots of %s from T=%s on", target, held, time)
-        log.info("%s: %s", target, decision.reason)
-        self._minted = decision.description
-        return decision.description.to_json()
+        self._minted = description
+        return description.to_json()
+
+    def _inputs(self, target: str, catalog_name: str) -> list[str]:
+        """Tables the target is computed from (parsing fails before any Spark job)."""
+        return view_inputs(self.sql, target, catalog_name)
 
     def _lineage_sql(self) -> str | None:
         """The query column lineage is traced from (a view's SELECT)."""
@@ -119,33 +111,90 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
             sql=self._lineage_sql(),
         )
 
-    def _tick_time(self, context: Any, inputs: Mapping[str, Timeline], catalog_name: str) -> int:
-        """T: the ``time`` argument or the run's interval, or what the inputs sealed."""
-        if self.time != SEALED:
-            return tick_time(context, self.time)
-        time = sealed_tick_time(context, inputs, catalog_name)
-        if time is None:
-            raise AirflowSkipException("no input has sealed any time yet: nothing to tick")
-        return time
-
-    def _inputs(self, target: str, catalog_name: str) -> list[str]:
-        """Tables the target is computed from (parsing fails before any Spark job)."""
-        return list(parse_query(self.sql, target=target, catalog_name=catalog_name).inputs)
-
     def _previous(self, context: Any) -> BatchDescription | None:
         """The description this task minted last (prior runs), to check lowers only rise."""
-        ti = context.get("ti")
-        if ti is None:
-            return None
-        try:
-            value = ti.xcom_pull(task_ids=self.task_id, include_prior_dates=True)
-        except Exception:  # XCom backends differ; the check is a safety net only
-            log.debug("no previous description available", exc_info=True)
-            return None
-        if not value:
-            return None
-        try:
-            return BatchDescription.from_json(value)
-        except DescriptionError:
-            log.warning("ignoring a malformed previous description: %r", value)
-            return None
+        return previous_description(context, self.task_id)
+
+
+def previous_description(
+    context: Any, task_id: str, key: str = XCOM_RETURN_KEY
+) -> BatchDescription | None:
+    """The description ``task_id`` pushed under ``key`` in an earlier run, if any."""
+    ti = context.get("ti")
+    if ti is None:
+        return None
+    try:
+        value = ti.xcom_pull(task_ids=task_id, key=key, include_prior_dates=True)
+    except Exception:  # XCom backends differ; the check is a safety net only
+        log.debug("no previous description available", exc_info=True)
+        return None
+    if not value:
+        return None
+    try:
+        return BatchDescription.from_json(value)
+    except DescriptionError:
+        log.warning("ignoring a malformed previous description: %r", value)
+        return None
+
+
+def mint_description(
+    context: Any,
+    *,
+    iceberg_conn_id: str,
+    target: str,
+    time: int | str | None,
+    read_only: bool | None,
+    input_upper_policies: Mapping[str, str],
+    previous: BatchDescription | None,
+    inputs_of: Callable[[str, str], list[str]],
+) -> BatchDescription:
+    """Mint one tick's description, or skip the task (with the reason) if there is none.
+
+    What :class:`MintOperator` runs; :class:`~.tick.ViewTickOperator` runs it
+    as the first of its three steps.
+
+    :param inputs_of: ``(target, catalog_name) -> input table names``.
+    """
+    hook = IcebergCatalogHook(iceberg_conn_id)
+    catalog_name = hook.get_config().name
+    target = normalize_table_name(target, catalog_name)
+    names = inputs_of(target, catalog_name)  # a query that does not parse fails here
+    inputs = timelines(hook, names, input_upper_policies)  # all exist
+    t = _tick_time(context, time, inputs, catalog_name)
+    decision = mint(
+        target=target,
+        target_timeline=target_timeline(hook, target),
+        time=t,
+        inputs=inputs,
+        read_only=read_only_default(read_only),
+        previous=previous,
+    )
+    if decision.description is None:
+        log.info("not minting for %s at T=%s: %s", target, t, decision.reason)
+        raise AirflowSkipException(decision.reason)
+    # Before the write job reads the pinned snapshots, collection expiry
+    # must learn what this reader still reads. Only once minted: a refused
+    # tick (a bogus time, an input not yet complete) must change nothing,
+    # and its time as a first hold would let expiry drop what later ticks read.
+    held = hold_collection_inputs(hook.get_catalog(), target, inputs, since=t)
+    if held:
+        log.info("%s now holds snapshots of %s from T=%s on", target, held, t)
+    log.info("%s: %s", target, decision.reason)
+    return decision.description
+
+
+def view_inputs(sql: str, target: str, catalog_name: str) -> list[str]:
+    """The tables a view's query reads (parsing fails before any Spark job)."""
+    return list(parse_query(sql, target=target, catalog_name=catalog_name).inputs)
+
+
+def _tick_time(
+    context: Any, time: int | str | None, inputs: Mapping[str, Timeline], catalog_name: str
+) -> int:
+    """T: the ``time`` argument or the run's interval, or what the inputs sealed."""
+    if time != SEALED:
+        return tick_time(context, time)
+    sealed = sealed_tick_time(context, inputs, catalog_name)
+    if sealed is None:
+        raise AirflowSkipException("no input has sealed any time yet: nothing to tick")
+    return sealed

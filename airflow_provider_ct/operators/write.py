@@ -117,6 +117,9 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
     #: Whether a quiet batch records the tick's time (a view) or only advances
     #: the upper (a continual task whose input did not change).
     quiet_records_time = True
+    #: Whether the description comes from ``description``/``description_task_id``
+    #: (not for a task that mints its own, :class:`~.tick.ViewTickOperator`).
+    reads_description = True
 
     def __init__(
         self,
@@ -139,7 +142,7 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if description is None and description_task_id is None:
+        if description is None and description_task_id is None and self.reads_description:
             raise ValueError("pass description= or description_task_id=")
         self.target = target
         self.sql = sql
@@ -261,9 +264,12 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         )
 
     def execute(self, context: Any) -> dict[str, Any]:
+        return self._write(self._description(context))
+
+    def _write(self, desc: BatchDescription) -> dict[str, Any]:
+        """Stage (or, quiet, stage empty) the batch of ``desc``; the write report."""
         hook = IcebergCatalogHook(self.iceberg_conn_id)
         config = hook.get_config()
-        desc = self._description(context)
         target = normalize_table_name(self.target, config.name)
         if desc.target != target:
             raise DescriptionError(

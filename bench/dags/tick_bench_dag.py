@@ -3,7 +3,8 @@
 ``dag.test()`` runs only DAGs its bundle (the DAGs folder) defines, so the
 bench points ``AIRFLOW__CORE__DAGS_FOLDER`` here and describes the views in
 a JSON file named by ``CT_TICK_BENCH_SPEC``: for each DAG its id, engine,
-target namespace and ``{view name: Spark SQL}``. Without that variable this
+whether mint, write and append are one task (``fuse_steps``), target
+namespace and ``{view name: Spark SQL}``. Without that variable this
 file defines no DAG (it is harmless in any other DAGs folder).
 """
 
@@ -43,6 +44,7 @@ def build_dag(spec: dict[str, Any]) -> DAG:
                 group_id=name,
                 poke_interval=1,
                 engine=spec["engine"],
+                fuse_steps=bool(spec.get("fuse_steps")),
                 warm_idle_timeout=float(spec.get("warm_idle_timeout", 600)),
             )
     return dag
