@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
@@ -76,14 +76,7 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         description = mint_description(
-            context,
-            iceberg_conn_id=self.iceberg_conn_id,
-            target=self.target,
-            time=self.time,
-            read_only=self.read_only,
-            input_upper_policies=self.input_upper_policies,
-            previous=self._previous(context),
-            inputs_of=self._inputs,
+            context, self, previous=self._previous(context), inputs_of=self._inputs
         )
         self._minted = description
         return description.to_json()
@@ -137,14 +130,25 @@ def previous_description(
         return None
 
 
+class MintSettings(Protocol):
+    """What minting reads from its operator (:class:`MintOperator` or the fused tick's)."""
+
+    @property
+    def iceberg_conn_id(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def time(self) -> int | str | None: ...
+    @property
+    def read_only(self) -> bool | None: ...
+    @property
+    def input_upper_policies(self) -> Mapping[str, str]: ...
+
+
 def mint_description(
     context: Any,
+    settings: MintSettings,
     *,
-    iceberg_conn_id: str,
-    target: str,
-    time: int | str | None,
-    read_only: bool | None,
-    input_upper_policies: Mapping[str, str],
     previous: BatchDescription | None,
     inputs_of: Callable[[str, str], list[str]],
 ) -> BatchDescription:
@@ -155,9 +159,11 @@ def mint_description(
 
     :param inputs_of: ``(target, catalog_name) -> input table names``.
     """
+    iceberg_conn_id, time = settings.iceberg_conn_id, settings.time
+    read_only, input_upper_policies = settings.read_only, settings.input_upper_policies
     hook = IcebergCatalogHook(iceberg_conn_id)
     catalog_name = hook.get_config().name
-    target = normalize_table_name(target, catalog_name)
+    target = normalize_table_name(settings.target, catalog_name)
     names = inputs_of(target, catalog_name)  # a query that does not parse fails here
     inputs = timelines(hook, names, input_upper_policies)  # all exist
     t = _tick_time(context, time, inputs, catalog_name)

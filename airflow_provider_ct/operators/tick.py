@@ -83,11 +83,7 @@ class ViewTickOperator(AppendStep, WriteOperator):
         """The tick's description; skips the task when there is nothing to mint."""
         return mint_description(
             context,
-            iceberg_conn_id=self.iceberg_conn_id,
-            target=self.target,
-            time=self.time,
-            read_only=self.read_only,
-            input_upper_policies=self.input_upper_policies,
+            self,
             previous=previous_description(context, self.task_id, DESCRIPTION_KEY),
             inputs_of=lambda target, catalog_name: view_inputs(self.sql, target, catalog_name),
         )
