@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_ct.core.commit import AppendResult, compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.exceptions import CollectionError, RetractionError
 
@@ -308,7 +309,8 @@ def write_parquet(table: Table, batch_id: str, data: pa.Table) -> str:
     fs, local = pafs.FileSystem.from_uri(folder)
     fs.create_dir(local, recursive=True)
     name = f"part-{uuid.uuid4().hex}.parquet"
-    pq.write_table(data, posixpath.join(local, name), filesystem=fs)
+    options = parquet_codec(table.properties).arrow_kwargs()
+    pq.write_table(data, posixpath.join(local, name), filesystem=fs, **options)
     return f"{folder}/{name}"
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_provider_ct.core.parquet import DEFAULT_CODEC, ParquetCodec
 from airflow_provider_ct.exceptions import CommitError, StagingError
 
 if TYPE_CHECKING:
@@ -49,8 +50,17 @@ POSITION_DELETE_SCHEMA = pa.schema(
 )
 
 
-def write_position_deletes(io: FileIO, path: str, positions: Sequence[tuple[str, int]]) -> int:
-    """Write a position-delete file; returns its size in bytes."""
+def write_position_deletes(
+    io: FileIO,
+    path: str,
+    positions: Sequence[tuple[str, int]],
+    codec: ParquetCodec | None = None,
+) -> int:
+    """Write a position-delete file; returns its size in bytes.
+
+    :param codec: the table's delete-file codec (``parquet_codec(props, deletes=True)``);
+        None: Iceberg's default.
+    """
     if not positions:
         raise StagingError("a position-delete file needs at least one position")
     ordered = sorted(positions)
@@ -61,7 +71,7 @@ def write_position_deletes(io: FileIO, path: str, positions: Sequence[tuple[str,
         schema=POSITION_DELETE_SCHEMA,
     )
     with io.new_output(path).create(overwrite=True) as out:
-        pq.write_table(table, out)
+        pq.write_table(table, out, **(codec or ParquetCodec(DEFAULT_CODEC)).arrow_kwargs())
     return len(io.new_input(path))
 
 

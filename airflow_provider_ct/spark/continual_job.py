@@ -46,6 +46,7 @@ from airflow_provider_ct.core.continual import (
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.staging import (
     StagedFile,
@@ -421,14 +422,16 @@ def _stage_time(
         path = posixpath.join(data_dir, f"part-t{time}-{uuid.uuid4().hex}.parquet")
         rows = [{c: r[c] for c in task.column_names} for r in added]
         with table.io.new_output(path).create(overwrite=True) as out:
-            pq.write_table(pa.Table.from_pylist(rows, schema), out)
+            data = pa.Table.from_pylist(rows, schema)
+            pq.write_table(data, out, **parquet_codec(table.properties).arrow_kwargs())
         adds = (StagedFile(path, len(rows), len(table.io.new_input(path))),)
         for pos, row in enumerate(added):
             state.written.append({**row, FILE_COL: path, POS_COL: pos})
     deletes: tuple[StagedFile, ...] = ()
     if retracted:
         path = posixpath.join(data_dir, f"deletes-t{time}-{uuid.uuid4().hex}.parquet")
-        size = write_position_deletes(table.io, path, retracted)
+        codec = parquet_codec(table.properties, deletes=True)
+        size = write_position_deletes(table.io, path, retracted, codec)
         deletes = (StagedFile(path, len(retracted), size),)
     return StagedTime(time, adds, (), deletes, len(retracted))
 

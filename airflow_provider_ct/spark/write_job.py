@@ -45,6 +45,7 @@ from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.core.planner import (
     FULL,
     REFRESH_MODES,
@@ -207,13 +208,15 @@ def _write_inserts(table: Any, correction: Correction, folder: str) -> None:
             _write_arrow(table, data, folder)
             return
     files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
-    correction.inserts.repartition(files).write.mode("errorifexists").parquet(folder)
+    codec = parquet_codec(table.properties).name  # Spark's level: its own setting
+    writer = correction.inserts.repartition(files).write.mode("errorifexists")
+    writer.option("compression", codec).parquet(folder)
 
 
 def _write_arrow(table: Any, data: pa.Table, folder: str) -> None:
     path = posixpath.join(folder, f"part-{uuid.uuid4().hex}.parquet")
     with table.io.new_output(path).create(overwrite=False) as out:
-        pq.write_table(data, out)
+        pq.write_table(data, out, **parquet_codec(table.properties).arrow_kwargs())
 
 
 def _staged_file(table: Any, path: str) -> StagedFile:
@@ -520,7 +523,9 @@ def _stage(
     deletes: list[StagedFile] = []
     if correction.retractions:
         path = posixpath.join(data_dir, f"deletes-{uuid.uuid4().hex}.parquet")
-        size = write_position_deletes(table.io, path, correction.retractions)
+        size = write_position_deletes(
+            table.io, path, correction.retractions, parquet_codec(table.properties, deletes=True)
+        )
         deletes.append(StagedFile(path, len(correction.retractions), size))
     retractions = correction.retract_count
     finish_batch(
