@@ -19,7 +19,15 @@ import pytest
 
 from airflow_provider_ct.exceptions import ConfigurationError, IncrementalMismatchError
 from airflow_provider_ct.spark.correction import compute_correction
-from airflow_provider_ct.spark.driver_diff import ROWS_ENV, driver_correction, rows_on_driver
+from airflow_provider_ct.spark.driver_diff import (
+    NARROW_ROWS_ON_DRIVER,
+    NARROW_TARGET_BYTES,
+    ROWS_ENV,
+    ROWS_ON_DRIVER,
+    driver_correction,
+    full_rows_on_driver,
+    rows_on_driver,
+)
 
 pytestmark = [pytest.mark.spark]
 
@@ -125,3 +133,24 @@ def test_the_environment_sets_the_limit_and_zero_turns_the_driver_off(
         monkeypatch.setenv(ROWS_ENV, bad)
         with pytest.raises(ConfigurationError, match=ROWS_ENV):
             rows_on_driver()
+
+
+def test_a_narrow_targets_full_correction_gets_the_larger_limit(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ROWS_ENV, raising=False)
+    assert full_rows_on_driver(NARROW_TARGET_BYTES) == NARROW_ROWS_ON_DRIVER
+    assert full_rows_on_driver(NARROW_TARGET_BYTES + 1) == ROWS_ON_DRIVER
+    monkeypatch.setenv(ROWS_ENV, "7")  # a set limit is the limit, for every correction
+    assert full_rows_on_driver(0) == 7
+    monkeypatch.setenv(ROWS_ENV, "0")
+    assert full_rows_on_driver(0) == 0
+    # The limit reaches the driver's diff through compute_correction.
+    monkeypatch.delenv(ROWS_ENV)
+    rows = [(i, "a", 1.0) for i in range(5)]
+    desired = spark.createDataFrame(rows, SCHEMA)
+    persisted = spark.createDataFrame(_located(rows[:2], random.Random(0)), LOCATED)
+    over = compute_correction(desired, persisted, COLUMNS, on_driver=True, driver_limit=4)
+    assert over.diffed_on == "spark"
+    within = compute_correction(desired, persisted, COLUMNS, on_driver=True, driver_limit=5)
+    assert within.diffed_on == "driver" and within.insert_count == 3

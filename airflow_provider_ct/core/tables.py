@@ -113,22 +113,48 @@ def live_rows(table: Table, snapshot_id: int | None) -> int:
     An upper bound when equality deletes overlap, :data:`UNKNOWN_ROWS` when a
     writer left the totals out; 0 for a table without snapshots.
     """
+    records = _summary_total(table, snapshot_id, "total-records")
+    deletes = _summary_total(table, snapshot_id, "total-position-deletes", absent=0)
+    if records is None or deletes is None:
+        return UNKNOWN_ROWS
+    return max(0, records - deletes)
+
+
+def live_bytes(table: Table, snapshot_id: int | None) -> int:
+    """Bytes of ``snapshot_id``'s files (data and deletes) per its summary.
+
+    :data:`UNKNOWN_ROWS` (as a byte count) when the summary lacks the total;
+    0 for a table without snapshots.
+    """
+    size = _summary_total(table, snapshot_id, "total-files-size")
+    return UNKNOWN_ROWS if size is None else size
+
+
+def _summary_total(
+    table: Table, snapshot_id: int | None, key: str, absent: int | None = None
+) -> int | None:
+    """A total of the snapshot's summary; ``absent`` when the key is missing, None if unknown.
+
+    A table without snapshots has 0 of everything; an unknown snapshot or a
+    summary that is not a number is unknown.
+    """
     snapshot = (
         table.metadata.current_snapshot()
         if snapshot_id is None
         else table.metadata.snapshot_by_id(snapshot_id)
     )
     if snapshot is None:
-        return 0 if snapshot_id is None else UNKNOWN_ROWS
+        return 0 if snapshot_id is None else None
     summary = snapshot.summary
     if summary is None:
-        return UNKNOWN_ROWS
+        return None
+    value = summary.get(key)
+    if value is None or value == "":
+        return absent
     try:
-        records = int(str(summary.get("total-records")))
-        deletes = int(str(summary.get("total-position-deletes") or 0))
-    except ValueError:  # absent ("None") or not a number
-        return UNKNOWN_ROWS
-    return max(0, records - deletes)
+        return int(str(value))
+    except ValueError:
+        return None
 
 
 def table_asset_uri(catalog_name: str, name: str) -> str:

@@ -99,6 +99,7 @@ def compute_correction(
     *,
     located: DataFrame | None = None,
     on_driver: bool = False,
+    driver_limit: int | None = None,
 ) -> Correction:
     """Compare ``desired`` with ``persisted`` (read with ``_file`` and ``_pos``).
 
@@ -113,11 +114,12 @@ def compute_correction(
         must be found there, else :class:`IncrementalMismatchError`.
     :param on_driver: diff on the driver when both sides are small (see
         :mod:`.driver_diff`); ``inserts`` is then an Arrow table.
+    :param driver_limit: rows per side the driver diffs (default: ``rows_on_driver()``).
     """
     if on_driver:
         from airflow_provider_ct.spark.driver_diff import driver_correction
 
-        small = driver_correction(desired, persisted, columns, located=located)
+        small = driver_correction(desired, persisted, columns, located=located, limit=driver_limit)
         if small is not None:
             return small
     from pyspark import StorageLevel

@@ -19,6 +19,7 @@ Spark path.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,9 +48,31 @@ ROWS_ON_DRIVER = 200_000
 ROWS_ENV = "CT_DRIVER_DIFF_ROWS"
 
 
+#: A full correction whose target's files hold at most this many bytes (snapshot
+#: summary) may diff up to :data:`NARROW_ROWS_ON_DRIVER` rows on the driver.
+NARROW_TARGET_BYTES = 32 * 2**20
+NARROW_ROWS_ON_DRIVER = 1_000_000
+
+
 def rows_on_driver() -> int:
     """The limit in force: ``CT_DRIVER_DIFF_ROWS`` when set (a bad value is an error)."""
     return env_row_count(ROWS_ENV, ROWS_ON_DRIVER)
+
+
+def full_rows_on_driver(target_bytes: int) -> int:
+    """The limit for a full correction whose target's files hold ``target_bytes``.
+
+    Why larger than :func:`rows_on_driver`: a full correction's sides are the
+    whole query and the whole target, and on a 500k-row view the Spark path's
+    tick took 8.8-9.9 s where the driver's took 6.2-6.6 s (bench/view_bench.py,
+    5M orders; docs/decisions.md). Its sizes are known before the pulls (the
+    target's summary), so a narrow target (few bytes per row) gets the
+    larger limit; a wide one, or a set ``CT_DRIVER_DIFF_ROWS``, the usual one.
+    """
+    limit = rows_on_driver()
+    if limit == 0 or os.environ.get(ROWS_ENV, "").strip():
+        return limit
+    return max(limit, NARROW_ROWS_ON_DRIVER) if target_bytes <= NARROW_TARGET_BYTES else limit
 
 
 _INDEX = "__ct_i"

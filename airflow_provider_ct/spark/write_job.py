@@ -62,7 +62,7 @@ from airflow_provider_ct.core.staging import (
     finish_batch,
     outdated_reason,
 )
-from airflow_provider_ct.core.tables import create_managed_table, live_rows
+from airflow_provider_ct.core.tables import create_managed_table, live_bytes, live_rows
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     ConfigurationError,
@@ -76,7 +76,7 @@ from airflow_provider_ct.spark.correction import (
     compute_correction,
     correction_difference,
 )
-from airflow_provider_ct.spark.driver_diff import rows_on_driver
+from airflow_provider_ct.spark.driver_diff import full_rows_on_driver
 from airflow_provider_ct.spark.exchange import arg_text, write_text
 from airflow_provider_ct.spark.incremental import (
     Scratch,
@@ -464,21 +464,24 @@ def _small_inputs(tick: _Tick, inputs: dict[str, Any]) -> str | None:
 
 def _full_correction(tick: _Tick, target: _Target) -> Correction:
     """``desired - persisted`` in full; on the driver when the summaries say both are small."""
-    limit = rows_on_driver()
-    on_driver = limit > 0 and _estimated_rows(tick, target) <= limit
-    return compute_correction(target.desired, target.persisted, target.columns, on_driver=on_driver)
+    limit = full_rows_on_driver(_estimated_size(tick, target, live_bytes))
+    on_driver = limit > 0 and _estimated_size(tick, target, live_rows) <= limit
+    return compute_correction(
+        target.desired, target.persisted, target.columns, on_driver=on_driver, driver_limit=limit
+    )
 
 
-def _estimated_rows(tick: _Tick, target: _Target) -> int:
-    """Rows of the target's head, or of the inputs for a new target, by snapshot summaries.
+def _estimated_size(tick: _Tick, target: _Target, measure: Callable[[Any, int | None], int]) -> int:
+    """Rows or bytes (``measure``: ``live_rows``, ``live_bytes``) of the target's head,
+    or of the inputs for a new target, by snapshot summaries.
 
     Only a guess for choosing where to diff (the result can outgrow it in
     one tick): the driver's pulls stop past the limit either way, at the
     price of evaluating the query once more.
     """
     if target.persisted is not None:
-        return live_rows(target.table, tick.desc.base_snapshot_id)
-    return sum(live_rows(tick.catalog.load_table(name), None) for name in tick.desc.inputs)
+        return measure(target.table, tick.desc.base_snapshot_id)
+    return sum(measure(tick.catalog.load_table(name), None) for name in tick.desc.inputs)
 
 
 def _verify(
