@@ -219,6 +219,7 @@ def test_compaction_rewrites_small_files_and_carries_the_upper_forward(
     assert summary[SummaryKeys.UPPER] == before.upper.to_summary()
     assert SummaryKeys.TIME not in summary and SummaryKeys.LOWER not in summary
     assert summary[CollectionKeys.MAINTENANCE] == "compaction"
+    assert head.summary.operation.value == "replace"  # rows unchanged, by Iceberg's spec
     after = Timeline.of(table)  # would raise if the frontier keys were inconsistent
     assert after.upper == before.upper
     assert after.data_times() == before.data_times()  # compaction vouches for no time

@@ -16,8 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.types import StringType
 
+from airflow_provider_ct.collections import AppendOnlyCollection, register_collection
+from airflow_provider_ct.collections.maintenance import compact
+from airflow_provider_ct.collections.ticker import tick_table
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.commit import compare_and_append
+from airflow_provider_ct.core.commit import compare_and_append, replace_producer
 from airflow_provider_ct.core.continual import input_times
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier, now_ms
@@ -134,18 +137,12 @@ def mint_at(catalog: Any, time: int, sql: str = SQL) -> BatchDescription:
 def rewrite_files(table: Any) -> int:
     """Compact the table's files into one: an Iceberg ``replace`` snapshot (same rows).
 
-    PyIceberg 0.12 has no rewrite and computes summaries only for append,
-    overwrite and delete; its overwrite producer, with the summary's operation
-    set to ``replace``, makes the snapshot Spark's ``rewrite_data_files`` makes.
+    The snapshot Spark's ``rewrite_data_files`` makes, through the product's
+    ``replace_producer`` (PyIceberg 0.12 has no rewrite of its own); what is
+    tested is how readers treat it, and the test checks the operation itself.
     """
     from pyiceberg.io.pyarrow import parquet_files_to_data_files
-    from pyiceberg.table.snapshots import Operation, Summary
-    from pyiceberg.table.update.snapshot import _OverwriteFiles
-
-    class _RewriteFiles(_OverwriteFiles):
-        def _summary(self, snapshot_properties: Any = None) -> Summary:
-            summary = super()._summary(snapshot_properties or {})
-            return Summary(Operation.REPLACE, **summary.additional_properties)
+    from pyiceberg.table.snapshots import Operation
 
     ensure_name_mapping(table)  # the compacted file is written without field ids
     table.refresh()
@@ -155,7 +152,7 @@ def rewrite_files(table: Any) -> int:
     pq.write_table(data, local_path(path))
     old = [task.file for task in table.scan().plan_files()]
     tx = table.transaction()
-    producer = _RewriteFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
+    producer = replace_producer(tx, {})
     for data_file in old:
         producer.delete_data_file(data_file)
     for data_file in parquet_files_to_data_files(table.io, tx.table_metadata, iter([path])):
@@ -258,6 +255,49 @@ def test_a_compacted_external_input_is_quiet(sqlite_catalog_config: CatalogConfi
     assert quiet, reason
     # Right to be quiet: the query gives the same rows over the test's own snapshots.
     assert oracle(catalog, sql, {"q.ext": compacted}) == oracle(catalog, sql, {"q.ext": appended})
+
+
+def test_a_view_over_a_collection_our_compaction_rewrote_is_quiet(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    """compact() commits Iceberg's ``replace``: the view downstream proves its tick quiet.
+
+    The collection is compacted after the view's last tick, then a
+    checkpointing tick restates its contents at a later time, so the next
+    mint pins a snapshot past the compaction. An ``overwrite`` there (what
+    compaction committed before) made the view run Spark to find no change.
+    """
+    catalog = sqlite_catalog_config.load()
+    register_collection(catalog, "q.coll", SCHEMA, "append-only")
+    with AppendOnlyCollection.open(catalog, "q.coll", batch_interval_ms=0) as writer:
+        for i in range(4):
+            writer.blind_write([(i, f"r{i}"), (i, None)])
+    coll = catalog.load_table("q.coll")
+    written = heads({"q.coll": coll})
+    t1 = now_ms()
+    assert tick_table(coll, now=t1 + 1).status == "advanced"
+    create_managed_table(catalog, "q.cv", SCHEMA)
+    sql = "SELECT k, v FROM q.coll WHERE k > 0"
+    land_view(catalog, "q.cv", sql, t1, written)
+
+    report = compact(catalog, "q.coll", min_files=4)
+    assert report.status == "compacted" and report.files_rewritten == 4
+    coll.refresh()
+    assert coll.metadata.current_snapshot().summary.operation.value == "replace"
+    checkpoint = tick_table(coll, now=t1 + 100, checkpoint_ms=0)
+    assert checkpoint.status == "advanced" and "checkpoint" in checkpoint.detail
+    coll.refresh()
+    restated = coll.metadata.current_snapshot().snapshot_id
+
+    desc = mint_view_tick(catalog, "q.cv", sql, t1 + 50).description
+    assert desc is not None and desc.inputs["q.coll"] == restated != written["q.coll"]
+    quiet, reason = view_tick_is_quiet(
+        catalog.load_table("q.cv"), desc, sql=sql, inputs={"q.coll": coll}
+    )
+    assert quiet, reason
+    assert "changed no row" in reason
+    # Right to be quiet: the query gives the same rows over both snapshots.
+    assert oracle(catalog, sql, {"q.coll": restated}) == oracle(catalog, sql, written)
 
 
 # -- views: not quiet ---------------------------------------------------------------------

@@ -24,7 +24,10 @@ the files only they referenced are then deleted. The table property
 one snapshot that carries the upper forward (``ct.upper`` = the current
 upper) and has neither ``ct.time`` nor ``ct.lower``: it changes no contents,
 so it vouches for no time, and the next compare-and-append's ``ct.lower``
-still equals the upper before it. Data files that position deletes apply to
+still equals the upper before it. Its Iceberg operation is ``replace``
+(files rewritten, rows unchanged), so the quiet check, incremental changes
+and continual tasks downstream skip it as they skip Spark's
+``rewrite_data_files``. Data files that position deletes apply to
 (views and continual tasks write them) are left alone; collections never
 write delete files, so they compact fully. Partitioned tables are skipped.
 """
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_ct.collections.holds import HoldTime, hold_time, read_holds
 from airflow_provider_ct.collections.registry import CollectionKeys, is_read_only, table_name
 from airflow_provider_ct.collections.rows import arrow_schema, delete_files, write_parquet
-from airflow_provider_ct.core.commit import commit_once
+from airflow_provider_ct.core.commit import commit_once, replace_producer
 from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.sweep import DEFAULT_GRACE_MS, SweepReport, sweep_staged
@@ -413,7 +416,7 @@ def compact(
         SummaryKeys.BATCH_ID: batch_id,
         CollectionKeys.MAINTENANCE: "compaction",
     }
-    producer = tx.update_snapshot(snapshot_properties=props).overwrite()
+    producer = replace_producer(tx, props)
     rewritten = [task for group in bins for task in group]
     for task in rewritten:
         producer.delete_data_file(task.file)

@@ -255,6 +255,37 @@ def commit_once(table: Table, tx: Transaction, expected_head: int | None) -> Non
     _commit_once(table, tx, expected_head)
 
 
+def replace_producer(tx: Transaction, snapshot_properties: Mapping[str, str]) -> Any:
+    """A snapshot producer whose snapshot is Iceberg's ``replace``: files rewritten, rows not.
+
+    Compaction must say so. Readers that follow a table's changes (view
+    ticks' quiet check, incremental changes, continual tasks' input times)
+    skip ``replace`` snapshots by the spec, while an ``overwrite`` that
+    removes and re-adds the same rows makes a downstream view's tick run
+    Spark to find that nothing changed. PyIceberg 0.12 has no rewrite
+    producer and computes summaries only for append, overwrite and delete,
+    so this is its overwrite producer with the summary's totals computed as
+    an overwrite and the operation then set to ``replace`` (the snapshot
+    Spark's ``rewrite_data_files`` makes). Use ``delete_data_file`` and
+    ``append_data_file`` on it, then ``commit()``; the caller must add files
+    holding exactly the rows of the files it removes.
+    """
+    from pyiceberg.table.snapshots import Operation, Summary
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class _ReplaceFiles(_OverwriteFiles):
+        def _summary(self, snapshot_properties: Any = None) -> Summary:
+            summary = super()._summary(snapshot_properties or {})
+            return Summary(Operation.REPLACE, **summary.additional_properties)
+
+    return _ReplaceFiles(
+        operation=Operation.OVERWRITE,
+        transaction=tx,
+        io=tx._table.io,
+        snapshot_properties=dict(snapshot_properties),
+    )
+
+
 def _discard_producers(producers: Sequence[Any]) -> None:
     for producer in producers:
         clean = getattr(producer, "_clean_all_uncommitted", None)
