@@ -23,6 +23,9 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 # incremental paths are what the tests exercise; test_incremental.py checks
 # the rule itself. Set here so warm drivers and Airflow inherit it too.
 os.environ.setdefault("CT_FULL_BELOW_ROWS", "0")
+# Likewise the large-change rule (CT_FULL_ABOVE_CHANGE): the suite's random
+# changes are often a large share of its small inputs.
+os.environ.setdefault("CT_FULL_ABOVE_CHANGE", "0")
 
 import pyarrow as pa  # noqa: E402
 import pytest  # noqa: E402

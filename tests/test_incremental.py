@@ -7,6 +7,7 @@ lists, never over anything the product recorded or pinned.
 
 from __future__ import annotations
 
+import datetime
 import random
 from collections import Counter
 from typing import Any
@@ -236,3 +237,65 @@ def test_auto_runs_small_inputs_in_full(
         assert report["strategy"] == expected, (n, report)
         if n == 2:
             assert report["reason"].startswith(f"the inputs hold {rows:,} rows, at most {rows:,}")
+
+
+def test_auto_runs_a_large_change_of_a_group_view_in_full(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above CT_FULL_ABOVE_CHANGE of the inputs' rows changed, auto runs in full; incremental never.
+
+    ``mutate`` replaces each input's contents (an overwrite of every row), so
+    by the snapshots' summaries every tick changes about twice the inputs'
+    rows: above a share of 0.1, below a share of 100.
+    """
+    ns = "incr_large"
+    catalog = spark_catalog_config.load()
+    inputs = Inputs(catalog, ns, seed=13)
+    sql = QUERIES["group"][1].format(ns=ns)
+    for n in (1, 2, 3, 4):
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", "0.1" if n in (2, 4) else "100")
+        refresh = "incremental" if n == 4 else "auto"
+        report = _tick(spark, spark_catalog_config, f"{ns}.v", sql, 1_000 * n, refresh=refresh)
+        view = _normalized(rows_of(catalog.load_table(f"{ns}.v")))
+        assert view == _normalized(inputs.oracle(sql))
+        if n == 1:
+            continue  # the first tick creates the view: always in full
+        expected = "full" if n == 2 else "group"
+        assert report["strategy"] == expected, (n, report)
+        if n == 2:
+            assert report["reason"].startswith("the inputs changed by about "), report
+            assert "above 10%, CT_FULL_ABOVE_CHANGE" in report["reason"]
+
+
+@pytest.mark.parametrize(
+    ("spark_type", "plus", "minus", "expected"),
+    [
+        ("bigint", [3, 1, None, 3], [1, 7], ("inline", (1, 3, 7), True)),
+        ("string", ["b", "O'Brien"], ["b", None, None], ("inline", ("O'Brien", "b"), True)),
+        ("date", [datetime.date(2026, 1, 2)], [], ("inline", (datetime.date(2026, 1, 2),), False)),
+        ("int", [], [], ("inline", (), False)),
+        ("bigint", list(range(600)), list(range(400, 1001)), ("view",)),  # 1001 distinct
+        ("double", [1.0], [2.0], ("view",)),  # no exact literal: the keys view
+    ],
+)
+def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
+    spark: Any, spark_type: str, plus: list[Any], minus: list[Any], expected: tuple[Any, ...]
+) -> None:
+    """The driver decides from the changes' Arrow tables what Spark's keys frame would decide."""
+    from airflow_provider_ct.core.planner import InlineKeys
+    from airflow_provider_ct.spark.incremental import _inline_from_arrow, _inline_keys
+
+    frame = spark.createDataFrame([(v,) for v in plus + minus], f"k {spark_type}")
+    data_type = frame.schema.fields[0].dataType
+    arrow_type = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string()}.get(
+        spark_type, pa.date32() if spark_type == "date" else pa.float64()
+    )
+    columns = [pa.chunked_array([pa.array(side, arrow_type)]) for side in (plus, minus)]
+    on_driver = _inline_from_arrow(columns, data_type)
+    if expected[0] == "view":
+        assert on_driver is None
+    else:
+        assert on_driver == InlineKeys(expected[1], has_null=expected[2])
+    assert on_driver == _inline_keys(frame.distinct())

@@ -226,3 +226,30 @@ def test_inline_keys_refuse_values_sql_cannot_write_exactly() -> None:
     for value in (1.5, datetime.datetime(2026, 1, 1)):
         with pytest.raises(TypeError, match="no inline literal"):
             restrict_to_keys(tree, ("k",), "v", InlineKeys((value,)))
+
+
+@pytest.mark.parametrize(
+    ("value", "refresh", "expected"),
+    [
+        ("", "auto", 0.10),  # the default
+        ("0.25", "auto", 0.25),
+        ("0", "auto", 0.0),  # off
+        ("0.25", "incremental", 0.0),  # only auto chooses by size
+        ("0.25", "full", 0.0),
+        ("abc", "auto", None),
+        ("-0.1", "auto", None),
+        ("nan", "auto", None),
+    ],
+)
+def test_large_change_share_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str, refresh: str, expected: float | None
+) -> None:
+    from airflow_provider_ct.core.planner import large_change_share
+    from airflow_provider_ct.exceptions import ConfigurationError
+
+    monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", value)
+    if expected is None:
+        with pytest.raises(ConfigurationError, match="CT_FULL_ABOVE_CHANGE must be a share"):
+            large_change_share(refresh)
+    else:
+        assert large_change_share(refresh) == expected

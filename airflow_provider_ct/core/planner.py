@@ -56,6 +56,38 @@ SMALL_INPUT_ROWS = 250_000
 SMALL_INPUT_ROWS_ENV = "CT_FULL_BELOW_ROWS"
 
 
+#: ``refresh="auto"`` runs a ``group`` tick in full when the inputs' change
+#: (by snapshot summaries) is more than this share of their rows: it then
+#: touches most groups, and recomputing them costs more than the query
+#: once (measured in docs/decisions.md).
+LARGE_CHANGE_SHARE = 0.10
+#: Overrides :data:`LARGE_CHANGE_SHARE` in the job's environment; 0 turns the rule off.
+LARGE_CHANGE_SHARE_ENV = "CT_FULL_ABOVE_CHANGE"
+
+
+def large_change_share(refresh: str) -> float:
+    """The change share above which ``refresh`` runs a group tick in full (0: never).
+
+    Only ``auto`` chooses by size. A bad value in the environment is a
+    :class:`ConfigurationError`.
+    """
+    if refresh != "auto":
+        return 0.0
+    value = os.environ.get(LARGE_CHANGE_SHARE_ENV, "").strip()
+    if not value:
+        return LARGE_CHANGE_SHARE
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not share >= 0:  # also NaN
+        raise ConfigurationError(
+            f"{LARGE_CHANGE_SHARE_ENV} must be a share of the inputs' rows "
+            f"(0 turns the rule off), got {value!r}"
+        )
+    return share
+
+
 def env_row_count(name: str, default: int) -> int:
     """A row count set in the environment variable ``name`` (a bad value is an error)."""
     value = os.environ.get(name, "").strip()

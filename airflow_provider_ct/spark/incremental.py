@@ -29,6 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from airflow_provider_ct.core.changes import table_changes
 from airflow_provider_ct.core.planner import (
     GROUP,
@@ -66,6 +69,9 @@ class InputChange:
     deleted_rows: int
     files_read: int = 0
     bytes_read: int = 0
+    #: The same rows as Arrow tables on the driver (``plus``, ``minus``), which
+    #: ``plus``/``minus`` read back: questions about them need no Spark job.
+    arrow: tuple[pa.Table, pa.Table] | None = None
 
 
 @dataclass
@@ -86,6 +92,11 @@ class Bindings:
             "files_read": sum(c.files_read for c in self.changes.values()),
             "bytes_read": sum(c.bytes_read for c in self.changes.values()),
         }
+
+    def release_arrow(self) -> None:
+        """Drop the changes' Arrow tables (driver memory) once the correction is known."""
+        for change in self.changes.values():
+            change.arrow = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +187,7 @@ def input_change(
         changes.deleted.num_rows,
         changes.files_read,
         changes.bytes_read,
+        arrow=(changes.inserted, changes.deleted),
     )
 
 
@@ -341,6 +353,10 @@ class _AffectedKeys:
     positions: tuple[int, ...]
     #: Further ``alias.column`` filtered by ``IN`` the keys (inputs filtered before the join).
     also: tuple[str, ...] = ()
+    #: Whether the driver already decided ``inline`` (from the changes' Arrow
+    #: tables); else :func:`_inline_keys` asks Spark.
+    inline_decided: bool = False
+    inline: InlineKeys | None = None
 
 
 def _group(delta: _Delta, persisted: DataFrame) -> Correction:
@@ -351,7 +367,12 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     found = _keys_from_changes(delta) or _keys_from_terms(delta)
     keys = found.frame.distinct().cache()
     keys.createOrReplaceTempView(KEYS_VIEW)
-    inline = _inline_keys(keys) if len(found.key_sql) == 1 else None
+    if len(found.key_sql) != 1:
+        inline = None
+    elif found.inline_decided:
+        inline = found.inline
+    else:
+        inline = _inline_keys(keys)
 
     def restrict(tree: Any) -> Any:
         tree = restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline)
@@ -375,20 +396,44 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
 INLINE_KEYS = 1000
 
 
-def _inline_keys(keys: DataFrame) -> InlineKeys | None:
-    """The affected keys as literals, when there are few and of a type SQL writes exactly."""
+def _inlinable(data_type: Any) -> bool:
+    """Whether SQL writes a value of this Spark type exactly as a literal."""
     from pyspark.sql import types as T
 
     simple = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.BooleanType)
-    if not isinstance(keys.schema.fields[0].dataType, (*simple, T.DateType)):
+    return isinstance(data_type, (*simple, T.DateType))
+
+
+def _as_inline(values: list[Any]) -> InlineKeys:
+    present = tuple(sorted(v for v in values if v is not None))
+    log.info("%d affected keys inlined as literals", len(values))
+    return InlineKeys(present, has_null=len(present) != len(values))
+
+
+def _inline_keys(keys: DataFrame) -> InlineKeys | None:
+    """The affected keys as literals, when there are few and of a type SQL writes exactly."""
+    if not _inlinable(keys.schema.fields[0].dataType):
         return None
     rows = keys.limit(INLINE_KEYS + 1).collect()
     if len(rows) > INLINE_KEYS:
         return None
-    values = [row[0] for row in rows]
-    present = tuple(sorted(v for v in values if v is not None))
-    log.info("%d affected keys inlined as literals", len(values))
-    return InlineKeys(present, has_null=len(present) != len(values))
+    return _as_inline([row[0] for row in rows])
+
+
+def _inline_from_arrow(columns: list[pa.ChunkedArray], data_type: Any) -> InlineKeys | None:
+    """:func:`_inline_keys` over the changes' key columns on the driver: no Spark job.
+
+    The changes are Arrow tables before Spark reads them, so their distinct
+    keys are counted here; asking Spark costs three small jobs per tick.
+    """
+    if not _inlinable(data_type):
+        return None
+    found: set[Any] = set()
+    for column in columns:
+        found.update(pc.unique(column).to_pylist())
+        if len(found) > INLINE_KEYS:
+            return None
+    return _as_inline(list(found))
 
 
 def _affected_rows(
@@ -452,18 +497,39 @@ def _keys_from_changes(delta: _Delta) -> _AffectedKeys | None:
         if not _same_types(delta, found):
             continue
         parts = []
+        arrow: list[pa.ChunkedArray] | None = []
         for name in changed:
             column = found.columns_of(name)[0].split(".", 1)[1]
             change = delta.bindings.changes[name]
             for side in (change.plus, change.minus):
                 parts.append(side.select(side[f"`{column}`"].alias("__ct_k0")))
+            arrow = _arrow_columns(arrow, change, column)
         frame = parts[0]
         for part in parts[1:]:
             frame = frame.union(part)
         also = tuple(f"{a}.{c}" for _, a, c in found.members) if len(found.members) > 1 else ()
         key_sql = (delta.plan.key_sql[found.index],)
-        return _AffectedKeys(frame, key_sql, (delta.plan.key_positions[found.index],), also)
+        positions = (delta.plan.key_positions[found.index],)
+        if arrow is None:
+            return _AffectedKeys(frame, key_sql, positions, also)
+        inline = _inline_from_arrow(arrow, frame.schema.fields[0].dataType)
+        return _AffectedKeys(frame, key_sql, positions, also, inline_decided=True, inline=inline)
     return None
+
+
+def _arrow_columns(
+    found: list[pa.ChunkedArray] | None, change: InputChange, column: str
+) -> list[pa.ChunkedArray] | None:
+    """``found`` plus ``column`` of the change's Arrow tables (``None``: not all on the driver)."""
+    if found is None or change.arrow is None:
+        return None
+    out = list(found)
+    for table in change.arrow:
+        names = [n for n in table.column_names if n.lower() == column.lower()]
+        if len(names) != 1:
+            return None
+        out.append(table.column(names[0]))
+    return out
 
 
 def _same_types(delta: _Delta, found: KeyColumns) -> bool:
@@ -518,6 +584,9 @@ def incremental_correction(
     """
     register_left_join_restrictions(spark, plan, bindings)
     delta = _Delta(spark, plan, bindings, catalog_name, columns, on_driver)
-    if plan.strategy == GROUP:
-        return _group(delta, persisted)
-    return _linear(delta, persisted)
+    try:
+        if plan.strategy == GROUP:
+            return _group(delta, persisted)
+        return _linear(delta, persisted)
+    finally:
+        bindings.release_arrow()

@@ -48,10 +48,13 @@ from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.core.planner import (
     FULL,
+    GROUP,
+    LARGE_CHANGE_SHARE_ENV,
     REFRESH_MODES,
     SMALL_INPUT_ROWS_ENV,
     Plan,
     choose_plan,
+    large_change_share,
     small_input_rows,
 )
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
@@ -62,7 +65,13 @@ from airflow_provider_ct.core.staging import (
     finish_batch,
     outdated_reason,
 )
-from airflow_provider_ct.core.tables import create_managed_table, live_bytes, live_rows
+from airflow_provider_ct.core.tables import (
+    UNKNOWN_ROWS,
+    changed_rows,
+    create_managed_table,
+    live_bytes,
+    live_rows,
+)
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     ConfigurationError,
@@ -299,8 +308,10 @@ def run_write(
         return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
     scratch = Scratch(spark, target.table)
-    small = small_input_rows(refresh)
-    tick = _Tick(spark, config, catalog, sql, desc, plan, verify_every, small, scratch, clock)
+    small, large = small_input_rows(refresh), large_change_share(refresh)
+    tick = _Tick(
+        spark, config, catalog, sql, desc, plan, verify_every, small, large, scratch, clock
+    )
     try:
         return _compute_and_stage(tick, target, dry_run)
     finally:
@@ -320,6 +331,8 @@ class _Tick:
     verify_every: int
     #: ``refresh="auto"`` runs in full over inputs of at most this many rows (0: never).
     small_rows: int
+    #: ``refresh="auto"`` runs a group tick in full above this change share (0: never).
+    large_change: float
     #: Holds the inputs' changes the correction's frames read: removed after staging.
     scratch: Scratch
     clock: _PhaseClock
@@ -412,7 +425,7 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     elif plan.incremental:
         why_not = "the target has no rows yet"
     if base is not None:
-        why_not = _small_inputs(tick, inputs) or ""
+        why_not = _small_inputs(tick, inputs) or _large_change(tick, inputs, base.before) or ""
         base = None if why_not else base
     if base is None:
         return _Computed(_full_correction(tick, target), FULL, why_not, 0)
@@ -459,6 +472,39 @@ def _small_inputs(tick: _Tick, inputs: dict[str, Any]) -> str | None:
     return (
         f"the inputs hold {rows:,} rows, at most {limit:,} ({SMALL_INPUT_ROWS_ENV}): "
         "a full correction costs less than an incremental one at this size"
+    )
+
+
+def _large_change(tick: _Tick, inputs: dict[str, Any], before: dict[str, int | None]) -> str | None:
+    """Why the inputs changed too much for a ``group`` tick to pay, or None.
+
+    Recomputing the affected groups costs about what their share of the
+    inputs costs, plus an incremental tick's fixed jobs; once the change is
+    a large share of the inputs it touches most groups, and the full
+    correction, which runs the query once, is cheaper (measured in
+    docs/decisions.md). Linear strategies cost what changed and are left
+    alone. The snapshots' summaries say how much changed, without reading
+    data; an unknown size is not a reason.
+    """
+    share = tick.large_change
+    if share <= 0 or tick.plan.strategy != GROUP:
+        return None
+    changed = rows = 0
+    for name, after in tick.desc.inputs.items():
+        if after is None or before.get(name) == after:
+            continue
+        moved = changed_rows(inputs[name], before.get(name), after)
+        if moved >= UNKNOWN_ROWS:
+            return None
+        changed += moved
+    for name, after in tick.desc.inputs.items():
+        rows += 0 if after is None else live_rows(inputs[name], after)
+    if rows >= UNKNOWN_ROWS or changed <= share * rows:
+        return None
+    return (
+        f"the inputs changed by about {changed:,} rows of {rows:,} ({changed / max(rows, 1):.1%}, "
+        f"above {share:.0%}, {LARGE_CHANGE_SHARE_ENV}): a change this large touches most groups, "
+        "and recomputing them costs more than a full correction"
     )
 
 
