@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -213,30 +214,52 @@ def test_refresh_modes(spark: Any, spark_catalog_config: CatalogConfig) -> None:
     assert set(report["input_changes"]) == {f"{ns}.a", f"{ns}.b"}
 
 
+def _ticks_under_a_rule(
+    spark: Any,
+    config: CatalogConfig,
+    ns: str,
+    seed: int,
+    set_rule: Callable[[int, int], None],
+) -> dict[int, dict[str, Any]]:
+    """Four ticks of the group view, each equal to the oracle; tick 2 must run in full.
+
+    ``set_rule(tick, input_rows)`` sets the rule's variable before each tick,
+    so that tick 2 falls under the rule, tick 3 not, and tick 4 (with
+    ``refresh="incremental"``) would but ignores it. Returns the reports.
+    """
+    catalog = config.load()
+    inputs = Inputs(catalog, ns, seed=seed)
+    sql = QUERIES["group"][1].format(ns=ns)
+    reports = {}
+    for n in (1, 2, 3, 4):
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        set_rule(n, len(inputs.a) + len(inputs.b))
+        refresh = "incremental" if n == 4 else "auto"
+        reports[n] = _tick(spark, config, f"{ns}.v", sql, 1_000 * n, refresh=refresh)
+        view = _normalized(rows_of(catalog.load_table(f"{ns}.v")))
+        assert view == _normalized(inputs.oracle(sql))
+    # Tick 1 creates the view: always in full.
+    for n in (2, 3, 4):
+        expected = "full" if n == 2 else "group"
+        assert reports[n]["strategy"] == expected, (n, reports[n])
+    return reports
+
+
 def test_auto_runs_small_inputs_in_full(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Up to CT_FULL_BELOW_ROWS input rows, auto runs in full and says why; incremental never."""
-    ns = "incr_small"
-    catalog = spark_catalog_config.load()
-    inputs = Inputs(catalog, ns, seed=11)
-    sql = QUERIES["group"][1].format(ns=ns)
-    for n in (1, 2, 3, 4):
-        inputs.mutate(1_000 * n - 500)
-        inputs.seal(1_000 * n)
-        rows = len(inputs.a) + len(inputs.b)
+    rows_at: dict[int, int] = {}
+
+    def set_rule(n: int, rows: int) -> None:
+        rows_at[n] = rows
         # Tick 2: the inputs are just at the limit; tick 3: one row past it.
         monkeypatch.setenv("CT_FULL_BELOW_ROWS", str(rows if n != 3 else rows - 1))
-        refresh = "incremental" if n == 4 else "auto"
-        report = _tick(spark, spark_catalog_config, f"{ns}.v", sql, 1_000 * n, refresh=refresh)
-        view = _normalized(rows_of(catalog.load_table(f"{ns}.v")))
-        assert view == _normalized(inputs.oracle(sql))
-        if n == 1:
-            continue  # the first tick creates the view: always in full
-        expected = "full" if n == 2 else "group"
-        assert report["strategy"] == expected, (n, report)
-        if n == 2:
-            assert report["reason"].startswith(f"the inputs hold {rows:,} rows, at most {rows:,}")
+
+    reports = _ticks_under_a_rule(spark, spark_catalog_config, "incr_small", 11, set_rule)
+    rows = rows_at[2]
+    assert reports[2]["reason"].startswith(f"the inputs hold {rows:,} rows, at most {rows:,}")
 
 
 def test_auto_runs_a_large_change_of_a_group_view_in_full(
@@ -248,25 +271,13 @@ def test_auto_runs_a_large_change_of_a_group_view_in_full(
     by the snapshots' summaries every tick changes about twice the inputs'
     rows: above a share of 0.1, below a share of 100.
     """
-    ns = "incr_large"
-    catalog = spark_catalog_config.load()
-    inputs = Inputs(catalog, ns, seed=13)
-    sql = QUERIES["group"][1].format(ns=ns)
-    for n in (1, 2, 3, 4):
-        inputs.mutate(1_000 * n - 500)
-        inputs.seal(1_000 * n)
+
+    def set_rule(n: int, rows: int) -> None:
         monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", "0.1" if n in (2, 4) else "100")
-        refresh = "incremental" if n == 4 else "auto"
-        report = _tick(spark, spark_catalog_config, f"{ns}.v", sql, 1_000 * n, refresh=refresh)
-        view = _normalized(rows_of(catalog.load_table(f"{ns}.v")))
-        assert view == _normalized(inputs.oracle(sql))
-        if n == 1:
-            continue  # the first tick creates the view: always in full
-        expected = "full" if n == 2 else "group"
-        assert report["strategy"] == expected, (n, report)
-        if n == 2:
-            assert report["reason"].startswith("the inputs changed by about "), report
-            assert "above 10%, CT_FULL_ABOVE_CHANGE" in report["reason"]
+
+    reports = _ticks_under_a_rule(spark, spark_catalog_config, "incr_large", 13, set_rule)
+    assert reports[2]["reason"].startswith("the inputs changed by about "), reports[2]
+    assert "above 10%, CT_FULL_ABOVE_CHANGE" in reports[2]["reason"]
 
 
 @pytest.mark.parametrize(
