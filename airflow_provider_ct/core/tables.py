@@ -174,8 +174,10 @@ def changed_rows(table: Table, from_id: int | None, to_id: int) -> int:
     rewritten (a copy-on-write update rewrites whole files) count too, which
     is right for what it estimates: what reading the change costs (see
     ``core/changes.py``). ``from_id`` ``None``: the live rows of ``to_id``.
-    :data:`UNKNOWN_ROWS` when ``from_id`` is not an ancestor of ``to_id`` or
-    a summary lacks the keys. Metadata only: no file is read.
+    A snapshot whose summary has none of the keys (a commit of no file, such
+    as a frontier-only tick) counts 0. :data:`UNKNOWN_ROWS` when ``from_id``
+    is not an ancestor of ``to_id``, or a snapshot has no summary or a value
+    that is not a number. Metadata only: no file is read.
     """
     if from_id is None:
         return live_rows(table, to_id)
