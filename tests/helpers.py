@@ -236,3 +236,36 @@ def append_between(table: Any, lower: int, upper: int, batch: str, **kwargs: Any
         **kwargs,
     )
     assert result.landed, result.reason
+
+
+def rewrite_files(table: Any) -> int:
+    """Compact the table's files into one: an Iceberg ``replace`` snapshot (same rows).
+
+    The snapshot Spark's ``rewrite_data_files`` makes, through the product's
+    ``replace_producer`` (PyIceberg 0.12 has no rewrite of its own); what is
+    tested is how readers treat it, and the test checks the operation itself.
+    """
+    from pyiceberg.io.pyarrow import parquet_files_to_data_files
+    from pyiceberg.table.snapshots import Operation
+
+    from airflow_provider_ct.core.commit import replace_producer
+    from airflow_provider_ct.core.tables import ensure_name_mapping
+
+    ensure_name_mapping(table)  # the compacted file is written without field ids
+    table.refresh()
+    data = table.scan().to_arrow()
+    path = f"{table.location()}/data/compacted-{uuid.uuid4().hex}.parquet"
+    local_path(path).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(data, local_path(path))
+    old = [task.file for task in table.scan().plan_files()]
+    tx = table.transaction()
+    producer = replace_producer(tx, {})
+    for data_file in old:
+        producer.delete_data_file(data_file)
+    for data_file in parquet_files_to_data_files(table.io, tx.table_metadata, iter([path])):
+        producer.append_data_file(data_file)
+    producer.commit()
+    tx.commit_transaction()
+    snapshot = table.metadata.current_snapshot()
+    assert snapshot.summary.operation == Operation.REPLACE
+    return int(snapshot.snapshot_id)

@@ -20,7 +20,7 @@ from airflow_provider_ct.collections import AppendOnlyCollection, register_colle
 from airflow_provider_ct.collections.maintenance import compact
 from airflow_provider_ct.collections.ticker import tick_table
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.commit import compare_and_append, replace_producer
+from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.continual import input_times
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier, now_ms
@@ -40,7 +40,7 @@ from airflow_provider_ct.core.staging import (
     read_manifest,
     write_manifest,
 )
-from airflow_provider_ct.core.tables import create_managed_table, ensure_name_mapping
+from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import StagingError
 from tests.conftest import SCHEMA
@@ -51,6 +51,7 @@ from tests.helpers import (
     mint_view_tick,
     oracle,
     replace_contents,
+    rewrite_files,
     rows_of,
 )
 
@@ -132,36 +133,6 @@ def mint_at(catalog: Any, time: int, sql: str = SQL) -> BatchDescription:
     desc = mint_view_tick(catalog, TARGET, sql, time).description
     assert desc is not None
     return desc
-
-
-def rewrite_files(table: Any) -> int:
-    """Compact the table's files into one: an Iceberg ``replace`` snapshot (same rows).
-
-    The snapshot Spark's ``rewrite_data_files`` makes, through the product's
-    ``replace_producer`` (PyIceberg 0.12 has no rewrite of its own); what is
-    tested is how readers treat it, and the test checks the operation itself.
-    """
-    from pyiceberg.io.pyarrow import parquet_files_to_data_files
-    from pyiceberg.table.snapshots import Operation
-
-    ensure_name_mapping(table)  # the compacted file is written without field ids
-    table.refresh()
-    data = table.scan().to_arrow()
-    path = f"{table.location()}/data/compacted-{uuid.uuid4().hex}.parquet"
-    local_path(path).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(data, local_path(path))
-    old = [task.file for task in table.scan().plan_files()]
-    tx = table.transaction()
-    producer = replace_producer(tx, {})
-    for data_file in old:
-        producer.delete_data_file(data_file)
-    for data_file in parquet_files_to_data_files(table.io, tx.table_metadata, iter([path])):
-        producer.append_data_file(data_file)
-    producer.commit()
-    tx.commit_transaction()
-    snapshot = table.metadata.current_snapshot()
-    assert snapshot.summary.operation == Operation.REPLACE
-    return int(snapshot.snapshot_id)
 
 
 def external(catalog: Any) -> Any:

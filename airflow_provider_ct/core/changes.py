@@ -55,6 +55,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_ct.core.tables import UNKNOWN_ROWS, live_rows
 from airflow_provider_ct.exceptions import ChangesUnavailableError
 
 if TYPE_CHECKING:
@@ -324,6 +325,47 @@ def table_changes(
         reader.bytes_read,
     )
     return TableChanges(inserted, deleted, len(steps), reader.files_read, reader.bytes_read)
+
+
+#: Summary keys whose sum over a range of snapshots estimates the rows it changed.
+_CHANGE_KEYS = (
+    "added-records",
+    "deleted-records",
+    "added-position-deletes",
+    "added-equality-deletes",
+)
+
+
+def estimated_change_rows(table: Table, from_id: int | None, to_id: int) -> int:
+    """What :func:`table_changes` would read, in rows, from the snapshots' summaries alone.
+
+    The sum of rows added, rows of removed data files and delete rows added
+    over the same snapshots :func:`table_changes` walks, skipping ``replace``
+    as it does. Rows merely rewritten (a copy-on-write update rewrites whole
+    files) count, as :func:`table_changes` reads them. A snapshot whose
+    summary has none of the keys (a commit of no file, such as a
+    frontier-only tick) counts 0. ``from_id`` ``None``: the live rows of
+    ``to_id``. :data:`~airflow_provider_ct.core.tables.UNKNOWN_ROWS` where
+    :func:`table_changes` would raise :class:`ChangesUnavailableError`, or a
+    snapshot has no summary or a value that is not a number. No file is read.
+    """
+    if from_id is None:
+        return live_rows(table, to_id)
+    try:
+        chain, _ = _walk(table.metadata, from_id, to_id)
+    except ChangesUnavailableError:
+        return UNKNOWN_ROWS
+    total = 0
+    for snapshot in chain:
+        if snapshot.summary is None:
+            return UNKNOWN_ROWS
+        if _operation(snapshot) == REPLACE:
+            continue
+        try:
+            total += sum(int(str(snapshot.summary.get(key) or 0)) for key in _CHANGE_KEYS)
+        except ValueError:
+            return UNKNOWN_ROWS
+    return total
 
 
 def _operation(snapshot: Snapshot) -> str:

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlglot import exp
 
@@ -56,6 +57,9 @@ SMALL_INPUT_ROWS = 250_000
 SMALL_INPUT_ROWS_ENV = "CT_FULL_BELOW_ROWS"
 
 
+#: An environment variable's number: a row count or a share.
+_N = TypeVar("_N", int, float)
+
 #: ``refresh="auto"`` runs a ``group`` tick in full when the inputs' change
 #: (by snapshot summaries) is more than this share of their rows: it then
 #: touches most groups, and recomputing them costs more than the query
@@ -73,33 +77,30 @@ def large_change_share(refresh: str) -> float:
     """
     if refresh != "auto":
         return 0.0
-    value = os.environ.get(LARGE_CHANGE_SHARE_ENV, "").strip()
-    if not value:
-        return LARGE_CHANGE_SHARE
-    try:
-        share = float(value)
-    except ValueError:
-        share = -1.0
-    if not share >= 0:  # also NaN
-        raise ConfigurationError(
-            f"{LARGE_CHANGE_SHARE_ENV} must be a share of the inputs' rows "
-            f"(0 turns the rule off), got {value!r}"
-        )
-    return share
+    what = "a share of the inputs' rows (0 turns the rule off)"
+    return _env_number(LARGE_CHANGE_SHARE_ENV, LARGE_CHANGE_SHARE, float, what)
 
 
 def env_row_count(name: str, default: int) -> int:
     """A row count set in the environment variable ``name`` (a bad value is an error)."""
+    return _env_number(name, default, int, "a number of rows, not negative")
+
+
+def _env_number(name: str, default: _N, parse: Callable[[str], _N], what: str) -> _N:
+    """The number set in the environment variable ``name``, at least 0, else ``default``.
+
+    A value ``parse`` refuses, a negative one or NaN is a :class:`ConfigurationError`.
+    """
     value = os.environ.get(name, "").strip()
     if not value:
         return default
     try:
-        rows = int(value)
+        number = parse(value)
     except ValueError:
-        raise ConfigurationError(f"{name} must be a number of rows, got {value!r}") from None
-    if rows < 0:
-        raise ConfigurationError(f"{name} must not be negative, got {rows}")
-    return rows
+        number = None
+    if number is None or not number >= 0:  # also NaN
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
+    return number
 
 
 def small_input_rows(refresh: str) -> int:

@@ -157,46 +157,6 @@ def _summary_total(
         return None
 
 
-#: Summary keys whose sum over a range of snapshots estimates the rows it changed.
-_CHANGE_KEYS = (
-    "added-records",
-    "deleted-records",
-    "added-position-deletes",
-    "added-equality-deletes",
-)
-
-
-def changed_rows(table: Table, from_id: int | None, to_id: int) -> int:
-    """Rows the snapshots after ``from_id`` up to ``to_id`` touched, per their summaries.
-
-    The sum of rows added, rows of removed data files and delete rows added,
-    skipping ``replace`` snapshots (compaction changes no row). Rows merely
-    rewritten (a copy-on-write update rewrites whole files) count too, which
-    is right for what it estimates: what reading the change costs (see
-    ``core/changes.py``). ``from_id`` ``None``: the live rows of ``to_id``.
-    A snapshot whose summary has none of the keys (a commit of no file, such
-    as a frontier-only tick) counts 0. :data:`UNKNOWN_ROWS` when ``from_id``
-    is not an ancestor of ``to_id``, or a snapshot has no summary or a value
-    that is not a number. Metadata only: no file is read.
-    """
-    if from_id is None:
-        return live_rows(table, to_id)
-    metadata = table.metadata
-    total, current = 0, metadata.snapshot_by_id(to_id)
-    while current is not None and current.snapshot_id != from_id:
-        summary = current.summary
-        if summary is None:
-            return UNKNOWN_ROWS
-        if summary.operation.value != "replace":
-            try:
-                total += sum(int(str(summary.get(key) or 0)) for key in _CHANGE_KEYS)
-            except ValueError:
-                return UNKNOWN_ROWS
-        parent = current.parent_snapshot_id
-        current = None if parent is None else metadata.snapshot_by_id(parent)
-    return total if current is not None else UNKNOWN_ROWS
-
-
 def table_asset_uri(catalog_name: str, name: str) -> str:
     """The URI naming table ``name`` (``namespace.table``) as an Airflow Asset.
 

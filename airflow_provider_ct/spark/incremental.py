@@ -25,7 +25,7 @@ import logging
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -353,10 +353,9 @@ class _AffectedKeys:
     positions: tuple[int, ...]
     #: Further ``alias.column`` filtered by ``IN`` the keys (inputs filtered before the join).
     also: tuple[str, ...] = ()
-    #: Whether the driver already decided ``inline`` (from the changes' Arrow
-    #: tables); else :func:`_inline_keys` asks Spark.
-    inline_decided: bool = False
-    inline: InlineKeys | None = None
+    #: The key's columns in the changes' Arrow tables, when all are on the
+    #: driver: the literals are then decided there, not by a Spark job.
+    on_driver: tuple[pa.ChunkedArray, ...] | None = None
 
 
 def _group(delta: _Delta, persisted: DataFrame) -> Correction:
@@ -369,8 +368,8 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     keys.createOrReplaceTempView(KEYS_VIEW)
     if len(found.key_sql) != 1:
         inline = None
-    elif found.inline_decided:
-        inline = found.inline
+    elif found.on_driver is not None:
+        inline = _inline_from_arrow(found.on_driver, keys.schema.fields[0].dataType)
     else:
         inline = _inline_keys(keys)
 
@@ -420,7 +419,7 @@ def _inline_keys(keys: DataFrame) -> InlineKeys | None:
     return _as_inline([row[0] for row in rows])
 
 
-def _inline_from_arrow(columns: list[pa.ChunkedArray], data_type: Any) -> InlineKeys | None:
+def _inline_from_arrow(columns: Sequence[pa.ChunkedArray], data_type: Any) -> InlineKeys | None:
     """:func:`_inline_keys` over the changes' key columns on the driver: no Spark job.
 
     The changes are Arrow tables before Spark reads them, so their distinct
@@ -510,10 +509,8 @@ def _keys_from_changes(delta: _Delta) -> _AffectedKeys | None:
         also = tuple(f"{a}.{c}" for _, a, c in found.members) if len(found.members) > 1 else ()
         key_sql = (delta.plan.key_sql[found.index],)
         positions = (delta.plan.key_positions[found.index],)
-        if arrow is None:
-            return _AffectedKeys(frame, key_sql, positions, also)
-        inline = _inline_from_arrow(arrow, frame.schema.fields[0].dataType)
-        return _AffectedKeys(frame, key_sql, positions, also, inline_decided=True, inline=inline)
+        on_driver = None if arrow is None else tuple(arrow)
+        return _AffectedKeys(frame, key_sql, positions, also, on_driver)
     return None
 
 

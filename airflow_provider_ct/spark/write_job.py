@@ -41,6 +41,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.changes import estimated_change_rows
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.incremental import incremental_base
@@ -67,7 +68,6 @@ from airflow_provider_ct.core.staging import (
 )
 from airflow_provider_ct.core.tables import (
     UNKNOWN_ROWS,
-    changed_rows,
     create_managed_table,
     live_bytes,
     live_rows,
@@ -491,15 +491,12 @@ def _large_change(tick: _Tick, inputs: dict[str, Any], before: dict[str, int | N
         return None
     changed = rows = 0
     for name, after in tick.desc.inputs.items():
-        if after is None or before.get(name) == after:
+        if after is None:
             continue
-        moved = changed_rows(inputs[name], before.get(name), after)
-        if moved >= UNKNOWN_ROWS:
-            return None
-        changed += moved
-    for name, after in tick.desc.inputs.items():
-        rows += 0 if after is None else live_rows(inputs[name], after)
-    if rows >= UNKNOWN_ROWS or changed <= share * rows:
+        rows += live_rows(inputs[name], after)
+        if before.get(name) != after:
+            changed += estimated_change_rows(inputs[name], before.get(name), after)
+    if max(rows, changed) >= UNKNOWN_ROWS or changed <= share * rows:
         return None
     return (
         f"the inputs changed by about {changed:,} rows of {rows:,} ({changed / max(rows, 1):.1%}, "
