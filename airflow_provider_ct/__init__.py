@@ -24,6 +24,7 @@ _LAZY = {
     "continual_task": "airflow_provider_ct.continual",
     "ContinualMintOperator": "airflow_provider_ct.operators.continual",
     "ContinualWriteOperator": "airflow_provider_ct.operators.continual",
+    "ContinualAppendOperator": "airflow_provider_ct.operators.continual",
     "view_asset": "airflow_provider_ct.views",
     "table_asset": "airflow_provider_ct.assets",
     "view_input_assets": "airflow_provider_ct.assets",

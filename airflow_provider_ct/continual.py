@@ -10,8 +10,11 @@ from airflow_provider_ct.assets import SEALED, frontier_alias, table_asset
 from airflow_provider_ct.core.continual import parse_continual_task
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import catalog_name_of
-from airflow_provider_ct.operators.append import AppendOperator
-from airflow_provider_ct.operators.continual import ContinualMintOperator, ContinualWriteOperator
+from airflow_provider_ct.operators.continual import (
+    ContinualAppendOperator,
+    ContinualMintOperator,
+    ContinualWriteOperator,
+)
 from airflow_provider_ct.operators.write import DEFAULT_LOCAL_MASTER
 from airflow_provider_ct.sensors.frontier import FrontierSensor
 
@@ -79,8 +82,10 @@ def continual_task(
             engine=engine,
             warm_idle_timeout=warm_idle_timeout,
         )
-        append = AppendOperator(
+        append = ContinualAppendOperator(
             task_id="append",
+            definition=definition,
+            namespace=namespace,
             write_task_id=write.task_id,
             description_task_id=mint.task_id,
             iceberg_conn_id=iceberg_conn_id,

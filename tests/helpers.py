@@ -269,3 +269,13 @@ def rewrite_files(table: Any) -> int:
     snapshot = table.metadata.current_snapshot()
     assert snapshot.summary.operation == Operation.REPLACE
     return int(snapshot.snapshot_id)
+
+
+class XComTI:
+    """The ``ti`` of a context for operators run by hand: ``xcom_pull(task_ids=...)``."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+
+    def xcom_pull(self, task_ids: str, **_: Any) -> Any:
+        return self.values.get(task_ids)

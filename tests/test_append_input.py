@@ -188,6 +188,57 @@ def test_a_manifest_answering_a_different_time_is_refused(world: World) -> None:
     _unchanged(world)
 
 
+def _restage_times(world: World, *times: int) -> None:
+    """The manifest's file under the first of ``times``; the others stage no file."""
+    batch = read_manifest(world.manifest)
+    first = dataclasses.replace(batch.times[0], time=times[0])
+    _edit_manifest(world, times=(first, *(StagedTime(t) for t in times[1:])))
+
+
+def test_a_view_manifest_staging_another_time_than_its_description_is_refused(
+    world: World,
+) -> None:
+    """A view's batch stages at most its tick's time (the description is unedited)."""
+    _restage_times(world, 5)
+    with pytest.raises(StagingError, match="a view's batch stages only the tick's time 10"):
+        land_staged(world.table, world.manifest, description=world.desc)
+    _restage_times(world, 5, 10)
+    with pytest.raises(StagingError, match="a view's batch stages only"):
+        land_staged(world.table, world.manifest, description=world.desc)
+    _unchanged(world)
+
+
+@pytest.mark.parametrize(
+    ("times", "message"),
+    [
+        ((3, 12), "time 12 lies outside the batch's"),
+        ((7, 3), "do not strictly increase"),
+        ((3, 8), r"time 8 is not one of the batch's 3 input time\(s\) \[3, 7, 12\]"),
+    ],
+)
+def test_a_continual_manifest_must_stage_the_batchs_input_times(
+    world: World, times: tuple[int, ...], message: str
+) -> None:
+    """A continual task's times lie below the tick, inside the window, each an input time."""
+    _restage_times(world, *times)
+    with pytest.raises(StagingError, match=message):
+        land_staged(world.table, world.manifest, description=world.desc, allowed_times=[3, 7, 12])
+    _unchanged(world)
+
+
+def test_a_continual_manifest_of_input_times_below_the_tick_lands(world: World) -> None:
+    """Times 3 and 7 of a tick at 10: the case the view's rule refused for every plain input."""
+    _restage_times(world, 3, 7)
+    with pytest.raises(StagingError, match="a view's batch stages only the tick's time 10"):
+        land_staged(world.table, world.manifest, description=world.desc)
+    outcome = land_staged(world.table, world.manifest, description=world.desc, allowed_times=[3, 7])
+    assert outcome.landed_by_this_attempt
+    timeline = Timeline.of(world.table)
+    assert [t for t, _ in timeline.data_times()] == [3, 7]
+    assert timeline.upper == Frontier.at(11)
+    assert rows_of(world.table) == {(1, "a"): 1, (2, "b"): 1}
+
+
 def test_the_untouched_batch_still_lands_after_all_that(world: World) -> None:
     """The fixture's batch is sound: without tampering the same append lands it."""
     out = _append(world.report)

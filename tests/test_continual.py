@@ -16,10 +16,10 @@ from airflow_provider_ct.core.mint import mint
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import QueryError
-from airflow_provider_ct.operators.append import AppendOperator
+from airflow_provider_ct.operators.continual import ContinualAppendOperator
 from airflow_provider_ct.spark.continual_job import run_continual
 from tests.conftest import SPARK_CATALOG_CONN as CONN
-from tests.helpers import advance, local_path, rows_of, stage_arrow
+from tests.helpers import XComTI, advance, local_path, rows_of, stage_arrow
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -49,7 +49,8 @@ def append_rows(table: Any, time: int, rows: list[tuple[Any, ...]], schema: pa.S
     assert result.landed
 
 
-def ct_tick(spark: Any, config: CatalogConfig, task_sql: str, ns: str, time: int) -> dict:
+def ct_mint(config: CatalogConfig, task_sql: str, ns: str, time: int) -> Any:
+    """The description of a tick at ``time`` (the mint's rules over the tables now)."""
     catalog = config.load()
     task = parse_continual_task(task_sql, default_namespace=ns)
     try:
@@ -59,12 +60,29 @@ def ct_tick(spark: Any, config: CatalogConfig, task_sql: str, ns: str, time: int
     inputs = {n: Timeline.of(catalog.load_table(n)) for n in (task.input, *task.references)}
     decision = mint(target=task.name, target_timeline=out_tl, time=time, inputs=inputs)
     assert decision.description is not None, decision.reason
-    report = run_continual(spark, config, task_sql, ns, decision.description)
-    out = AppendOperator(task_id="append", report=report.to_json(), iceberg_conn_id=CONN).execute(
-        {}
+    return decision.description
+
+
+def ct_append(report: Any, description: Any, task_sql: str, ns: str) -> dict:
+    """The continual task's append of ``report``, checked against its ``description``."""
+    append = ContinualAppendOperator(
+        task_id="append",
+        report=report.to_json(),
+        description_task_id="mint",
+        definition=task_sql,
+        namespace=ns,
+        iceberg_conn_id=CONN,
     )
+    out: dict = append.execute({"ti": XComTI({"mint": description.to_json()})})
+    return out
+
+
+def ct_tick(spark: Any, config: CatalogConfig, task_sql: str, ns: str, time: int) -> dict:
+    description = ct_mint(config, task_sql, ns, time)
+    report = run_continual(spark, config, task_sql, ns, description)
+    out = ct_append(report, description, task_sql, ns)
     out["report"] = report
-    out["description"] = decision.description
+    out["description"] = description
     return out
 
 
@@ -182,9 +200,9 @@ def test_racing_duplicate_runs_and_retried_appends_never_write_a_time_twice(
     assert desc is not None
     first = run_continual(spark, spark_catalog_config, UPSERT, ns, desc)
     second = run_continual(spark, spark_catalog_config, UPSERT, ns, desc)  # a duplicate run
-    win = AppendOperator(task_id="a", report=first.to_json(), iceberg_conn_id=CONN).execute({})
-    lose = AppendOperator(task_id="b", report=second.to_json(), iceberg_conn_id=CONN).execute({})
-    retry = AppendOperator(task_id="a", report=first.to_json(), iceberg_conn_id=CONN).execute({})
+    win = ct_append(first, desc, UPSERT, ns)
+    lose = ct_append(second, desc, UPSERT, ns)
+    retry = ct_append(first, desc, UPSERT, ns)
     assert win["appended"] and not win["already_appended"]
     # Same description id: the duplicate sees its own batch on main and stages nothing new.
     assert lose["appended"] and lose["already_appended"]
@@ -194,6 +212,44 @@ def test_racing_duplicate_runs_and_retried_appends_never_write_a_time_twice(
     assert [t for t, _ in Timeline.of(output).data_times()] == [200]
     for staged in (first, second):
         assert staged.manifest is None or not local_path(staged.manifest).exists()
+
+
+SNAPSHOT_COPY = """
+CREATE CONTINUAL TASK copy (key INT, val INT) ON INPUT src WITH (SNAPSHOT = true) AS (
+    INSERT INTO copy SELECT key, val FROM src;
+)
+"""
+
+
+def test_a_retried_first_snapshot_batch_still_takes_the_snapshot(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """The first write created the output (with its as-of) and crashed before the append.
+
+    The retry must still stage the input's contents at the as-of: whether a
+    batch takes the snapshot depends on the batch covering the as-of, not on
+    whether the output existed before the job.
+    """
+    ns = "ct_snapretry"
+    catalog = spark_catalog_config.load()
+    source = create_managed_table(catalog, f"{ns}.src", KV)
+    append_rows(source, 50, [(1, 10), (2, 20)], KV)
+    advance(source, 100)
+    description = ct_mint(spark_catalog_config, SNAPSHOT_COPY, ns, 100)
+    crashed = run_continual(spark, spark_catalog_config, SNAPSHOT_COPY, ns, description)
+    assert crashed.rows_to_insert == 2  # staged, never appended
+    retry = run_continual(spark, spark_catalog_config, SNAPSHOT_COPY, ns, description)
+    assert retry.rows_to_insert == 2
+    assert ct_append(retry, description, SNAPSHOT_COPY, ns)["appended"]
+    output = catalog.load_table(f"{ns}.copy")
+    assert rows_of(output) == Counter({(1, 10): 1, (2, 20): 1})
+    assert [t for t, _ in Timeline.of(output).data_times()] == [100]
+    # The snapshot is taken once: the next batch does not cover the as-of.
+    append_rows(source, 150, [(3, 30)], KV)
+    advance(source, 200)
+    assert ct_tick(spark, spark_catalog_config, SNAPSHOT_COPY, ns, 200)["appended"]
+    expected = Counter({(1, 10): 1, (2, 20): 1, (3, 30): 1})
+    assert rows_of(catalog.load_table(f"{ns}.copy")) == expected
 
 
 RETENTION = """

@@ -117,6 +117,7 @@ from airflow_provider_ct.spark.write_job import (
 from tests.conftest import SCHEMA as KV
 from tests.conftest import SPARK_CATALOG_CONN as CONN
 from tests.helpers import (
+    XComTI,
     advance,
     local_path,
     mint_view_tick,
@@ -752,13 +753,25 @@ class World:
         assert report.manifest is not None
         assert read_manifest(report.manifest).state == STATE_STAGED
 
-    def _append(self, report: WriteReport) -> dict[str, Any]:
+    def _append(
+        self, report: WriteReport, desc: BatchDescription, *, continual: bool = False
+    ) -> dict[str, Any]:
+        """The append task, checking the manifest against the minted ``desc`` (as a DAG does)."""
         from airflow_provider_ct.operators.append import AppendOperator
+        from airflow_provider_ct.operators.continual import ContinualAppendOperator
 
-        op = AppendOperator(
-            task_id=f"append_{uuid.uuid4().hex[:8]}", report=report.to_json(), iceberg_conn_id=CONN
+        common: dict[str, Any] = {
+            "task_id": f"append_{uuid.uuid4().hex[:8]}",
+            "report": report.to_json(),
+            "iceberg_conn_id": CONN,
+            "description_task_id": "mint",
+        }
+        op = (
+            ContinualAppendOperator(definition=self.task_sql, namespace=self.ns, **common)
+            if continual
+            else AppendOperator(**common)
         )
-        out: dict[str, Any] = op.execute({})
+        out: dict[str, Any] = op.execute({"ti": XComTI({"mint": desc.to_json()})})
         return out
 
     def _land(self, view: View, pending: Pending) -> None:
@@ -790,7 +803,7 @@ class World:
         name = f"{view.tracked.name} at {pending.desc.time}"
         try:
             with failpoint(None if fault is None else f"{fault}=raise"):
-                out = self._append(attempt.report)
+                out = self._append(attempt.report, pending.desc)
         except CommitStateUnknownError:
             assert fault is not None and current, f"{name}: unexpected unknown outcome"
             self.faults[f"unknown-outcome:{fault}"] += 1
@@ -840,7 +853,7 @@ class World:
 
         def run(index: int) -> None:
             try:
-                outcomes[index] = self._append(pair[index].report)
+                outcomes[index] = self._append(pair[index].report, pending.desc)
             except BaseException as exc:
                 outcomes[index] = exc
 
@@ -959,9 +972,9 @@ class World:
         if mode == "abandon-second":
             reports.pop()
             self.faults["abandoned"] += 1
-        outcomes = [self._append(r) for r in reports]
+        outcomes = [self._append(r, desc, continual=True) for r in reports]
         if mode == "retry":
-            outcomes.append(self._append(reports[0]))
+            outcomes.append(self._append(reports[0], desc, continual=True))
             self.faults["retry"] += 1
         if mode == "twice":
             self.faults["duplicate-attempt"] += 1
@@ -1198,7 +1211,7 @@ class World:
         assert pending is not None and self._current(view, pending)
         report = self._write(view, pending, None, False)
         self._check_staged(report)
-        out = self._append(report)
+        out = self._append(report, pending.desc)
         assert out["appended"] and not out["already_appended"], out
         self._land(view, pending)
 

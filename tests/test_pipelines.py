@@ -288,8 +288,9 @@ def test_a_landed_append_announces_its_batch_and_the_loser_announces_nothing(
     from airflow_provider_ct.assets import frontier_alias, table_asset
     from airflow_provider_ct.operators.append import AppendOperator
     from airflow_provider_ct.operators.mint import MintOperator
+    from tests.helpers import XComTI
     from tests.test_quiet import SQL, TARGET, heads, land_view, seal, shop
-    from tests.test_quiet_operators import _XCom, view_write
+    from tests.test_quiet_operators import view_write
 
     catalog = default_catalog.load()
     written = heads(shop(catalog))
@@ -312,7 +313,7 @@ def test_a_landed_append_announces_its_batch_and_the_loser_announces_nothing(
             asset=asset,
             outlets=[alias],
         )
-        out = operator.execute({"ti": _XCom({"mint": desc}), "outlet_events": events})
+        out = operator.execute({"ti": XComTI({"mint": desc}), "outlet_events": events})
         return out, list(events[alias].asset_alias_events)
 
     # Two ticks race from the same lower: both staged before either appends.

@@ -26,13 +26,14 @@ from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import DescriptionError
 from airflow_provider_ct.operators.append import AppendOperator, checked_report
 from airflow_provider_ct.operators.continual import (
+    ContinualAppendOperator,
     ContinualMintOperator,
     ContinualWriteOperator,
 )
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import WriteOperator
 from tests.conftest import SCHEMA
-from tests.helpers import advance, oracle, replace_contents, rows_of
+from tests.helpers import XComTI, advance, oracle, replace_contents, rows_of
 from tests.test_quiet import SQL, TARGET, heads, land_view, seal, shop
 
 #: A Spark master nothing listens on: a job submitted there cannot run.
@@ -85,21 +86,22 @@ def view_write(desc: dict[str, Any], **kwargs: Any) -> WriteOperator:
     )
 
 
-def append(report: dict[str, Any], desc: dict[str, Any]) -> dict[str, Any]:
-    """Append a write report, checking its manifest answers the minted ``desc``."""
-    operator = AppendOperator(task_id="append", report=report, description_task_id="mint")
-    out: dict[str, Any] = operator.execute({"ti": _XCom({"mint": desc})})
+def append(
+    report: dict[str, Any], desc: dict[str, Any], task: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Append a write report, checking its manifest answers the minted ``desc``.
+
+    With ``task`` (a continual task's definition and namespace), the continual append.
+    """
+    operator = (
+        AppendOperator(task_id="append", report=report, description_task_id="mint")
+        if task is None
+        else ContinualAppendOperator(
+            task_id="append", report=report, description_task_id="mint", **task
+        )
+    )
+    out: dict[str, Any] = operator.execute({"ti": XComTI({"mint": desc})})
     return out
-
-
-class _XCom:
-    """The ``ti`` of a context, enough for ``xcom_pull(task_ids=...)``."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.values = values
-
-    def xcom_pull(self, task_ids: str, **_: Any) -> Any:
-        return self.values.get(task_ids)
 
 
 def test_a_quiet_view_tick_starts_no_jvm_and_the_table_still_equals_the_oracle(
@@ -177,7 +179,7 @@ def test_a_quiet_continual_tick_starts_no_jvm_and_only_advances_the_upper(
     report = write.execute({})
     assert no_process.jvm_commands == []
     assert report["quiet"] is True and report["reason"].startswith("no input changed")
-    out = append(report, desc)
+    out = append(report, desc, task)
     assert out["appended"] and out["quiet"] is True
     output = catalog.load_table("cq.upsert")
     timeline = Timeline.of(output)

@@ -22,16 +22,21 @@ Unqualified table names resolve in ``default_namespace``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import QueryError
+
+if TYPE_CHECKING:
+    from airflow_provider_ct.core.description import BatchDescription
 
 _HEADER = re.compile(
     r"""^\s*CREATE\s+CONTINUAL\s+TASK\s+(?P<name>[\w.`"]+)\s*
@@ -256,3 +261,45 @@ def input_times(timeline: Timeline, lower: int, upper: int, as_of: int) -> list[
             and e.operation != REPLACE
         }
     )
+
+
+def as_of_of(properties: Mapping[str, str], default: int) -> int:
+    """The task's as-of (its first tick's time) from the output's properties, else ``default``.
+
+    The job records it when it creates the output; an output without it is
+    on its first tick, whose time is the as-of.
+    """
+    value = properties.get(TableKeys.AS_OF)
+    if value is None or not value.isascii() or not value.isdigit():
+        return default
+    return int(value)
+
+
+def batch_times(
+    input_timeline: Timeline, description: BatchDescription, *, as_of: int, snapshot: bool
+) -> list[int]:
+    """The times one batch of a continual task processes, in order: the one rule.
+
+    The job runs the statements at each of them, the append refuses a
+    manifest that stages any other time, and the quiet check calls a batch
+    with none quiet. They are the input's change times in the description's
+    ``[lower, upper)`` after the as-of, preceded by the as-of itself for a
+    ``SNAPSHOT = true`` task whose batch covers it (the input's whole
+    contents then count as inserted at the as-of). Whether the batch covers
+    the as-of is all that matters, not whether the output existed before the
+    job: a retried first batch (the output created, the append not done)
+    must process the snapshot again.
+
+    None of these is the description's ``time`` unless the input happens to
+    have changed exactly then: input times lie anywhere below the tick.
+    """
+    lower, upper = window(description)
+    times = input_times(input_timeline, lower, upper, as_of)
+    if snapshot and lower <= as_of < upper:
+        return [as_of, *times]  # input times are all after the as-of
+    return times
+
+
+def window(description: BatchDescription) -> tuple[int, int]:
+    """A description's ``[lower, upper)`` as epoch-ms integers."""
+    return int(description.lower.time or 0), int(description.upper.time or 0)

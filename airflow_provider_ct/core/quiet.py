@@ -43,7 +43,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from airflow_provider_ct.core.continual import REPLACE, input_times
+from airflow_provider_ct.core.continual import REPLACE, batch_times, window
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.query import nondeterministic_calls, parse_query, query_hash
 from airflow_provider_ct.core.staging import StagedBatch, StagedTime, begin_batch, finish_batch
@@ -272,9 +272,19 @@ def _live_manifests(table: Table, snapshot: Snapshot) -> set[str]:
 
 # -- continual tasks ----------------------------------------------------------------------
 def continual_tick_is_quiet(
-    output: Table | None, description: BatchDescription, *, input_name: str, input_table: Table
+    output: Table | None,
+    description: BatchDescription,
+    *,
+    input_name: str,
+    input_table: Table,
+    snapshot: bool = False,
 ) -> Quiet:
-    """Whether a continual task's job would process no input time for ``description``."""
+    """Whether a continual task's job would process no time for ``description``.
+
+    The times are :func:`~airflow_provider_ct.core.continual.batch_times`,
+    the job's own rule: a ``SNAPSHOT = true`` batch that covers the as-of is
+    never quiet, even when the input did not change in it.
+    """
     if output is None:
         return _not("the output does not exist yet (first tick)")
     as_of = output.metadata.properties.get(TableKeys.AS_OF)
@@ -287,16 +297,16 @@ def continual_tick_is_quiet(
             f"the output's head {head_id} is not the description's base "
             f"{description.base_snapshot_id}"
         )
-    lower, upper = int(description.lower.time or 0), int(description.upper.time or 0)
+    lower, upper = window(description)
     try:
         timeline = Timeline.of(input_table)
     except CTError as exc:  # the job would fail on it too: let it say so
         return _not(f"cannot read input {input_name}'s history: {exc}")
-    times = input_times(timeline, lower, upper, int(as_of))
+    times = batch_times(timeline, description, as_of=int(as_of), snapshot=snapshot)
     if times:
-        return _not(f"input {input_name} changed at {len(times)} time(s) in [{lower}, {upper})")
-    window = f"[{lower}, {upper})"
-    return Quiet(True, f"{NO_INPUT_CHANGED}: input {input_name} has no change in {window}")
+        return _not(f"input {input_name} has {len(times)} time(s) to process in [{lower}, {upper})")
+    window_text = f"[{lower}, {upper})"
+    return Quiet(True, f"{NO_INPUT_CHANGED}: input {input_name} has no change in {window_text}")
 
 
 # -- staging ------------------------------------------------------------------------------

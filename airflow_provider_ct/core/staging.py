@@ -29,13 +29,14 @@ deleted or committed (:func:`check_batch_paths`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
 import posixpath
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -604,12 +605,19 @@ def check_appendable(
     *,
     manifest: str | None = None,
     description: BatchDescription | None = None,
+    allowed_times: Collection[int] | None = None,
 ) -> None:
     """Refuse a manifest that is not completely staged, not this table's, or not ``description``'s.
 
     A manifest still in state ``writing`` belongs to a writer that has not
     finished (or crashed): appending it would seal the time without its
     correction.
+
+    :param allowed_times: the times a batch answering ``description`` may
+        stage. ``None`` is a view's rule: at most one time, the description's
+        ``time``. A continual task passes its batch's times
+        (:func:`~airflow_provider_ct.core.continual.batch_times`): one entry
+        per input time, all below the tick's time.
     """
     name = ".".join(table.name())
     if batch.state != STATE_STAGED:
@@ -638,11 +646,41 @@ def check_appendable(
         )
         if ours != theirs
     ]
-    if mismatched or any(t.time != description.time for t in batch.times[-1:]):
+    if mismatched:
         raise StagingError(
-            f"staged batch {batch.batch_id} disagrees with its description on "
-            f"{mismatched or ['time']}"
+            f"staged batch {batch.batch_id} disagrees with its description on {mismatched}"
         )
+    problem = _times_problem(batch, description, allowed_times)
+    if problem:
+        raise StagingError(
+            f"staged batch {batch.batch_id} disagrees with its description on time: {problem}"
+        )
+
+
+def _times_problem(
+    batch: StagedBatch, description: BatchDescription, allowed: Collection[int] | None
+) -> str | None:
+    """What is wrong with the times a manifest stages for ``description``, or None."""
+    times = [t.time for t in batch.times]
+    if any(b <= a for a, b in itertools.pairwise(times)):
+        return f"its times {times[:10]} do not strictly increase"
+    outside = [t for t in times if description.lower.seals(t) or not description.upper.seals(t)]
+    if outside:
+        return (
+            f"time {outside[0]} lies outside the batch's [{description.lower.to_summary()}, "
+            f"{description.upper.to_summary()})"
+        )
+    if allowed is None:
+        if times and times != [description.time]:
+            return f"a view's batch stages only the tick's time {description.time}, not {times}"
+        return None
+    unknown = [t for t in times if t not in set(allowed)]
+    if unknown:
+        return (
+            f"time {unknown[0]} is not one of the batch's {len(allowed)} input time(s) "
+            f"{sorted(allowed)[:10]}"
+        )
+    return None
 
 
 def append_batch(table: Table, batch: StagedBatch) -> AppendResult:
@@ -683,7 +721,11 @@ class LandResult:
 
 
 def land_staged(
-    table: Table, manifest: str, *, description: BatchDescription | None = None
+    table: Table,
+    manifest: str,
+    *,
+    description: BatchDescription | None = None,
+    allowed_times: Collection[int] | None = None,
 ) -> LandResult:
     """Append one attempt's staged batch and clean up after whatever happened.
 
@@ -703,7 +745,9 @@ def land_staged(
             f"of {'.'.join(table.name())}"
         )
     batch = read_manifest(manifest)
-    check_appendable(batch, table, manifest=manifest, description=description)
+    check_appendable(
+        batch, table, manifest=manifest, description=description, allowed_times=allowed_times
+    )
     result = append_batch(table, batch)
     location, props = table.location(), table.metadata.properties
     if not result.landed:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
@@ -99,8 +99,9 @@ class AppendStep:
         hook = IcebergCatalogHook(self.iceberg_conn_id)
         table = hook.load_table(report["target"])
         manifest = report["manifest"]
+        allowed = None if description is None else self._allowed_times(hook, table, description)
         try:
-            outcome = land_staged(table, manifest, description=description)
+            outcome = land_staged(table, manifest, description=description, allowed_times=allowed)
         except ManifestMissingError:
             # The manifest is dropped once its batch lands; a retry after that
             # (or after cleanup) decides from the table's own history.
@@ -113,6 +114,16 @@ class AppendStep:
         if result["appended"]:
             self._announce(context, result, report, description)
         return result
+
+    def _allowed_times(
+        self, hook: IcebergCatalogHook, table: Table, description: BatchDescription
+    ) -> Collection[int] | None:
+        """The times a manifest answering ``description`` may stage; None: a view's rule.
+
+        A view's batch stages at most the tick's time. A continual task's
+        operator overrides this with its batch's input times.
+        """
+        return None
 
     def _announce(
         self,

@@ -1,30 +1,35 @@
 """Operators for continual tasks: mint and write, reusing the view machinery.
 
-The append is the ordinary :class:`~airflow_provider_ct.operators.append.AppendOperator`:
-a continual task's batch is a manifest with one change per input time, all
-landing in one compare-and-append.
+A continual task's batch is a manifest with one change per input time, all
+landing in one compare-and-append; :class:`ContinualAppendOperator` is the
+ordinary append, told which times such a batch may stage.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.continual import (
     CONTINUAL_TASK_KIND,
     ContinualTaskDef,
+    as_of_of,
+    batch_times,
     parse_continual_task,
 )
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.quiet import Quiet, continual_tick_is_quiet
+from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import Loaded, WriteOperator
 from airflow_provider_ct.spark import continual_job
 from airflow_provider_ct.spark.exchange import inline
 
 if TYPE_CHECKING:
-    pass
+    from pyiceberg.table import Table
 
 
 class ContinualMintOperator(MintOperator):
@@ -81,9 +86,11 @@ class ContinualWriteOperator(WriteOperator):
 
     def _quiet(self, hook: IcebergCatalogHook, desc: BatchDescription, loaded: Loaded) -> Quiet:
         """Quiet when the job would process no input time (the input did not change)."""
-        name = self._task(hook).input
-        table = loaded.inputs[name]
-        return continual_tick_is_quiet(loaded.target, desc, input_name=name, input_table=table)
+        task = self._task(hook)
+        table = loaded.inputs[task.input]
+        return continual_tick_is_quiet(
+            loaded.target, desc, input_name=task.input, input_table=table, snapshot=task.snapshot
+        )
 
     def _task(self, hook: IcebergCatalogHook) -> ContinualTaskDef:
         return parse_continual_task(
@@ -103,3 +110,34 @@ class ContinualWriteOperator(WriteOperator):
     def _job_args(self) -> list[str]:
         namespace = ["--namespace", self.namespace] if self.namespace else []
         return ["--task", inline(self.definition), *namespace]
+
+
+class ContinualAppendOperator(AppendOperator):
+    """Append a continual task's batch: its times must be the batch's input times.
+
+    A view's manifest stages the tick's time; a continual task's stages one
+    entry per input time in ``[lower, upper)`` (each below the tick's time,
+    and the as-of for ``SNAPSHOT = true``), so the append checks them against
+    the same rule the job ran, :func:`~airflow_provider_ct.core.continual.batch_times`,
+    over the input's history.
+
+    :param definition: ``CREATE CONTINUAL TASK ...`` text.
+    :param namespace: namespace of unqualified table names in the definition.
+    """
+
+    template_fields = (*AppendOperator.template_fields, "definition", "namespace")
+
+    def __init__(self, *, definition: str, namespace: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.definition = definition
+        self.namespace = namespace
+
+    def _allowed_times(
+        self, hook: IcebergCatalogHook, table: Table, description: BatchDescription
+    ) -> Collection[int]:
+        task = parse_continual_task(
+            self.definition, default_namespace=self.namespace, catalog_name=hook.get_config().name
+        )
+        as_of = as_of_of(table.metadata.properties, description.time)
+        source = Timeline.of(hook.load_table(task.input))
+        return batch_times(source, description, as_of=as_of, snapshot=task.snapshot)

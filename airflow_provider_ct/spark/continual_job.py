@@ -40,8 +40,10 @@ from airflow_provider_ct.core.continual import (
     CONTINUAL_TASK_KIND,
     NOW_FUNCTIONS,
     ContinualTaskDef,
-    input_times,
+    as_of_of,
+    batch_times,
     parse_continual_task,
+    window,
 )
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
@@ -302,7 +304,6 @@ def run_continual(
     reason = outdated_reason(table, desc)
     if reason is not None:
         return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
-    first = table is None or AS_OF_PROPERTY not in table.metadata.properties
     if table is None:
         schema = pa.schema([pa.field(c, _arrow_type(spark, t)) for c, t in task.columns])
         table = create_managed_table(
@@ -315,13 +316,13 @@ def run_continual(
                 desc.target,
                 reason="output was created and written concurrently",
             )
-    as_of = int(table.metadata.properties.get(AS_OF_PROPERTY, desc.time))
+    as_of = as_of_of(table.metadata.properties, desc.time)
     source = catalog.load_table(task.input)
     input_tl = Timeline.of(source)
     references = {n: Timeline.of(catalog.load_table(n)) for n in task.references}
-    lower, upper = int(desc.lower.time or 0), int(desc.upper.time or 0)
-    times = input_times(input_tl, lower, upper, as_of)
-    snapshot_time = as_of if first and task.snapshot and lower <= as_of < upper else None
+    lower, upper = window(desc)
+    all_times = batch_times(input_tl, desc, as_of=as_of, snapshot=task.snapshot)
+    snapshot_time = as_of if task.snapshot and all_times[:1] == [as_of] else None
 
     state = _State(base=None)
     if desc.base_snapshot_id is not None:
@@ -339,7 +340,6 @@ def run_continual(
     )
     data_dir = batch.data_dir
     staged_times: list[StagedTime] = []
-    all_times = ([snapshot_time] if snapshot_time is not None else []) + times
     total_in, total_out = 0, 0
     reads: dict[str, int] = {}  # how each input time's inserts were read
     for time in all_times:
