@@ -38,6 +38,9 @@ _LAZY = {
     "CloseCollectionOperator": "airflow_provider_ct.operators.collections",
     "RegisterReaderOperator": "airflow_provider_ct.operators.collections",
     "collections_dag": "airflow_provider_ct.tick_dag",
+    "SparkSettings": "airflow_provider_ct.factory_settings",
+    "WaitSettings": "airflow_provider_ct.factory_settings",
+    "SparkJobHook": "airflow_provider_ct.hooks.spark_job",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import TaskGroup
 
-from airflow_provider_ct.assets import SEALED, frontier_alias, table_asset
+from airflow_provider_ct._groups import Step, tick_group
 from airflow_provider_ct.core.continual import parse_continual_task
+from airflow_provider_ct.factory_settings import SparkSettings, WaitSettings
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import catalog_name_of
 from airflow_provider_ct.operators.continual import (
@@ -15,8 +17,6 @@ from airflow_provider_ct.operators.continual import (
     ContinualMintOperator,
     ContinualWriteOperator,
 )
-from airflow_provider_ct.operators.write import DEFAULT_LOCAL_MASTER
-from airflow_provider_ct.sensors.frontier import FrontierSensor
 
 
 def continual_task(
@@ -26,16 +26,20 @@ def continual_task(
     group_id: str | None = None,
     time: int | str | None = None,
     iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+    spark: SparkSettings | None = None,
     spark_conn_id: str | None = None,
-    spark_master: str = DEFAULT_LOCAL_MASTER,
+    spark_master: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
+    engine: str | None = None,
+    warm_idle_timeout: float | None = None,
+    wait: WaitSettings | None = None,
     deferrable: bool | None = None,
-    poke_interval: float = 10.0,
-    sensor_timeout: float = 3600.0,
+    poke_interval: float | None = None,
+    sensor_timeout: float | None = None,
+    sensor_mode: str | None = None,
     read_only: bool | None = None,
     catalog_name: str | None = None,
     quiet_ticks: bool = True,
-    engine: str | None = None,
-    warm_idle_timeout: float | None = None,
     **group_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that runs a continual task for every input time up to each tick.
@@ -52,59 +56,42 @@ def continual_task(
         no sensor then, see docs/pipelines.md.
     :param catalog_name: the catalog prefix of three-part names and of the
         output's Asset; default: the ``iceberg_conn_id`` connection's catalog.
+    :param spark: how the write task runs Spark (:class:`~.factory_settings.SparkSettings`,
+        whose fields are also accepted one by one: ``spark_conn_id`` ... ``warm_idle_timeout``).
+    :param wait: how ``wait_for_inputs`` waits (:class:`~.factory_settings.WaitSettings`,
+        also accepted one by one: ``deferrable`` ... ``sensor_mode``). A loose
+        keyword given next to ``spark=``/``wait=`` must agree with it.
     :param quiet_ticks: a tick in which the input did not change commits the
         output's frontier without starting Spark (see ``core/quiet.py``).
-    :param engine: ``spark-submit`` | ``warm`` (a long-lived Spark driver per
-        worker, see docs/engines.md); default: the Spark connection's choice.
-    :param warm_idle_timeout: seconds a warm driver stays up without jobs.
     """
     catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
     task = parse_continual_task(definition, default_namespace=namespace, catalog_name=catalog_name)
-    gid = group_id or f"ct_{task.name.replace('.', '_')}"
-    with TaskGroup(group_id=gid, **group_kwargs) as group:
-        mint = ContinualMintOperator(
-            task_id="mint",
-            definition=definition,
-            namespace=namespace,
-            time=time,
-            read_only=read_only,
-            iceberg_conn_id=iceberg_conn_id,
-        )
-        write = ContinualWriteOperator(
-            task_id="write",
-            definition=definition,
-            namespace=namespace,
-            description_task_id=mint.task_id,
+    ct = {"definition": definition, "namespace": namespace}
+    return tick_group(
+        group_id=group_id or f"ct_{task.name.replace('.', '_')}",
+        output=task.name,
+        catalog_name=catalog_name,
+        time=time,
+        read_only=read_only,
+        iceberg_conn_id=iceberg_conn_id,
+        spark=SparkSettings.resolve(
+            spark,
             spark_conn_id=spark_conn_id,
             spark_master=spark_master,
-            iceberg_conn_id=iceberg_conn_id,
-            quiet_ticks=quiet_ticks,
+            spark_conf=spark_conf,
             engine=engine,
             warm_idle_timeout=warm_idle_timeout,
-        )
-        append = ContinualAppendOperator(
-            task_id="append",
-            definition=definition,
-            namespace=namespace,
-            write_task_id=write.task_id,
-            description_task_id=mint.task_id,
-            iceberg_conn_id=iceberg_conn_id,
-            asset=table_asset(task.name, catalog_name),
-            writer_kind="continual-task",
-            outlets=[frontier_alias(f"{catalog_name}.{task.name}")],
-        )
-        mint >> write >> append
-        if time != SEALED:  # a sealed time is sealed by construction: nothing to wait for
-            (
-                FrontierSensor(
-                    task_id="wait_for_inputs",
-                    tables=[task.input, *task.references],
-                    time=time,
-                    iceberg_conn_id=iceberg_conn_id,
-                    deferrable=deferrable,
-                    poke_interval=poke_interval,
-                    timeout=sensor_timeout,
-                )
-                >> mint
-            )
-    return group
+        ),
+        wait=WaitSettings.resolve(
+            wait,
+            deferrable=deferrable,
+            poke_interval=poke_interval,
+            sensor_timeout=sensor_timeout,
+            sensor_mode=sensor_mode,
+        ),
+        waits_on={"tables": [task.input, *task.references]},
+        mint=Step(ContinualMintOperator, ct),
+        write=Step(ContinualWriteOperator, {**ct, "quiet_ticks": quiet_ticks}),
+        append=Step(ContinualAppendOperator, {**ct, "writer_kind": "continual-task"}),
+        group_kwargs=group_kwargs,
+    )

@@ -49,7 +49,7 @@ def get_provider_info() -> dict[str, Any]:
         ),
         "sensors": _group("airflow_provider_ct.sensors.frontier"),
         "triggers": _group("airflow_provider_ct.triggers.frontier"),
-        "hooks": _group("airflow_provider_ct.hooks.iceberg"),
+        "hooks": _group("airflow_provider_ct.hooks.iceberg", "airflow_provider_ct.hooks.spark_job"),
         "hook-class-names": [HOOK_CLASS],
         "connection-types": [{"connection-type": "iceberg_catalog", "hook-class-name": HOOK_CLASS}],
         "plugins": [

@@ -77,16 +77,28 @@ def collections_dag(
                 task_id="maintain",
                 namespaces=namespaces,
                 tables=maintain_tables,
-                retention_ms=settings.retention_ms,
-                expire=settings.expire,
-                compact=settings.compact,
-                small_file_bytes=settings.small_file_bytes,
-                min_files=settings.min_files,
-                target_file_bytes=settings.target_file_bytes,
-                delete_files=settings.delete_files,
                 read_only=read_only,
                 iceberg_conn_id=iceberg_conn_id,
                 trigger_rule="all_done",
+                **_maintain_kwargs(settings),
             )
             tick >> maintain
     return dag
+
+
+def _maintain_kwargs(settings: MaintenanceSettings) -> dict[str, Any]:
+    """The maintain task's keywords from ``settings`` (as ``SparkSettings.write_kwargs``).
+
+    One list of what the operator takes, so what it does not is visible:
+    ``sweep`` and ``sweep_grace_ms`` are not among them (the operator has no
+    such arguments yet), so its maintenance sweeps with their defaults.
+    """
+    return {
+        "retention_ms": settings.retention_ms,
+        "expire": settings.expire,
+        "compact": settings.compact,
+        "small_file_bytes": settings.small_file_bytes,
+        "min_files": settings.min_files,
+        "target_file_bytes": settings.target_file_bytes,
+        "delete_files": settings.delete_files,
+    }

@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, TaskGroup
+from airflow.sdk import Asset, TaskGroup
 
-from airflow_provider_ct.assets import SEALED, frontier_alias, table_asset
+from airflow_provider_ct._groups import Step, tick_group
+from airflow_provider_ct.assets import table_asset
 from airflow_provider_ct.core.planner import choose_plan
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
+from airflow_provider_ct.factory_settings import SparkSettings, WaitSettings
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import catalog_name_of, is_templated_sql
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.tick import ViewTickOperator
-from airflow_provider_ct.operators.write import DEFAULT_LOCAL_MASTER, WriteOperator
-from airflow_provider_ct.sensors.frontier import FrontierSensor
+from airflow_provider_ct.operators.write import WriteOperator
 
 
 def view_asset(target: str, catalog_name: str = "ct") -> Asset:
@@ -32,20 +33,22 @@ def materialized_view(
     group_id: str | None = None,
     time: int | str | None = None,
     iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+    spark: SparkSettings | None = None,
     spark_conn_id: str | None = None,
-    spark_master: str = DEFAULT_LOCAL_MASTER,
-    spark_conf: dict[str, str] | None = None,
+    spark_master: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
+    engine: str | None = None,
+    warm_idle_timeout: float | None = None,
+    wait: WaitSettings | None = None,
     deferrable: bool | None = None,
-    poke_interval: float = 10.0,
-    sensor_timeout: float = 3600.0,
-    sensor_mode: str = "poke",
+    poke_interval: float | None = None,
+    sensor_timeout: float | None = None,
+    sensor_mode: str | None = None,
     read_only: bool | None = None,
     report_only: bool = False,
     input_upper_policies: Mapping[str, str] | None = None,
     catalog_name: str | None = None,
     quiet_ticks: bool = True,
-    engine: str | None = None,
-    warm_idle_timeout: float | None = None,
     refresh: str = "auto",
     verify_every: int = 0,
     fuse_steps: bool = False,
@@ -70,7 +73,11 @@ def materialized_view(
     :param catalog_name: the catalog prefix of three-part names
         (``<catalog>.ns.t``) and of the view's Asset; default: the name of
         the ``iceberg_conn_id`` connection's catalog.
-
+    :param spark: how the write task runs Spark (:class:`~.factory_settings.SparkSettings`,
+        whose fields are also accepted one by one: ``spark_conn_id`` ... ``warm_idle_timeout``).
+    :param wait: how ``wait_for_inputs`` waits (:class:`~.factory_settings.WaitSettings`,
+        also accepted one by one: ``deferrable`` ... ``sensor_mode``). A loose
+        keyword given next to ``spark=``/``wait=`` must agree with it.
     :param report_only: a dry run: write reports how far the table is from its
         definition; nothing is staged or appended.
     :param input_upper_policies: per external input (``ns.t`` or
@@ -79,9 +86,6 @@ def materialized_view(
         see ``core/quiet.py``) commits its frontier without starting Spark.
     :param refresh: ``auto`` | ``incremental`` | ``full`` (see docs/views.md).
     :param verify_every: every N-th tick runs the full correction (0: never).
-    :param engine: ``spark-submit`` | ``warm`` (a long-lived Spark driver per
-        worker, see docs/engines.md); default: the Spark connection's choice.
-    :param warm_idle_timeout: seconds a warm driver stays up without jobs.
     :param fuse_steps: mint, write and append as one task ``tick``
         (:class:`~airflow_provider_ct.operators.tick.ViewTickOperator`):
         a third of the task instances per tick, at the price of per-step
@@ -92,74 +96,35 @@ def materialized_view(
         parsed = parse_query(sql, target=target, catalog_name=catalog_name)
         parse_policies(input_upper_policies, parsed.inputs, catalog_name)
         choose_plan(parsed, refresh)  # refresh="incremental" fails here for a query it cannot do
-    gid = group_id or f"view_{normalize_table_name(target, catalog_name).replace('.', '_')}"
     name = normalize_table_name(target, catalog_name)
-    write_args: dict[str, Any] = {
-        "target": target,
-        "sql": sql,
-        "spark_conn_id": spark_conn_id,
-        "spark_master": spark_master,
-        "spark_conf": spark_conf,
-        "report_only": report_only,
-        "iceberg_conn_id": iceberg_conn_id,
-        "quiet_ticks": quiet_ticks,
-        "refresh": refresh,
-        "verify_every": verify_every,
-        "engine": engine,
-        "warm_idle_timeout": warm_idle_timeout,
-    }
-    announce: dict[str, Any] = {
-        "asset": table_asset(name, catalog_name),
-        "outlets": [frontier_alias(f"{catalog_name}.{name}")],
-    }
-    with TaskGroup(group_id=gid, **group_kwargs) as group:
-        mint_args: dict[str, Any] = {
-            "time": time,
-            "read_only": read_only,
-            "input_upper_policies": input_upper_policies,
-        }
-        if fuse_steps:
-            first: BaseOperator = ViewTickOperator(
-                task_id="tick", **mint_args, **write_args, **({} if report_only else announce)
-            )
-        else:
-            first = _separate_steps(mint_args, write_args, None if report_only else announce)
-        if time != SEALED:  # a sealed time is sealed by construction: nothing to wait for
-            (
-                FrontierSensor(
-                    task_id="wait_for_inputs",
-                    sql=sql,
-                    time=time,
-                    input_upper_policies=input_upper_policies,
-                    iceberg_conn_id=iceberg_conn_id,
-                    deferrable=deferrable,
-                    poke_interval=poke_interval,
-                    timeout=sensor_timeout,
-                    mode=sensor_mode,
-                )
-                >> first
-            )
-    return group
-
-
-def _separate_steps(
-    mint_args: dict[str, Any], write_args: dict[str, Any], announce: dict[str, Any] | None
-) -> MintOperator:
-    """mint >> write >> append (no append for a dry run, ``announce`` None); returns mint."""
-    target, sql, conn = write_args["target"], write_args["sql"], write_args["iceberg_conn_id"]
-    mint_task = MintOperator(
-        task_id="mint", target=target, sql=sql, iceberg_conn_id=conn, **mint_args
+    view = {"target": target, "sql": sql}
+    write = {"report_only": report_only, "quiet_ticks": quiet_ticks, "refresh": refresh}
+    return tick_group(
+        group_id=group_id or f"view_{name.replace('.', '_')}",
+        output=name,
+        catalog_name=catalog_name,
+        time=time,
+        read_only=read_only,
+        iceberg_conn_id=iceberg_conn_id,
+        spark=SparkSettings.resolve(
+            spark,
+            spark_conn_id=spark_conn_id,
+            spark_master=spark_master,
+            spark_conf=spark_conf,
+            engine=engine,
+            warm_idle_timeout=warm_idle_timeout,
+        ),
+        wait=WaitSettings.resolve(
+            wait,
+            deferrable=deferrable,
+            poke_interval=poke_interval,
+            sensor_timeout=sensor_timeout,
+            sensor_mode=sensor_mode,
+        ),
+        waits_on={"sql": sql, "input_upper_policies": input_upper_policies},
+        mint=Step(MintOperator, {**view, "input_upper_policies": input_upper_policies}),
+        write=Step(WriteOperator, {**view, **write, "verify_every": verify_every}),
+        append=None if report_only else Step(AppendOperator, {"lineage_sql": sql}),
+        fused=ViewTickOperator if fuse_steps else None,
+        group_kwargs=group_kwargs,
     )
-    write = WriteOperator(task_id="write", description_task_id=mint_task.task_id, **write_args)
-    mint_task >> write
-    if announce is not None:
-        append = AppendOperator(
-            task_id="append",
-            write_task_id=write.task_id,
-            description_task_id=mint_task.task_id,
-            iceberg_conn_id=conn,
-            lineage_sql=sql,
-            **announce,
-        )
-        write >> append
-    return mint_task

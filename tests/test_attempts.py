@@ -20,12 +20,13 @@ import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.faults import ENV as FAILPOINTS
+from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import list_manifests, referenced_files
 from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.operators.append import AppendOperator
-from airflow_provider_ct.spark.write_job import STATUS_STAGED, WriteReport, run_write
+from airflow_provider_ct.spark.write_job import run_write
 from tests.conftest import SPARK_CATALOG_CONN as CONN
 from tests.helpers import advance, local_path, mint_view_tick, oracle, replace_contents, rows_of
 
@@ -92,7 +93,7 @@ def test_two_attempts_of_one_tick_never_share_files(
         outcomes["A"] = _append(reports["A"])
     b.join(timeout=300)
     assert not b.is_alive()
-    assert {r.status for r in reports.values()} == {STATUS_STAGED}
+    assert {r.status for r in reports.values()} == {WriteStatus.STAGED}
     assert reports["A"].manifest != reports["B"].manifest
     second = "B" if lands_first == "A" else "A"
     if lands_first == "B":

@@ -17,17 +17,17 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_provider_ct.exceptions import ConfigurationError, IncrementalMismatchError
-from airflow_provider_ct.spark.correction import compute_correction
-from airflow_provider_ct.spark.driver_diff import (
+from airflow_provider_ct.core.settings import DRIVER_DIFF_ROWS_ENV as ROWS_ENV
+from airflow_provider_ct.core.settings import (
     NARROW_ROWS_ON_DRIVER,
     NARROW_TARGET_BYTES,
-    ROWS_ENV,
     ROWS_ON_DRIVER,
-    driver_correction,
     full_rows_on_driver,
     rows_on_driver,
 )
+from airflow_provider_ct.exceptions import ConfigurationError, IncrementalMismatchError
+from airflow_provider_ct.spark.diff import compute_correction
+from airflow_provider_ct.spark.driver_diff import driver_correction
 
 pytestmark = [pytest.mark.spark]
 

@@ -217,7 +217,7 @@ def test_kill_9_of_spark_submit_mid_write_then_retry_lands(
     # Killed: the task, spark-submit's JVM and the job's Python driver.
     commands = list(killed.values())
     assert any("org.apache.spark.deploy.SparkSubmit" in c for c in commands), commands
-    assert any(c.endswith("write_job.py") or "write_job.py " in c for c in commands), commands
+    assert any(c.endswith("job_main.py") or "job_main.py " in c for c in commands), commands
     assert not (tmp_path / "report.json").exists()
 
     table = catalog.load_table(target)

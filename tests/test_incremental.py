@@ -295,7 +295,7 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
     spark: Any, spark_type: str, plus: list[Any], minus: list[Any], expected: tuple[Any, ...]
 ) -> None:
     """The driver decides from the changes' Arrow tables what Spark's keys frame would decide."""
-    from airflow_provider_ct.core.planner import InlineKeys
+    from airflow_provider_ct.core.rewrites import InlineKeys
     from airflow_provider_ct.spark.incremental import _inline_from_arrow, _inline_keys
 
     frame = spark.createDataFrame([(v,) for v in plus + minus], f"k {spark_type}")

@@ -21,6 +21,7 @@ from airflow_provider_ct.core.frontier import timestamp_from_datetime
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 from airflow_provider_ct.hooks.iceberg import config_from_iceberg_connection
+from airflow_provider_ct.hooks.spark_job import APPLICATION
 from airflow_provider_ct.spark.conf import (
     JarSettings,
     default_jars_dir,
@@ -256,9 +257,10 @@ def test_job_gets_inline_arguments_and_returns_its_report_without_the_operators_
     hook = IcebergCatalogHook("ct_exchange_cat")
     operator_tmp = tmp_path / "operator-tmp"
     operator_tmp.mkdir()
-    outputs = operator._outputs(config, operator_tmp)
-    submit = operator.submit_hook(hook, desc, "xch.view", operator_tmp, outputs)
-    command = submit._build_spark_submit_command(operator._application())
+    job = operator.job_hook()
+    outputs = job.outputs(config, operator_tmp)
+    submit = job.submit_hook(operator.job_spec(), desc, hook.get_config(), operator_tmp, outputs)
+    command = submit._build_spark_submit_command(APPLICATION)
     # Standalone and local masters cannot run Python drivers in cluster mode:
     # run the same arguments in client mode, from elsewhere.
     at = command.index("--deploy-mode")

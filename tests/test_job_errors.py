@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import (
     ConfigurationError,
@@ -21,7 +22,7 @@ from airflow_provider_ct.exceptions import (
     SparkJobError,
     error_class,
 )
-from airflow_provider_ct.spark import write_job
+from airflow_provider_ct.spark import job_main
 from airflow_provider_ct.spark.job_errors import job_error, report_failure
 from tests.conftest import SCHEMA
 from tests.helpers import mint_view_tick, replace_contents
@@ -38,14 +39,14 @@ def _error_file(tmp_path: Path, payload: Any) -> Path:
 
 def test_a_job_main_writes_its_error_and_exits_non_zero(tmp_path: Path) -> None:
     error = tmp_path / "error.json"
-    code = write_job.main(
+    code = job_main.main(
         [
             "--catalog",
             "{not json",
             "--description",
             "{}",
-            "--sql",
-            "SELECT 1",
+            "--job",
+            '{"kind": "write", "args": {"sql": "SELECT 1"}}',
             "--report",
             str(tmp_path / "report.json"),
             "--error",
@@ -64,9 +65,9 @@ def test_a_job_main_writes_its_error_and_exits_non_zero(tmp_path: Path) -> None:
 
 
 def test_without_an_error_path_the_job_raises(tmp_path: Path) -> None:
-    argv = ["--catalog", "{}", "--description", "{}", "--sql", "x", "--report", "r"]
+    argv = ["--catalog", "{}", "--description", "{}", "--job", "{}", "--report", "r"]
     with pytest.raises(ConfigurationError, match="has no uri"):
-        write_job.main(argv)
+        job_main.main(argv)
 
 
 @pytest.mark.parametrize("name", ["SchemaMismatchError", "QueryError", "CommitStateUnknownError"])
@@ -202,7 +203,7 @@ def _kill_the_job_when_it_starts(script: str, stop: threading.Event) -> list[int
 def test_a_job_killed_without_an_error_file_fails_clearly(default_catalog: CatalogConfig) -> None:
     catalog = _view_inputs(default_catalog, None)
     stop = threading.Event()
-    killed = _kill_the_job_when_it_starts("write_job.py", stop)
+    killed = _kill_the_job_when_it_starts("job_main.py", stop)
     try:
         with pytest.raises(SparkJobError, match="failed without reporting an error") as err:
             _write(catalog, "SELECT k, v FROM errs.src")
@@ -228,13 +229,12 @@ def test_a_continual_job_error_keeps_its_type_and_message(default_catalog: Catal
         ContinualMintOperator,
         ContinualWriteOperator,
     )
-    from airflow_provider_ct.spark.continual_job import AS_OF_PROPERTY
 
     catalog = default_catalog.load()
     src = create_managed_table(catalog, "errs.csrc", WIDE)
     replace_contents(src, 10, pa.table({"key": [1], "val": [2], "note": ["n"]}, schema=WIDE))
     # The output exists since T=5, so T=10 is an input time the statements run for.
-    create_managed_table(catalog, "errs.cnt", KV, properties={AS_OF_PROPERTY: "5"})
+    create_managed_table(catalog, "errs.cnt", KV, properties={TableKeys.AS_OF: "5"})
     task = {"definition": STAR_TASK, "namespace": "errs"}
     desc = ContinualMintOperator(task_id="m", time=10, **task).execute({})
     write = ContinualWriteOperator(task_id="w", description=desc, driver_memory="1g", **task)

@@ -92,6 +92,7 @@ from airflow_provider_ct.core.faults import ENV as FAILPOINTS
 from airflow_provider_ct.core.faults import InjectedFault
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.mint import mint
+from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import (
     STATE_STAGED,
     StagedFile,
@@ -108,12 +109,7 @@ from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CommitStateUnknownError
 from airflow_provider_ct.spark.continual_job import run_continual
-from airflow_provider_ct.spark.write_job import (
-    STATUS_OUTDATED,
-    STATUS_STAGED,
-    WriteReport,
-    run_write,
-)
+from airflow_provider_ct.spark.write_job import run_write
 from tests.conftest import SCHEMA as KV
 from tests.conftest import SPARK_CATALOG_CONN as CONN
 from tests.helpers import (
@@ -731,7 +727,8 @@ class World:
         outcome = self._write(view, pending, crash, sweep)
         name = f"{view.tracked.name} at {pending.desc.time}"
         if not current:
-            assert isinstance(outcome, WriteReport) and outcome.status == STATUS_OUTDATED, outcome
+            assert isinstance(outcome, WriteReport), outcome
+            assert outcome.status == WriteStatus.OUTDATED, outcome
             return f"{name}: outdated, as predicted"
         if crash is not None:
             assert isinstance(outcome, InjectedFault), f"expected the crash at {crash}: {outcome}"
@@ -749,7 +746,7 @@ class World:
         return f"{name}: {mode}, {len(pending.attempts)} attempt(s) staged"
 
     def _check_staged(self, report: Any) -> None:
-        assert isinstance(report, WriteReport) and report.status == STATUS_STAGED, report
+        assert isinstance(report, WriteReport) and report.status == WriteStatus.STAGED, report
         assert report.manifest is not None
         assert read_manifest(report.manifest).state == STATE_STAGED
 
@@ -1264,7 +1261,7 @@ def _landed_then_expired(
     pq.write_table(arrow(KV, [(1, "a")]), local_path(path))
     size = local_path(path).stat().st_size
     finish_batch(batch, manifest, [StagedTime(T1, (StagedFile(path, 1, size),))])
-    report = WriteReport(STATUS_STAGED, desc.id, desc.target, manifest=manifest)
+    report = WriteReport(WriteStatus.STAGED, desc.id, desc.target, manifest=manifest)
     if marker is None:
         assert land_staged(table, manifest, description=desc).landed_by_this_attempt
     else:

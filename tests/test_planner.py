@@ -8,15 +8,9 @@ from typing import Any
 import pytest
 import sqlglot
 
-from airflow_provider_ct.core.planner import (
-    InlineKeys,
-    choose_plan,
-    plan_query,
-    referenced_columns,
-    restrict_columns_to_keys,
-    restrict_to_keys,
-)
+from airflow_provider_ct.core.planner import choose_plan, plan_query, referenced_columns
 from airflow_provider_ct.core.query import parse_query
+from airflow_provider_ct.core.rewrites import InlineKeys, restrict_columns_to_keys, restrict_to_keys
 from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 
 CASES = [
@@ -244,7 +238,7 @@ def test_inline_keys_refuse_values_sql_cannot_write_exactly() -> None:
 def test_large_change_share_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, value: str, refresh: str, expected: float | None
 ) -> None:
-    from airflow_provider_ct.core.planner import large_change_share
+    from airflow_provider_ct.core.settings import large_change_share
     from airflow_provider_ct.exceptions import ConfigurationError
 
     monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", value)

@@ -32,6 +32,8 @@ from airflow_provider_ct.operators.continual import (
 )
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import WriteOperator
+from airflow_provider_ct.spark.exchange import arg_text
+from airflow_provider_ct.spark.jobs import JobSpec
 from tests.conftest import SCHEMA
 from tests.helpers import XComTI, advance, oracle, replace_contents, rows_of
 from tests.test_quiet import SQL, TARGET, heads, land_view, seal, shop
@@ -121,7 +123,7 @@ def test_a_quiet_view_tick_starts_no_jvm_and_the_table_still_equals_the_oracle(
     assert report["status"] == "staged" and report["quiet"] is True
     assert report["reason"].startswith("no input changed")
     assert (report["rows_to_insert"], report["rows_to_delete"], report["staged_bytes"]) == (0, 0, 0)
-    assert checked_report(report) == report
+    assert checked_report(report).to_json() == report
     out = append(report, desc)
     assert out["appended"] and out["quiet"] is True
     table = catalog.load_table(TARGET)
@@ -148,7 +150,7 @@ def test_a_quiet_view_tick_starts_no_jvm_and_the_table_still_equals_the_oracle(
 
 def test_a_write_report_with_a_bad_quiet_field_is_refused() -> None:
     report = {"status": "staged", "description_id": "d", "target": "a.b", "manifest": "m"}
-    assert checked_report({**report, "quiet": False})["quiet"] is False
+    assert checked_report({**report, "quiet": False}).quiet is False
     with pytest.raises(DescriptionError, match="'quiet' must be a bool"):
         checked_report({**report, "quiet": "yes"})
 
@@ -194,7 +196,10 @@ def test_a_quiet_continual_tick_starts_no_jvm_and_only_advances_the_upper(
         ContinualWriteOperator(
             task_id="write", description=desc, spark_master=DEAD_MASTER, **task
         ).execute({})
-    assert len(no_process.jvm_commands) == 1 and "continual_job.py" in no_process.jvm_commands[0]
+    assert len(no_process.jvm_commands) == 1 and "job_main.py" in no_process.jvm_commands[0]
+    words = no_process.jvm_commands[0].split()
+    spec = JobSpec.from_json(arg_text(words[words.index("--job") + 1]))
+    assert spec.kind == "continual" and "upsert" in spec.to_text()
 
 
 # -- with Spark: a busy tick, a quiet one, a drifted one --------------------------------------

@@ -158,7 +158,7 @@ def test_the_password_is_on_no_command_line_log_line_or_xcom_of_a_write_job(
     commands = [cmd for cmd, _ in seen.values()]
     # The poller saw the job's processes while they ran, so the checks below can fail.
     assert any("org.apache.spark.deploy.SparkSubmit" in c for c in commands), commands
-    assert any("write_job.py" in c for c in commands), commands
+    assert any("job_main.py" in c for c in commands), commands
     out, err = capfd.readouterr()
     logged = "\n".join([out, err, caplog.text])
     assert "correction for sec.view" in logged  # the job's own log lines reached ours
@@ -259,8 +259,11 @@ def test_the_spark_submit_command_carries_no_password(
     folder = tmp_path / "job"
     folder.mkdir(mode=0o700)
     operator = _write_operator("ct_cmd_cat", desc, "SELECT k, v FROM sec.src")
-    submit = operator.submit_hook(hook, desc, "sec.view", folder)
-    command = submit._build_spark_submit_command(operator._application())
+    from airflow_provider_ct.hooks.spark_job import APPLICATION
+
+    job = operator.job_hook()
+    submit = job.submit_hook(operator.job_spec(), desc, hook.get_config(), folder)
+    command = submit._build_spark_submit_command(APPLICATION)
 
     assert "spark.sql.catalog.ct.jdbc.user=ice" in command  # the catalog is configured
     assert f"@{folder / 'catalog.json'}" in command

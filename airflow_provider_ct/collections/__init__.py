@@ -53,7 +53,6 @@ from airflow_provider_ct.collections.maintenance import (
     readable_since,
 )
 from airflow_provider_ct.collections.registry import (
-    READ_ONLY_ENV,
     CollectionInfo,
     CollectionKeys,
     CollectionKind,
@@ -73,6 +72,7 @@ from airflow_provider_ct.collections.ticker import (
     tick_collections,
     tick_table,
 )
+from airflow_provider_ct.core.settings import READ_ONLY_ENV
 
 __all__ = [
     "DEFAULT_BATCH_INTERVAL_MS",

@@ -49,6 +49,7 @@ from airflow_provider_ct.collections.rows import (
     stage_change,
 )
 from airflow_provider_ct.core.frontier import Frontier, now_ms
+from airflow_provider_ct.core.landing import landing_of
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
     CollectionClosedError,
@@ -266,7 +267,7 @@ class AppendOnlyCollection:
             attempt += 1
             table.refresh()
             timeline = Timeline.of(table)
-            found = timeline.find_batch(batch_id)
+            found = landing_of(timeline, batch_id).entry
             if found is not None:  # an attempt with an unknown outcome did land
                 self._resolve(in_flight, batch_id, found.time, timeline.upper, attempt, len(batch))
                 return

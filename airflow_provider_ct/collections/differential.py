@@ -60,6 +60,7 @@ from airflow_provider_ct.collections.rows import (
 )
 from airflow_provider_ct.core.commit import AppendResult
 from airflow_provider_ct.core.frontier import Frontier, is_ascii_digits, now_ms
+from airflow_provider_ct.core.landing import landing_of
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
     CollectionClosedError,
@@ -330,7 +331,7 @@ class DifferentialCollection:
             table.refresh()
             timeline = Timeline.of(table)
             for batch_id, change, desired in unknown:
-                found = timeline.find_batch(batch_id)
+                found = landing_of(timeline, batch_id).entry
                 if found is not None and found.time is not None:
                     return self._landed(batch_id, change, desired, found.time, timeline, attempt)
             if timeline.upper.is_empty:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import random
 import time as _time
 import uuid
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.settings import TRUE_VALUES, read_only
 from airflow_provider_ct.core.tables import create_managed_table, iter_tables
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
@@ -46,12 +46,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
-
-#: Deployment-wide read-only switch; the same variable the view operators read
-#: (``airflow_provider_ct.operators._common.READ_ONLY_ENV``), repeated here
-#: because this package must not import Airflow.
-READ_ONLY_ENV = "CT_READ_ONLY"
-_TRUE = ("1", "true", "yes", "on")
 
 
 class CollectionKeys:
@@ -92,8 +86,7 @@ def parse_kind(kind: Any) -> CollectionKind:
 
 def deployment_read_only(environ: Mapping[str, str] | None = None) -> bool:
     """True when the ``CT_READ_ONLY`` environment variable switches the deployment off."""
-    env = os.environ if environ is None else environ
-    return env.get(READ_ONLY_ENV, "").strip().lower() in _TRUE
+    return read_only(environ)
 
 
 def collection_kind(table: Table) -> CollectionKind | None:
@@ -112,7 +105,7 @@ def collection_kind(table: Table) -> CollectionKind | None:
 
 def collection_read_only(table: Table) -> bool:
     """True when this one collection is switched to read-only (its table property)."""
-    return table.metadata.properties.get(CollectionKeys.READ_ONLY, "").lower() in _TRUE
+    return table.metadata.properties.get(CollectionKeys.READ_ONLY, "").lower() in TRUE_VALUES
 
 
 def is_read_only(table: Table, deployment: bool | None = None) -> bool:

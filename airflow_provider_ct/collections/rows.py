@@ -16,20 +16,16 @@ from __future__ import annotations
 
 import json
 import logging
-import posixpath
-import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
+from airflow_provider_ct.core.batch_files import BatchFiles
 from airflow_provider_ct.core.commit import AppendResult, compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
-from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.exceptions import CollectionError, RetractionError
 
@@ -42,7 +38,6 @@ log = logging.getLogger(__name__)
 
 #: Rows as callers may pass them: an Arrow table, or a list of dicts
 #: (column -> value) or of sequences (values in column order).
-RowsLike = pa.Table | Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]]
 
 #: At most this many row copies (the sum of ``|diff|``) in one call: every
 #: copy is materialized, so a hostile diff like ``10**12`` would otherwise
@@ -299,19 +294,8 @@ def contents(files: Iterable[LiveFile]) -> RowBag:
 
 
 def write_parquet(table: Table, batch_id: str, data: pa.Table) -> str:
-    """Write ``data`` as one Parquet file into the batch's staging folder; its URI.
-
-    The URI keeps the table location's spelling (``file://`` + path for local
-    warehouses), never a percent-encoded one: Iceberg cannot open
-    ``ct-batch%3D...``.
-    """
-    folder = batch_data_dir(table.location(), batch_id)
-    fs, local = pafs.FileSystem.from_uri(folder)
-    fs.create_dir(local, recursive=True)
-    name = f"part-{uuid.uuid4().hex}.parquet"
-    options = parquet_codec(table.properties).arrow_kwargs()
-    pq.write_table(data, posixpath.join(local, name), filesystem=fs, **options)
-    return f"{folder}/{name}"
+    """Write ``data`` as one Parquet file into the batch's staging folder; its URI."""
+    return BatchFiles(table, batch_data_dir(table.location(), batch_id)).write_rows(data).path
 
 
 def delete_files(table: Table, paths: Iterable[str]) -> int:

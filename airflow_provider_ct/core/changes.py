@@ -20,7 +20,7 @@ PyArrow only (no Spark):
   ``replace`` snapshots (compaction, rewritten delete files) change no row and
   are skipped without reading anything, as are snapshots whose manifests are
   their parent's.
-* **Per touched data file** its live positions at ``p`` and at ``s`` are
+* **Per touched data file** (:mod:`.snapshot_files`) its live positions at ``p`` and at ``s`` are
   computed with Iceberg's rules (a position delete applies to data files with a
   data sequence number ``<=`` its own, an equality delete to those with a
   smaller one, in the same partition unless it is global), and the rows live at
@@ -48,22 +48,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_ct.core.snapshot_files import (
+    EMPTY_STATE,
+    FileReader,
+    LiveFiles,
+    Manifests,
+    step_changes,
+)
 from airflow_provider_ct.core.tables import UNKNOWN_ROWS, live_rows
 from airflow_provider_ct.exceptions import ChangesUnavailableError
 
 if TYPE_CHECKING:
-    from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile
-    from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
-    from pyiceberg.table.delete_file_index import DeleteFileIndex
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
 
@@ -90,186 +94,6 @@ class TableChanges:
     bytes_read: int
 
 
-@dataclass
-class _State:
-    """The live files of one snapshot, looked up through its (cached) manifests."""
-
-    snapshot_id: int | None
-    manifests: dict[str, ManifestFile]
-    data: dict[str, ManifestEntry]
-    positional: list[ManifestEntry]
-    equality: list[ManifestEntry]
-    _index: DeleteFileIndex | None = field(default=None, repr=False)
-    _keys: set[tuple[str, int | None]] | None = field(default=None, repr=False)
-
-    def live_keys(self) -> set[tuple[str, int | None]]:
-        """(path, data sequence number) of every live data and delete file."""
-        if self._keys is None:
-            entries = [*self.data.values(), *self.positional, *self.equality]
-            self._keys = {(e.data_file.file_path, e.sequence_number) for e in entries}
-        return self._keys
-
-    def position_deletes_for(self, entry: ManifestEntry) -> set[DataFile]:
-        """The position-delete files that apply to a live data file (sequence-number rules)."""
-        from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER
-        from pyiceberg.table.delete_file_index import DeleteFileIndex
-
-        if self._index is None:
-            self._index = DeleteFileIndex()
-            for delete in self.positional:
-                self._index.add_delete_file(delete, partition_key=delete.data_file.partition)
-        data_file = entry.data_file
-        sequence = entry.sequence_number or INITIAL_SEQUENCE_NUMBER
-        return self._index.for_data_file(sequence, data_file, partition_key=data_file.partition)
-
-    def equality_deletes_for(
-        self, entry: ManifestEntry, specs: dict[int, PartitionSpec]
-    ) -> list[DataFile]:
-        """The equality-delete files of this snapshot that apply to a data file."""
-        return [d.data_file for d in self.equality if _equality_applies(d, entry, specs)]
-
-
-def _equality_applies(
-    delete: ManifestEntry, entry: ManifestEntry, specs: dict[int, PartitionSpec]
-) -> bool:
-    """Iceberg's rule: a newer sequence number, and the same partition unless it is global."""
-    if (delete.sequence_number or 0) <= (entry.sequence_number or 0):
-        return False
-    spec_id = delete.data_file.spec_id or 0
-    spec = specs.get(spec_id)
-    if spec is not None and spec.is_unpartitioned():
-        return True  # an unpartitioned delete applies to every partition
-    return (
-        spec_id == (entry.data_file.spec_id or 0)
-        and delete.data_file.partition == entry.data_file.partition
-    )
-
-
-EMPTY_STATE = _State(None, {}, {}, [], [])
-
-
-class _Manifests:
-    """Reads manifests once per call and builds snapshots' live-file states."""
-
-    def __init__(self, table: Table) -> None:
-        self._io = table.io
-        self._entries: dict[str, list[ManifestEntry]] = {}
-
-    def entries(self, manifest: ManifestFile) -> list[ManifestEntry]:
-        path = manifest.manifest_path
-        if path not in self._entries:
-            self._entries[path] = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
-        return self._entries[path]
-
-    def state(self, snapshot: Snapshot) -> _State:
-        from pyiceberg.manifest import DataFileContent
-
-        manifests = {m.manifest_path: m for m in snapshot.manifests(self._io)}
-        data: dict[str, ManifestEntry] = {}
-        positional: list[ManifestEntry] = []
-        equality: list[ManifestEntry] = []
-        for manifest in manifests.values():
-            for entry in self.entries(manifest):
-                content = entry.data_file.content
-                if content == DataFileContent.DATA:
-                    data[entry.data_file.file_path] = entry
-                elif content == DataFileContent.POSITION_DELETES:
-                    positional.append(entry)
-                elif content == DataFileContent.EQUALITY_DELETES:
-                    equality.append(entry)
-                else:
-                    raise ChangesUnavailableError(
-                        f"snapshot {snapshot.snapshot_id} holds a file of unknown content "
-                        f"{content}: {entry.data_file.file_path}"
-                    )
-        return _State(snapshot.snapshot_id, manifests, data, positional, equality)
-
-    def changed_entries(self, before: _State, after: _State) -> list[ManifestEntry]:
-        """Live entries of manifests only one of the two snapshots lists."""
-        out: list[ManifestEntry] = []
-        for state, other in ((before, after), (after, before)):
-            for path, manifest in state.manifests.items():
-                if path not in other.manifests:
-                    out.extend(self.entries(manifest))
-        return out
-
-
-class _Reader:
-    """Reads touched data and delete files (each once) and counts what it read."""
-
-    def __init__(self, table: Table, schema: Schema, read_ids: Sequence[int]) -> None:
-        from pyiceberg.schema import Schema as IcebergSchema
-
-        self._table = table
-        self._metadata: TableMetadata = table.metadata
-        self._schema = schema
-        self.read_schema = IcebergSchema(
-            *[schema.find_field(i) for i in read_ids], schema_id=schema.schema_id
-        )
-        self._rows: dict[str, pa.Table] = {}
-        self._positions: dict[str, dict[str, np.ndarray]] = {}
-        self._equality: dict[str, pa.Table] = {}
-        self.files_read = 0
-        self.bytes_read = 0
-
-    def _count(self, data_file: DataFile) -> None:
-        self.files_read += 1
-        self.bytes_read += int(data_file.file_size_in_bytes or 0)
-
-    def _scan(self, data_file: DataFile, schema: Schema) -> pa.Table:
-        """Every row of one file, in file order, projected by field id onto ``schema``."""
-        from pyiceberg.expressions import AlwaysTrue
-        from pyiceberg.io.pyarrow import ArrowScan
-        from pyiceberg.table import FileScanTask
-
-        scan = ArrowScan(self._metadata, self._table.io, schema, AlwaysTrue())
-        self._count(data_file)
-        return scan.to_table([FileScanTask(data_file)])
-
-    def rows(self, entry: ManifestEntry) -> pa.Table:
-        data_file = entry.data_file
-        path = data_file.file_path
-        if path not in self._rows:
-            rows = self._scan(data_file, self.read_schema)
-            if rows.num_rows != data_file.record_count:
-                raise ChangesUnavailableError(
-                    f"data file {path} holds {rows.num_rows} rows, its manifest says "
-                    f"{data_file.record_count}: positions would be wrong"
-                )
-            self._rows[path] = rows
-        return self._rows[path]
-
-    def positions(self, delete_file: DataFile) -> dict[str, np.ndarray]:
-        """The deleted positions of a position-delete file, per data file path."""
-        from pyiceberg.io.pyarrow import _read_deletes
-
-        path = delete_file.file_path
-        if path not in self._positions:
-            self._count(delete_file)
-            read = _read_deletes(self._table.io, delete_file)
-            self._positions[path] = {
-                str(name): np.asarray(positions.to_numpy(), dtype=np.int64)
-                for name, positions in read.items()
-            }
-        return self._positions[path]
-
-    def equality_rows(self, delete_file: DataFile) -> pa.Table:
-        """The rows of an equality-delete file, on its equality columns."""
-        from pyiceberg.schema import Schema as IcebergSchema
-
-        path = delete_file.file_path
-        if path not in self._equality:
-            ids = list(delete_file.equality_ids or [])
-            missing = [i for i in ids if i not in self._schema.field_ids]
-            if not ids or missing:
-                raise ChangesUnavailableError(
-                    f"equality-delete file {path} names field ids {ids} the schema does not hold"
-                )
-            schema = IcebergSchema(*[self._schema.find_field(i) for i in ids])
-            self._equality[path] = self._scan(delete_file, schema)
-        return self._equality[path]
-
-
 def table_changes(
     table: Table,
     from_snapshot_id: int | None,
@@ -292,9 +116,9 @@ def table_changes(
     schema = _range_schema(metadata, chain, start)
     names = list(columns) if columns is not None else [f.name for f in schema.fields]
     projected = _projection(schema, names)
-    manifests = _Manifests(table)
+    manifests = Manifests(table)
     before = EMPTY_STATE if start is None else manifests.state(start)
-    steps: list[tuple[_State, _State]] = []
+    steps: list[tuple[LiveFiles, LiveFiles]] = []
     for snapshot in chain:
         if start is not None and _operation(snapshot) == REPLACE:
             before = manifests.state(snapshot)  # rows unchanged: nothing to read
@@ -304,12 +128,12 @@ def table_changes(
             steps.append((before, after))
         before = after
     read_ids = _read_field_ids(projected, steps)
-    reader = _Reader(table, schema, read_ids)
+    reader = FileReader(table, schema, read_ids)
     specs = dict(metadata.specs())
     plus: list[pa.Table] = []
     minus: list[pa.Table] = []
     for step_before, step_after in steps:
-        _step(manifests, reader, specs, step_before, step_after, plus, minus)
+        step_changes(manifests, reader, specs, step_before, step_after, plus, minus)
     arrow_schema = _arrow_schema(reader.read_schema)
     inserted, deleted = net_changes(_concat(plus, arrow_schema), _concat(minus, arrow_schema))
     inserted, deleted = inserted.select(names), deleted.select(names)
@@ -453,7 +277,7 @@ def _projection(schema: Schema, names: Sequence[str]) -> Schema:
     return IcebergSchema(*fields, schema_id=schema.schema_id)
 
 
-def _read_field_ids(projected: Schema, steps: Iterable[tuple[_State, _State]]) -> list[int]:
+def _read_field_ids(projected: Schema, steps: Iterable[tuple[LiveFiles, LiveFiles]]) -> list[int]:
     """The projected fields, plus the equality-delete columns the range's states use."""
     ids = [f.field_id for f in projected.fields]
     for before, after in steps:
@@ -481,124 +305,6 @@ def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     if not tables:
         return schema.empty_table()
     return pa.concat_tables([t.cast(schema) for t in tables])
-
-
-def _step(
-    manifests: _Manifests,
-    reader: _Reader,
-    specs: dict[int, PartitionSpec],
-    before: _State,
-    after: _State,
-    plus: list[pa.Table],
-    minus: list[pa.Table],
-) -> None:
-    """Append the rows one snapshot inserted to ``plus`` and those it deleted to ``minus``."""
-    for path in sorted(_touched(manifests, reader, specs, before, after)):
-        old, new = before.data.get(path), after.data.get(path)
-        live_before = _live(reader, specs, before, old) if old is not None else None
-        live_after = _live(reader, specs, after, new) if new is not None else None
-        entry = new if new is not None else old
-        assert entry is not None  # touched paths are live on one side at least
-        size = int(entry.data_file.record_count)
-        was = live_before if live_before is not None else np.zeros(size, dtype=bool)
-        now = live_after if live_after is not None else np.zeros(size, dtype=bool)
-        if len(was) != len(now):
-            raise ChangesUnavailableError(
-                f"data file {path} has {len(was)} rows at {before.snapshot_id} and {len(now)} "
-                f"at {after.snapshot_id}"
-            )
-        added, removed = now & ~was, was & ~now
-        if added.any():
-            plus.append(reader.rows(entry).filter(pa.array(added)))
-        if removed.any():
-            minus.append(reader.rows(entry).filter(pa.array(removed)))
-
-
-def _touched(
-    manifests: _Manifests,
-    reader: _Reader,
-    specs: dict[int, PartitionSpec],
-    before: _State,
-    after: _State,
-) -> set[str]:
-    """Data files whose live rows may differ between two snapshots."""
-    from pyiceberg.manifest import DataFileContent
-
-    touched: set[str] = set()
-    for entry in manifests.changed_entries(before, after):
-        data_file = entry.data_file
-        path = data_file.file_path
-        kept_before = _same_entry(before, entry)
-        kept_after = _same_entry(after, entry)
-        if kept_before and kept_after:
-            continue  # moved between manifests, live on both sides
-        if data_file.content == DataFileContent.DATA:
-            touched.add(path)
-        elif data_file.content == DataFileContent.POSITION_DELETES:
-            for target in reader.positions(data_file):
-                if target in before.data or target in after.data:
-                    touched.add(target)
-        else:
-            for state in (before, after):
-                for candidate in state.data.values():
-                    if _equality_applies(entry, candidate, specs):
-                        touched.add(candidate.data_file.file_path)
-    return touched
-
-
-def _same_entry(state: _State, entry: ManifestEntry) -> bool:
-    """Whether ``state`` holds the file of ``entry`` live, with the same sequence number."""
-    return (entry.data_file.file_path, entry.sequence_number) in state.live_keys()
-
-
-def _live(
-    reader: _Reader, specs: dict[int, PartitionSpec], state: _State, entry: ManifestEntry
-) -> np.ndarray:
-    """Which positions of a data file live in ``state`` are not deleted there."""
-    path = entry.data_file.file_path
-    size = int(entry.data_file.record_count)
-    live = np.ones(size, dtype=bool)
-    for delete_file in state.position_deletes_for(entry):
-        positions = reader.positions(delete_file).get(path)
-        if positions is None or not len(positions):
-            continue
-        if positions.min() < 0 or positions.max() >= size:
-            raise ChangesUnavailableError(
-                f"position-delete file {delete_file.file_path} names a position outside "
-                f"{path} ({size} rows)"
-            )
-        live[positions] = False
-    for delete_file in state.equality_deletes_for(entry, specs):
-        deleted = reader.equality_rows(delete_file)
-        live &= ~_matching(reader.rows(entry).select(deleted.column_names), deleted)
-    return live
-
-
-def _matching(rows: pa.Table, deleted: pa.Table) -> np.ndarray:
-    """Which of ``rows`` equal a row of ``deleted`` on all columns, NULL matching NULL.
-
-    Each column of both sides is dictionary-encoded together (NULL encoded as a
-    value of its own), so the join below compares integer codes: exact for every
-    primitive type and null-safe, which Arrow's hash join is not.
-    """
-    hit = np.zeros(rows.num_rows, dtype=bool)
-    if not rows.num_rows or not deleted.num_rows:
-        return hit
-    left: dict[str, pa.Array] = {}
-    right: dict[str, pa.Array] = {}
-    for index, name in enumerate(rows.column_names):
-        both = pa.chunked_array(
-            rows.column(name).chunks + deleted.column(name).cast(rows.column(name).type).chunks,
-            type=rows.column(name).type,
-        ).combine_chunks()
-        codes = pc.dictionary_encode(both, null_encoding="encode").indices
-        left[f"k{index}"] = codes.slice(0, rows.num_rows)
-        right[f"k{index}"] = codes.slice(rows.num_rows)
-    keys = list(left)
-    left[_ROW] = pa.array(np.arange(rows.num_rows, dtype=np.int64))
-    joined = pa.table(left).join(pa.table(right), keys, join_type="left semi")
-    hit[joined.column(_ROW).to_numpy()] = True
-    return hit
 
 
 def net_changes(plus: pa.Table, minus: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -31,6 +31,7 @@ from airflow_provider_ct.core.deletes import attach_delete_files, position_delet
 from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.frontier import Frontier, check_timestamp
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.landing import landing_of
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CommitError, CommitStateUnknownError
 
@@ -230,8 +231,14 @@ def _stage_snapshots(
     return tx, producers
 
 
-def _commit_once(table: Table, tx: Transaction, expected_head: int | None) -> None:
-    """Commit the transaction's updates exactly once, asserting ``main``'s head."""
+def commit_once(table: Table, tx: Transaction, expected_head: int | None) -> None:
+    """Commit ``tx``'s updates in one catalog call that asserts ``main`` is ``expected_head``.
+
+    The single, non-rebasing catalog commit of :func:`compare_and_append`,
+    also used by commits that are not appends (snapshot expiry, compaction):
+    a concurrent commit makes it fail with PyIceberg's
+    ``CommitFailedException`` instead of being rebased over.
+    """
     from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
 
     requirements: list[Any] = [
@@ -242,17 +249,6 @@ def _commit_once(table: Table, tx: Transaction, expected_head: int | None) -> No
         r for r in tx._requirements if not isinstance(r, AssertRefSnapshotId | AssertTableUUID)
     ]
     table.catalog.commit_table(table, tuple(requirements), tx._updates)
-
-
-def commit_once(table: Table, tx: Transaction, expected_head: int | None) -> None:
-    """Commit ``tx``'s updates in one catalog call that asserts ``main`` is ``expected_head``.
-
-    For commits that are not appends (snapshot expiry, compaction): the same
-    single, non-rebasing catalog commit :func:`compare_and_append` makes, so a
-    concurrent commit makes this one fail with PyIceberg's
-    ``CommitFailedException`` instead of being rebased over.
-    """
-    _commit_once(table, tx, expected_head)
 
 
 def replace_producer(tx: Transaction, snapshot_properties: Mapping[str, str]) -> Any:
@@ -439,13 +435,13 @@ def _commit_or_lose(
     head = timeline.head_snapshot_id
     try:
         failpoint("commit.before-catalog-commit")
-        _commit_once(table, tx, head)
+        commit_once(table, tx, head)
         failpoint("commit.after-catalog-commit")
     except CommitFailedException as exc:
         _discard_producers(producers)
         _refresh(table, batch_id, "after it rejected the commit")
         current = Timeline.of(table)
-        if current.find_batch(batch_id) is not None:  # a concurrent retry of it won
+        if landing_of(current, batch_id).on_table:  # a concurrent retry of it won
             return _already(current, batch_id)
         log.info(
             "compare-and-append of batch %s on %s lost: expected upper %s at head %s, "
@@ -530,7 +526,7 @@ def accept_frontier_regression(table: Table) -> Frontier:
     )
     tx = table.transaction()
     tx.set_properties({TableKeys.UPPER_HIGH_WATER: timeline.upper.to_summary()})
-    _commit_once(table, tx, timeline.head_snapshot_id)
+    commit_once(table, tx, timeline.head_snapshot_id)
     table.refresh()
     log.warning(
         "accepted a frontier regression on %s: times from %s on are writable again",
@@ -556,7 +552,7 @@ def _check_preconditions(
     timeline: Timeline, expected_upper: Frontier, expected_head: Any, batch_id: str
 ) -> AppendResult | None:
     """A result to return without committing, or ``None`` to go ahead."""
-    if timeline.find_batch(batch_id) is not None:
+    if landing_of(timeline, batch_id).on_table:
         log.info("batch %s is already on %s; reporting success", batch_id, timeline.table)
         return _already(timeline, batch_id)
     if timeline.upper != expected_upper:

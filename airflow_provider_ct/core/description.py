@@ -25,30 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_ct.core.frontier import Frontier, check_timestamp
+from airflow_provider_ct.core.ids import check_id, id_part
 from airflow_provider_ct.exceptions import DescriptionError, FrontierError
 
 FIELDS = ("id", "target", "lower", "upper", "time", "base_snapshot_id", "inputs")
-#: ``ct-batch=<id>`` and ``<id>.json`` must fit a file name (255 bytes on most file systems).
-MAX_ID_BYTES = 240
-
-
-def _check_id(batch_id: str) -> None:
-    """Refuse an id that cannot be one path segment.
-
-    The id names the batch's staging folder and manifest; a ``/``, a
-    backslash or a control character would place (and later delete) files
-    outside the table's staging area.
-    """
-    if (
-        not batch_id
-        or len(batch_id.encode()) > MAX_ID_BYTES
-        or batch_id.startswith(".")
-        or any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in batch_id)
-    ):
-        raise DescriptionError(
-            f"batch id {batch_id!r:.100} cannot name a staging folder (no '/', '\\', control "
-            f"characters or leading '.'; at most {MAX_ID_BYTES} bytes)"
-        )
+#: Characters of the target's name kept in a derived id (the digest makes it unique).
+_TARGET_CHARS = 120
 
 
 @dataclass(frozen=True)
@@ -74,7 +56,7 @@ class BatchDescription:
             )
         if not self.id:
             object.__setattr__(self, "id", self.derive_id())
-        _check_id(self.id)
+        check_id(self.id, "batch id", DescriptionError)
 
     def derive_id(self) -> str:
         """A stable id from the description's content."""
@@ -90,7 +72,8 @@ class BatchDescription:
             separators=(",", ":"),
         )
         digest = hashlib.sha256(payload.encode()).hexdigest()[:20]
-        return f"{self.target.replace('.', '-')}-{self.lower.to_summary()}-{digest}"
+        target = id_part(self.target, _TARGET_CHARS)
+        return f"{target}-{id_part(self.lower.to_summary(), 40)}-{digest}"
 
     def to_json(self) -> dict[str, Any]:
         return {

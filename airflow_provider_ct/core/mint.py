@@ -38,10 +38,6 @@ class MintDecision:
     description: BatchDescription | None
     reason: str
 
-    @property
-    def minted(self) -> bool:
-        return self.description is not None
-
 
 def pin_inputs(inputs: Mapping[str, Timeline], time: int) -> dict[str, int | None]:
     """Each input's snapshot as of ``time``; every input must have sealed it."""

@@ -22,16 +22,15 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
 
 Only the shape is decided here. Whether a tick can use the plan also depends
 on the target's history (drift, rollbacks, expired input snapshots: see
-:mod:`airflow_provider_ct.core.incremental`).
+:mod:`airflow_provider_ct.core.incremental`) and on the sizes the settings
+weigh (:mod:`airflow_provider_ct.core.settings`). The SQL a tick runs for
+the plan is written by :mod:`airflow_provider_ct.core.rewrites`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlglot import exp
 
@@ -48,64 +47,6 @@ FULL = "full"
 #: ``refresh=`` of a view: incremental where possible, never falling back for
 #: the query's shape, or always the full correction.
 REFRESH_MODES = ("auto", "incremental", FULL)
-
-#: ``refresh="auto"`` runs the full correction when the inputs hold at most
-#: this many rows in all (docs/decisions.md: below it a full correction
-#: costs less than an incremental one, whatever changed).
-SMALL_INPUT_ROWS = 250_000
-#: Overrides :data:`SMALL_INPUT_ROWS` in the job's environment; 0 turns the rule off.
-SMALL_INPUT_ROWS_ENV = "CT_FULL_BELOW_ROWS"
-
-
-#: An environment variable's number: a row count or a share.
-_N = TypeVar("_N", int, float)
-
-#: ``refresh="auto"`` runs a ``group`` tick in full when the inputs' change
-#: (by snapshot summaries) is more than this share of their rows: it then
-#: touches most groups, and recomputing them costs more than the query
-#: once (measured in docs/decisions.md).
-LARGE_CHANGE_SHARE = 0.10
-#: Overrides :data:`LARGE_CHANGE_SHARE` in the job's environment; 0 turns the rule off.
-LARGE_CHANGE_SHARE_ENV = "CT_FULL_ABOVE_CHANGE"
-
-
-def large_change_share(refresh: str) -> float:
-    """The change share above which ``refresh`` runs a group tick in full (0: never).
-
-    Only ``auto`` chooses by size. A bad value in the environment is a
-    :class:`ConfigurationError`.
-    """
-    if refresh != "auto":
-        return 0.0
-    what = "a share of the inputs' rows (0 turns the rule off)"
-    return _env_number(LARGE_CHANGE_SHARE_ENV, LARGE_CHANGE_SHARE, float, what)
-
-
-def env_row_count(name: str, default: int) -> int:
-    """A row count set in the environment variable ``name`` (a bad value is an error)."""
-    return _env_number(name, default, int, "a number of rows, not negative")
-
-
-def _env_number(name: str, default: _N, parse: Callable[[str], _N], what: str) -> _N:
-    """The number set in the environment variable ``name``, at least 0, else ``default``.
-
-    A value ``parse`` refuses, a negative one or NaN is a :class:`ConfigurationError`.
-    """
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        number = parse(value)
-    except ValueError:
-        number = None
-    if number is None or not number >= 0:  # also NaN
-        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
-    return number
-
-
-def small_input_rows(refresh: str) -> int:
-    """Inputs this small (in rows) make ``refresh`` run in full: only ``auto`` chooses by size."""
-    return env_row_count(SMALL_INPUT_ROWS_ENV, SMALL_INPUT_ROWS) if refresh == "auto" else 0
 
 
 class NotIncremental(Exception):
@@ -433,7 +374,7 @@ def _block(select: Any, catalog_name: str) -> Block:
         raise NotIncremental("a join of something other than a table is recomputed in full")
     if any(t.args.get("joins") or t.find(exp.Lateral) for t in tables):
         raise NotIncremental("LATERAL views are recomputed in full")
-    names = [normalize_table_name(_qualified(t), catalog_name) for t in tables]
+    names = [normalize_table_name(qualified_name(t), catalog_name) for t in tables]
     if len(set(names)) != len(names):
         raise NotIncremental("a table read more than once (a self-join) is recomputed in full")
     left = _left_join(select, joins, tables, names)
@@ -479,7 +420,8 @@ def _block_columns(
         return None
     tables = _tables(tree)
     aliases = {
-        t.alias_or_name.lower(): normalize_table_name(_qualified(t), catalog_name) for t in tables
+        t.alias_or_name.lower(): normalize_table_name(qualified_name(t), catalog_name)
+        for t in tables
     }
     lower = {name: {c.lower() for c in columns} for name, columns in schemas.items()}
     placed: dict[str, set[str]] = {}
@@ -552,116 +494,10 @@ def _equalities(on: Any, preserved: str, optional: str) -> list[tuple[str, str]]
     return pairs
 
 
-def _qualified(table: Any) -> str:
+def qualified_name(table: Any) -> str:
+    """A table node's name as the query wrote it (``catalog.db.name``, parts present only).
+
+    Public because the rewrites (:mod:`.rewrites`) name a block's inputs the
+    same way the planner did when it found them.
+    """
     return ".".join(p for p in (table.catalog, table.db, table.name) if p)
-
-
-def bind_tables(tree: Any, views: dict[str, str], catalog_name: str) -> Any:
-    """A copy of ``tree`` (a block) with each input replaced by the view bound to it."""
-    copy = tree.copy()
-    for table in list(copy.find_all(exp.Table)):
-        if not table.name:
-            continue
-        name = normalize_table_name(_qualified(table), catalog_name)
-        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
-        table.replace(exp.Table(this=exp.to_identifier(views[name]), alias=alias))
-    return copy
-
-
-def key_select(tree: Any, key_sql: tuple[str, ...]) -> Any:
-    """A block's FROM/WHERE with the grouping keys as its only (distinct) columns."""
-    tree = tree.copy()
-    for arg in ("group", "having", "order", "limit", "distinct"):
-        tree.set(arg, None)
-    keys = [
-        exp.alias_(exp.maybe_parse(k, dialect="spark"), f"__ct_k{i}") for i, k in enumerate(key_sql)
-    ]
-    tree.set("expressions", keys)
-    tree.set("distinct", exp.Distinct())
-    return tree
-
-
-@dataclass(frozen=True)
-class InlineKeys:
-    """A few values of one key, written into the query as literals.
-
-    ``IN (1, 2, 3)`` needs no job to evaluate a subquery, and Iceberg's scan
-    planning prunes files by their column statistics, which a subquery
-    hides from it. Values are ints, strings, booleans or dates.
-    """
-
-    values: tuple[Any, ...]
-    #: A NULL key is a group of its own (matched with ``IS NULL``).
-    has_null: bool = False
-
-    def literals(self) -> list[Any]:
-        return [_literal(v) for v in self.values]
-
-
-def _literal(value: Any) -> Any:
-    if isinstance(value, _dt.datetime):  # a datetime is a date too: refuse it first
-        raise TypeError(f"no inline literal for {value!r}")
-    if isinstance(value, _dt.date):
-        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
-    if isinstance(value, bool | int | str):
-        return exp.convert(value)
-    raise TypeError(f"no inline literal for {value!r}")
-
-
-def _in_keys(ref: Any, keys: InlineKeys, null_safe: bool) -> Any:
-    """``ref IN (...)``, ``OR ref IS NULL`` for a NULL key when ``null_safe``; FALSE if none."""
-    parts: list[Any] = []
-    if keys.values:
-        parts.append(exp.In(this=ref.copy(), expressions=keys.literals()))
-    if null_safe and keys.has_null:
-        parts.append(exp.Is(this=ref.copy(), expression=exp.Null()))
-    if not parts:
-        return exp.false()
-    return exp.paren(exp.or_(*parts)) if len(parts) > 1 else parts[0]
-
-
-def restrict_to_keys(
-    tree: Any, key_sql: tuple[str, ...], keys_view: str, inline: InlineKeys | None = None
-) -> Any:
-    """A block keeping only rows whose grouping keys are in ``keys_view`` (``__ct_k<i>``).
-
-    ``<=>`` so that a NULL key is a key like any other (a group of its own).
-    The filter sits below the aggregation, so a kept group is whole. With
-    ``inline`` (one key only) the keys are literals instead of the view.
-    """
-    tree = tree.copy()
-    if inline is not None:
-        if len(key_sql) != 1:
-            raise ValueError("inline keys restrict a single key")
-        ref = exp.paren(exp.maybe_parse(key_sql[0], dialect="spark"))
-        condition = _in_keys(ref, inline, null_safe=True)
-    else:
-        matches = [f"__ct_keys.__ct_k{i} <=> ({k})" for i, k in enumerate(key_sql)]
-        condition = exp.maybe_parse(
-            f"EXISTS (SELECT 1 FROM {keys_view} AS __ct_keys WHERE {' AND '.join(matches)})",
-            dialect="spark",
-        )
-    return tree.where(condition, append=tree.args.get("where") is not None, copy=False)
-
-
-def restrict_columns_to_keys(
-    tree: Any, columns: list[str], keys_view: str, inline: InlineKeys | None = None
-) -> Any:
-    """``tree`` keeping only rows whose ``columns`` are each in ``keys_view.__ct_k0``.
-
-    Redundant with :func:`restrict_to_keys` on a key's equality class, but it
-    lets Spark filter every input before the join, not the join's output.
-    Plain ``IN``: these columns sit in an equality, which no NULL passes.
-    With ``inline``, the keys are literals instead of the view.
-    """
-    tree = tree.copy()
-    keys: Any = exp.maybe_parse(f"SELECT __ct_k0 FROM {keys_view}", dialect="spark")
-    for column in columns:
-        alias, name = column.split(".", 1)
-        ref = exp.column(name, table=alias, quoted=True)
-        if inline is not None:
-            condition = _in_keys(ref, inline, null_safe=False)
-        else:
-            condition = exp.In(this=ref, query=exp.Subquery(this=keys.copy()))
-        tree = tree.where(condition, append=True, copy=False)
-    return tree

@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import posixpath
-import re
 import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -42,10 +41,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
+from airflow_provider_ct.core import ids
 from airflow_provider_ct.core.commit import AppendResult, TimedChange, compare_and_append
 from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.landing import Landing, landing_of
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import FrontierError, ManifestMissingError, StagingError
 
@@ -257,18 +258,9 @@ def _int(value: Any, what: str) -> int:
 
 
 # -- locations ---------------------------------------------------------------
-#: What a batch id or attempt id may contain: it becomes a folder name.
-_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=-]{0,199}", re.ASCII)
-
-
 def check_id(value: Any, what: str) -> str:
-    """A batch or attempt id that is safe as one path segment, or :class:`StagingError`."""
-    if not isinstance(value, str) or not _ID.fullmatch(value) or ".." in value:
-        raise StagingError(
-            f"{what} {value!r:.80} is not a valid id (ASCII letters, digits, '_', '.', '=', "
-            "'-'; no '..'; at most 200 characters): it would name a path outside the table"
-        )
-    return value
+    """A batch or attempt id that is safe as one path segment (:mod:`.ids`), or StagingError."""
+    return ids.check_id(value, what, StagingError)
 
 
 def _relative_folder(value: str) -> str:
@@ -499,14 +491,6 @@ def _delete_if_exists(uri: str, *, directory: bool = False) -> None:
 def forget(manifest: str) -> None:
     """Drop the manifest of a batch that landed (its data files now belong to the table)."""
     _delete_if_exists(manifest)
-
-
-def live_files(table: Table) -> set[str]:
-    """Every data and delete file the table's current snapshot references."""
-    snapshot = table.metadata.current_snapshot()
-    if snapshot is None:
-        return set()
-    return referenced_files(table, [snapshot])
 
 
 def batch_files_live(table: Table, batch_id: str) -> bool:
@@ -749,35 +733,52 @@ def land_staged(
         batch, table, manifest=manifest, description=description, allowed_times=allowed_times
     )
     result = append_batch(table, batch)
-    location, props = table.location(), table.metadata.properties
-    if not result.landed:
-        live = referenced_files(table)
-        if any(f in live for f in batch.staged_files):
-            # This attempt landed earlier and its snapshot has since been
-            # expired: its batch id is no longer on main, but its files are
-            # the table's. Never delete them; report it as landed.
-            forget(manifest)
-            landed = dataclasses.replace(
-                result, landed=True, already_landed=True, reason="files already live"
-            )
-            return LandResult(landed, batch, 0, batch.attempt)
-        deleted = discard(batch, manifest, table_location=location, properties=props, live=live)
-        return LandResult(result, batch, deleted)
-    entry = Timeline.of(table).find_batch(batch.batch_id)
-    attempt = "" if entry is None else entry.summary.get(SummaryKeys.ATTEMPT, "")
-    if attempt == batch.attempt or not batch.attempt:
-        forget(manifest)
-        return LandResult(result, batch, 0, attempt)
-    # Another attempt's files are on the table; ours are not (own folder), but
-    # check against every kept snapshot before deleting anything.
-    deleted = discard(
-        batch, manifest, table_location=location, properties=props, live=referenced_files(table)
-    )
-    log.info(
-        "batch %s was landed by attempt %s; removed attempt %s's %d staged file(s)",
+    live = _LiveFiles(table)
+    landed = landing_of(
+        Timeline.of(table),
         batch.batch_id,
-        attempt or "-",
-        batch.attempt,
-        deleted,
+        attempt=batch.attempt,
+        files_live=lambda: live.any_of(batch.staged_files),
     )
-    return LandResult(result, batch, deleted, attempt)
+    if landed.landing is Landing.MINE:
+        forget(manifest)
+        return LandResult(result, batch, 0, landed.attempt)
+    if landed.landing is Landing.FILES_LIVE:
+        # This attempt landed earlier and its snapshot has since been
+        # expired: its files are the table's. Never delete them.
+        forget(manifest)
+        again = dataclasses.replace(
+            result, landed=True, already_landed=True, reason="files already live"
+        )
+        return LandResult(again, batch, 0, batch.attempt)
+    # Lost, or another attempt's files are on the table (ours are in a folder
+    # of their own): delete ours, each checked against every kept snapshot.
+    location, props = table.location(), table.metadata.properties
+    deleted = discard(batch, manifest, table_location=location, properties=props, live=live.files)
+    if landed.landing is Landing.OTHER_ATTEMPT:
+        log.info(
+            "batch %s was landed by attempt %s; removed attempt %s's %d staged file(s)",
+            batch.batch_id,
+            landed.attempt or "-",
+            batch.attempt,
+            deleted,
+        )
+        return LandResult(result, batch, deleted, landed.attempt)
+    return LandResult(result, batch, deleted)
+
+
+class _LiveFiles:
+    """The files a table's kept snapshots reference, read once and only when asked."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+        self._files: set[str] | None = None
+
+    @property
+    def files(self) -> set[str]:
+        if self._files is None:
+            self._files = referenced_files(self._table)
+        return self._files
+
+    def any_of(self, paths: Iterable[str]) -> bool:
+        return any(p in self.files for p in paths)

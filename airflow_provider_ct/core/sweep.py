@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import pyarrow.fs as pafs
 
 from airflow_provider_ct.core.frontier import now_ms
-from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.landing import Landing, landing_of
 from airflow_provider_ct.core.staging import (
     StagedBatch,
     _files_under,
@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 #: Default age before a file no manifest accounts for counts as debris.
 DEFAULT_GRACE_MS = 3_600_000
+#: Least age before a half-written manifest counts as debris, whatever the grace.
+HALF_WRITTEN_MIN_AGE_MS = 60_000
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,31 @@ class _Listing:
     half_written: list[tuple[str, pafs.FileInfo]]
 
 
+#: Listings retried when a folder vanishes while it is read (a concurrent discard).
+_LIST_TRIES = 5
+
+
 def _list(table: Table) -> _Listing:
+    """Everything staged under the table, listed again if a folder vanishes meanwhile.
+
+    Local listings of a tree that concurrent writers prune (a losing
+    attempt's folder is removed at once) can fail with ``FileNotFoundError``
+    half-way; the listing is then simply taken again.
+    """
+    for attempt in range(1, _LIST_TRIES + 1):
+        try:
+            return _list_once(table)
+        except FileNotFoundError as exc:
+            if attempt == _LIST_TRIES:
+                raise StagingError(
+                    f"could not list the staged files of {'.'.join(table.name())}: folders "
+                    f"vanished during {_LIST_TRIES} listings ({exc})"
+                ) from None
+            log.debug("listing staged files again: %s", exc)
+    raise AssertionError("unreachable")
+
+
+def _list_once(table: Table) -> _Listing:
     location = table.location().rstrip("/")
     data = posixpath.join(location, "data")
     fs, local = _fs(data)
@@ -127,7 +153,9 @@ def sweep_staged(
         collection write) takes from its first file to its commit.
     :param keep: batch ids to leave alone whatever their state.
     """
-    cutoff = (now_ms() if now is None else now) - grace_ms
+    clock = now_ms() if now is None else now
+    cutoff = clock - grace_ms
+    half_cutoff = min(cutoff, clock - HALF_WRITTEN_MIN_AGE_MS)
     location, props = table.location(), table.metadata.properties
     listing = _list(table)
     # Read every manifest before the refresh: one that lands (and is dropped)
@@ -156,7 +184,7 @@ def sweep_staged(
         else:
             deleted += discard(batch, path, table_location=location, properties=props, live=live)
             discarded.append(batch.batch_id)
-    orphans = _sweep_orphans(listing, live, protected, cutoff)
+    orphans = _sweep_orphans(listing, live, protected, cutoff, half_cutoff)
     report = SweepReport(
         tuple(landed), tuple(discarded), tuple(kept), deleted, orphans, tuple(skipped)
     )
@@ -184,29 +212,41 @@ def _readable(path: str, location: str, props: dict[str, str]) -> StagedBatch | 
 
 
 def _classify(batch: StagedBatch, timeline: Timeline, live: set[str], keep: Sequence[str]) -> str:
-    """``kept``, ``landed`` or ``discard`` for one attempt's manifest."""
+    """``kept``, ``landed`` or ``discard`` for one attempt's manifest (see :mod:`.landing`)."""
     if batch.batch_id in keep:
         return "kept"
-    entry = timeline.find_batch(batch.batch_id)
-    if entry is not None:
-        landed_attempt = entry.summary.get(SummaryKeys.ATTEMPT, "")
-        if not batch.attempt or landed_attempt == batch.attempt:
-            return "landed"
-        return "discard"  # another attempt landed; ours are checked against `live`
-    if any(f in live for f in batch.staged_files):
-        return "landed"  # its snapshot was expired, its files are still the table's
+    landed = landing_of(
+        timeline,
+        batch.batch_id,
+        attempt=batch.attempt,
+        files_live=lambda: any(f in live for f in batch.staged_files),
+    )
+    if landed.landing in (Landing.MINE, Landing.FILES_LIVE):
+        return "landed"
+    if landed.landing is Landing.OTHER_ATTEMPT:
+        return "discard"  # ours are checked against `live` before any delete
     if batch.lower == timeline.upper and batch.base_snapshot_id == timeline.head_snapshot_id:
         return "kept"  # may still land: an append of it could be in flight
     return "discard"
 
 
-def _sweep_orphans(listing: _Listing, live: set[str], protected: list[str], cutoff_ms: int) -> int:
-    """Delete files no manifest protects and no snapshot references, older than the cutoff."""
+def _sweep_orphans(
+    listing: _Listing, live: set[str], protected: list[str], cutoff_ms: int, half_cutoff: int
+) -> int:
+    """Delete files no manifest protects and no snapshot references, older than the cutoff.
+
+    A half-written manifest is a writer between two calls of its own (write
+    the temporary file, rename it): it is left alone for at least
+    :data:`HALF_WRITTEN_MIN_AGE_MS` whatever the grace, or a sweep with a
+    short grace would fail a live writer's rename.
+    """
     deleted = 0
-    for uri, info in [*listing.files, *listing.half_written]:
+    candidates = [(u, i, cutoff_ms) for u, i in listing.files]
+    candidates += [(u, i, half_cutoff) for u, i in listing.half_written]
+    for uri, info, cutoff in candidates:
         if uri in live or any(uri.startswith(p) for p in protected):
             continue
-        if not _older_than(info, cutoff_ms):
+        if not _older_than(info, cutoff):
             continue
         fs, local = _fs(uri)
         try:

@@ -30,6 +30,7 @@ from airflow_provider_ct.engine import protocol as p
 from airflow_provider_ct.exceptions import ConfigurationError, SparkJobError
 from airflow_provider_ct.spark.conf import JarSettings, spark_conf
 from airflow_provider_ct.spark.job_errors import error_from_payload
+from airflow_provider_ct.spark.jobs import JobSpec
 
 log = logging.getLogger(__name__)
 #: The job's own log lines, relayed from the driver.
@@ -150,28 +151,23 @@ class WarmSpec:
 
 
 def run_warm_job(
-    spec: WarmSpec,
+    driver: WarmDriver,
     *,
-    job: str,
-    args: Mapping[str, Any],
+    job: JobSpec,
     config: CatalogConfig,
     description: BatchDescription,
     what: str,
 ) -> dict[str, Any]:
-    """Run one job on the warm driver for ``spec``; its report, or its own exception.
+    """Run one job on ``driver`` (started if none answers); its report, or its own exception.
 
-    :param job: the job kind (``write``, ``continual``; see ``server.JOBS``).
-    :param args: the job's arguments (those its CLI takes, as a dict).
     :param what: the job, for messages (``"the write job for ns.view"``).
     """
-    driver = WarmDriver(spec)
     request = {
         "op": "job",
-        "job": job,
-        "args": dict(args),
+        "job": job.to_json(),
         "catalog": asdict(config),
         "description": description.to_json(),
-        "session_conf": spec.session_conf,
+        "session_conf": driver.spec.session_conf,
     }
     for attempt in range(1, ATTEMPTS + 1):
         pid = driver.ensure(hide=config.secrets())
@@ -179,7 +175,11 @@ def run_warm_job(
         try:
             return driver.submit(request, what)
         except _NotStarted:
+            if driver.cancelled:
+                break
             log.warning("the warm driver %d did not take %s (%d/%d)", pid, what, attempt, ATTEMPTS)
+    if driver.cancelled:
+        raise SparkJobError(f"{what} was cancelled (the task was killed)")
     raise SparkJobError(f"{what}: no warm Spark driver accepted it after {ATTEMPTS} attempts")
 
 
@@ -188,6 +188,9 @@ class WarmDriver:
 
     def __init__(self, spec: WarmSpec, base: Path | None = None) -> None:
         self.spec = spec
+        #: The connection of the job being followed (closed by :meth:`cancel`).
+        self._job_socket: socket.socket | None = None
+        self.cancelled = False
         self.base = base or p.base_dir()
         self.folder = self.base / spec.identity
         if len(str(self.folder / p.SOCKET_FILE)) > p.MAX_SOCKET_PATH:
@@ -265,6 +268,25 @@ class WarmDriver:
         except OSError as exc:
             raise _NotStarted() from exc
         sock.settimeout(None)  # a job takes as long as it takes
+        self._job_socket = sock
+        try:
+            return self._follow(sock, what)
+        finally:
+            self._job_socket = None
+
+    def cancel(self) -> None:
+        """Hang up on the running job: the driver cancels its Spark jobs (the task was killed).
+
+        Called from another thread than :meth:`submit`'s (Airflow's ``on_kill``).
+        """
+        self.cancelled = True
+        sock = self._job_socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _follow(self, sock: socket.socket, what: str) -> dict[str, Any]:
+        """Relay the job's log frames until its report or error."""
         started: int | None = None
         with sock, sock.makefile("rb") as stream:
             while True:

@@ -51,44 +51,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_provider_ct.core.catalog import CatalogConfig
-    from airflow_provider_ct.core.description import BatchDescription
-    from airflow_provider_ct.spark.write_job import WriteReport
 
 log = logging.getLogger("airflow_provider_ct.engine.server")
-
-#: Job kinds: how a request's ``args`` become a call of the job's entry point.
-JobBody = Callable[
-    ["SparkSession", "CatalogConfig", "BatchDescription", dict[str, Any]], "WriteReport"
-]
-
-
-def _write_body(
-    spark: SparkSession, config: CatalogConfig, desc: BatchDescription, args: dict[str, Any]
-) -> WriteReport:
-    """The write job, with the arguments ``write_job.main`` takes from its CLI."""
-    from airflow_provider_ct.spark.write_job import run_write
-
-    return run_write(
-        spark,
-        config,
-        str(args["sql"]),
-        desc,
-        dry_run=bool(args.get("dry_run", False)),
-        refresh=str(args.get("refresh", "auto")),
-        verify_every=int(args.get("verify_every", 0)),
-    )
-
-
-def _continual_body(
-    spark: SparkSession, config: CatalogConfig, desc: BatchDescription, args: dict[str, Any]
-) -> WriteReport:
-    """The continual-task job, with the arguments ``continual_job.main`` takes."""
-    from airflow_provider_ct.spark.continual_job import run_continual
-
-    return run_continual(spark, config, str(args["task"]), args.get("namespace") or None, desc)
-
-
-JOBS: dict[str, JobBody] = {"write": _write_body, "continual": _continual_body}
 
 
 class _LogRouter(logging.Handler):
@@ -260,8 +224,8 @@ class Driver:
         """
         from airflow_provider_ct.core.catalog import CatalogConfig
         from airflow_provider_ct.core.description import BatchDescription
-        from airflow_provider_ct.exceptions import ConfigurationError
         from airflow_provider_ct.spark.job_errors import failure_payload
+        from airflow_provider_ct.spark.jobs import JobSpec
 
         assert self.router is not None
         found: tuple[str, ...] = ()
@@ -272,13 +236,11 @@ class Driver:
             return {"type": p.ERROR, "error": failure_payload(exc)}
         self.router.attach(send, found)
         try:
-            body = JOBS.get(str(request.get("job")))
-            if body is None:
-                raise ConfigurationError(f"unknown job kind {request.get('job')!r}")
+            spec = JobSpec.from_json(request.get("job"))
             desc = BatchDescription.from_json(request["description"])
-            log.info("job %s: %s for %s (%s)", group, request["job"], desc.target, desc.id)
+            log.info("job %s: %s for %s (%s)", group, spec.kind, desc.target, desc.id)
             with self.session(config, dict(request.get("session_conf") or {}), group) as session:
-                report = body(session, config, desc, dict(request.get("args") or {}))
+                report = spec.run(session, config, desc)
             log.info("report: %s", json.dumps(report.to_json()))
             return {"type": p.REPORT, "report": report.to_json()}
         except Exception as exc:

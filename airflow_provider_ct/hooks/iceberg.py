@@ -34,6 +34,7 @@ inside ``extra.uri``, nor its percent-encoded spelling.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -41,6 +42,9 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_ct.core.catalog import DEFAULT_CATALOG_NAME, CatalogConfig
 from airflow_provider_ct.core.commit import catalog_transport_errors
+from airflow_provider_ct.core.policies import parse_policies
+from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import ConfigurationError
 from airflow_provider_ct.spark.conf import spark_conf
 
@@ -172,6 +176,36 @@ class IcebergCatalogHook(BaseHook):
                 f"cannot load table {identifier!r} from Iceberg catalog {config.name!r} at "
                 f"{config.redacted_uri()}: {config.scrub(str(exc))}"
             ) from exc
+
+    def load_table_or_none(self, identifier: str) -> Table | None:
+        """The table ``identifier``, or ``None`` if it does not exist (before a first tick)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.get_catalog().load_table(identifier)
+        except NoSuchTableError:
+            return None
+
+    def timelines(
+        self, tables: Iterable[str], policies: Mapping[str, str] | None = None
+    ) -> dict[str, Timeline]:
+        """Timelines of existing tables, keyed by normalized name (a missing one is a clear error).
+
+        On the hook because every reader of input frontiers (mint, the sensor,
+        the triggerer) needs the same three things from one catalog: its name
+        to normalize ``tables``, the tables, and the policies checked against
+        them. Policy keys are checked before any table is loaded, so a typo
+        fails fast instead of leaving its input on the default policy.
+        """
+        catalog_name = self.get_config().name
+        names = [normalize_table_name(t, catalog_name) for t in tables]
+        parsed = parse_policies(policies, names, catalog_name)
+        return {name: Timeline.of(self.load_table(name), policy=parsed.get(name)) for name in names}
+
+    def target_timeline(self, target: str) -> Timeline | None:
+        """The timeline of a managed output, or ``None`` before its first tick creates it."""
+        table = self.load_table_or_none(target)
+        return None if table is None else Timeline.of(table)
 
     def get_spark_conf(self, **kwargs: Any) -> dict[str, str]:
         """Spark properties registering the same catalog (see :func:`spark_conf`).

@@ -1,29 +1,26 @@
-"""Small helpers shared by our operators, sensors and triggers."""
+"""Small helpers shared by our operators and sensors (triggers must not import operators)."""
 
 from __future__ import annotations
 
 import ast
 import json
 import logging
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.catalog import DEFAULT_CATALOG_NAME
 from airflow_provider_ct.core.frontier import parse_timestamp, timestamp_from_datetime
-from airflow_provider_ct.core.policies import parse_policies
-from airflow_provider_ct.core.query import normalize_table_name, parse_query
-from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.core.query import parse_query
+from airflow_provider_ct.core.settings import read_only as deployment_read_only
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError, QueryError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
+    pass
 
 log = logging.getLogger(__name__)
 
 #: Deployment-wide read-only switch (0dt upgrades, incident response).
-READ_ONLY_ENV = "CT_READ_ONLY"
 
 
 def tick_time(context: Mapping[str, Any], override: Any = None) -> int:
@@ -48,9 +45,8 @@ def tick_time(context: Mapping[str, Any], override: Any = None) -> int:
 
 
 def read_only_default(read_only: bool | None) -> bool:
-    if read_only is not None:
-        return read_only
-    return os.environ.get(READ_ONLY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    """The operator's ``read_only``, else the deployment's ``CT_READ_ONLY``."""
+    return deployment_read_only() if read_only is None else read_only
 
 
 def load_json_object(value: Any, what: str) -> dict[str, Any]:
@@ -76,37 +72,6 @@ def load_json_object(value: Any, what: str) -> dict[str, Any]:
     raise DescriptionError(
         f"{what} must be a JSON object, got {type(value).__name__}: {value!r:.200}"
     )
-
-
-def timelines(
-    hook: IcebergCatalogHook,
-    tables: Iterable[str],
-    policies: Mapping[str, str] | None = None,
-) -> dict[str, Timeline]:
-    """Timelines of existing tables (a missing one is a clear error).
-
-    Policy keys are checked against ``tables`` before any table is loaded, so
-    a typo fails fast instead of leaving its input on the default policy.
-    """
-    catalog_name = hook.get_config().name
-    names = [normalize_table_name(t, catalog_name) for t in tables]
-    parsed = parse_policies(policies, names, catalog_name)
-    return {name: Timeline.of(hook.load_table(name), policy=parsed.get(name)) for name in names}
-
-
-def load_table_or_none(hook: IcebergCatalogHook, name: str) -> Table | None:
-    """The table ``name``, or ``None`` if it does not exist (before a first tick)."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        return hook.get_catalog().load_table(name)
-    except NoSuchTableError:
-        return None
-
-
-def target_timeline(hook: IcebergCatalogHook, target: str) -> Timeline | None:
-    table = load_table_or_none(hook, target)
-    return None if table is None else Timeline.of(table)
 
 
 def is_templated_sql(sql: str) -> bool:

@@ -12,6 +12,8 @@ from airflow_provider_ct.assets import emit_frontier_event, first_alias
 from airflow_provider_ct.core.commit import catalog_transport_errors
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.landing import landing_of
+from airflow_provider_ct.core.reports import AppendOutcome, WriteReport, WriteStatus
 from airflow_provider_ct.core.sealed import frontier_event_extra
 from airflow_provider_ct.core.staging import LandResult, batch_files_live, land_staged
 from airflow_provider_ct.core.sweep import sweep_staged
@@ -20,7 +22,6 @@ from airflow_provider_ct.exceptions import CTError, DescriptionError, ManifestMi
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
 from airflow_provider_ct.operators._common import load_json_object
-from airflow_provider_ct.spark.write_job import STATUS_DRY_RUN, STATUS_OUTDATED, STATUS_STAGED
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -28,41 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-#: Statuses a write report can carry, and the fields each must have.
-_REPORT_FIELDS: dict[str, tuple[str, ...]] = {
-    STATUS_STAGED: ("description_id", "target", "manifest"),
-    STATUS_OUTDATED: ("description_id", "target"),
-    STATUS_DRY_RUN: ("description_id", "target"),
-}
-#: Optional fields of any report, and their types (a quiet tick's ``quiet``).
-_OPTIONAL_FIELDS: dict[str, type] = {"quiet": bool}
-
-
-def checked_report(value: Any) -> dict[str, Any]:
-    """A write report whose fields are all present and well-typed, or a clear error.
-
-    A malformed report (``{}``, a wrong status, a manifest that is not a
-    path) must fail the append, not pass as "nothing to append".
-    """
-    report = load_json_object(value, "write report")
-    status = report.get("status")
-    if status not in _REPORT_FIELDS:
-        raise DescriptionError(
-            f"write report field 'status' must be one of {sorted(_REPORT_FIELDS)}, got "
-            f"{status!r}: {report!r:.200}"
-        )
-    for name in _REPORT_FIELDS[status]:
-        if not isinstance(report.get(name), str) or not report[name]:
-            raise DescriptionError(
-                f"write report field {name!r} must be a non-empty string, got "
-                f"{report.get(name)!r:.100}"
-            )
-    for name, kind in _OPTIONAL_FIELDS.items():
-        if name in report and not isinstance(report[name], kind):
-            raise DescriptionError(
-                f"write report field {name!r} must be a {kind.__name__}, got {report[name]!r:.100}"
-            )
-    return report
+def checked_report(value: Any) -> WriteReport:
+    """A write report (an XCom: dict, JSON or a rendered dict) with every field checked."""
+    return WriteReport.from_json(load_json_object(value, "write report"))
 
 
 class AppendStep:
@@ -82,38 +51,33 @@ class AppendStep:
     outlets: Any
 
     def _append_report(
-        self, context: Any, report: dict[str, Any], description: BatchDescription | None
+        self, context: Any, report: WriteReport, description: BatchDescription | None
     ) -> dict[str, Any]:
         """Land the batch of a checked write ``report``; the outcome as the task's XCom."""
-        if report["status"] != STATUS_STAGED:
-            log.info(
-                "nothing to append: write status %s (%s)",
-                report["status"],
-                report.get("reason", ""),
-            )
-            return {
-                "appended": False,
-                "status": report["status"],
-                "reason": report.get("reason", ""),
-            }
+        if report.status != WriteStatus.STAGED or report.manifest is None:
+            log.info("nothing to append: write status %s (%s)", report.status, report.reason)
+            return AppendOutcome(
+                False, report.target, status=str(report.status), reason=report.reason
+            ).to_json()
         hook = IcebergCatalogHook(self.iceberg_conn_id)
-        table = hook.load_table(report["target"])
-        manifest = report["manifest"]
+        table = hook.load_table(report.target)
         allowed = None if description is None else self._allowed_times(hook, table, description)
         try:
-            outcome = land_staged(table, manifest, description=description, allowed_times=allowed)
+            outcome = land_staged(
+                table, report.manifest, description=description, allowed_times=allowed
+            )
         except ManifestMissingError:
             # The manifest is dropped once its batch lands; a retry after that
             # (or after cleanup) decides from the table's own history.
-            result = self._without_manifest(table, report, manifest)
+            result = _without_manifest(table, report)
         else:
             if not outcome.result.landed:
                 self._sweep_after_loss(table)
-            result = {**self._result(outcome), "quiet": report.get("quiet", False)}
-        self._lineage_result = result
-        if result["appended"]:
+            result = _outcome(outcome, quiet=report.quiet)
+        self._lineage_result = result.to_json()
+        if result.appended:
             self._announce(context, result, report, description)
-        return result
+        return result.to_json()
 
     def _allowed_times(
         self, hook: IcebergCatalogHook, table: Table, description: BatchDescription
@@ -128,25 +92,25 @@ class AppendStep:
     def _announce(
         self,
         context: Any,
-        result: dict[str, Any],
-        report: dict[str, Any],
+        result: AppendOutcome,
+        report: WriteReport,
         description: BatchDescription | None,
     ) -> None:
         """Emit the target's asset event: its upper moved (see ``assets.py`` for why an alias)."""
         alias = first_alias(self.outlets)
         if self.asset is None or alias is None:
             return
-        snapshots = result.get("snapshot_ids") or []
-        refresh = "quiet" if report.get("quiet") else report.get("strategy")
+        snapshots = result.snapshot_ids
+        refresh = "quiet" if report.quiet else report.extra.get("strategy")
         extra = frontier_event_extra(
-            table=result["target"],
-            upper=Frontier.from_json(result["upper"]),
+            table=result.target,
+            upper=Frontier.from_json(result.upper),
             lower=None if description is None else description.lower,
             time=None if description is None else description.time,
             snapshot_id=snapshots[-1] if snapshots else None,
-            batch_id=result["batch_id"],
-            rows_inserted=result.get("rows_inserted"),
-            rows_retracted=result.get("rows_deleted"),
+            batch_id=result.batch_id,
+            rows_inserted=result.rows_inserted,
+            rows_retracted=result.rows_deleted,
             refresh=refresh,
             kind=self.writer_kind,
         )
@@ -164,76 +128,6 @@ class AppendStep:
             sweep_staged(table)
         except expected as exc:
             log.warning("sweeping %s after a lost append failed: %s", ".".join(table.name()), exc)
-
-    def _result(self, outcome: LandResult) -> dict[str, Any]:
-        batch, result = outcome.batch, outcome.result
-        if result.landed:
-            log.info(
-                "batch %s %s; upper of %s is now %s%s",
-                batch.batch_id,
-                "was already appended" if result.already_landed else "appended",
-                batch.target,
-                result.upper.to_summary(),
-                ""
-                if outcome.landed_by_this_attempt
-                else f" (by attempt {outcome.landed_attempt}; this attempt's "
-                f"{outcome.files_deleted} staged file(s) removed)",
-            )
-        else:
-            log.info(
-                "batch %s lost (%s): deleted %d staged file(s); upper of %s is %s; the "
-                "next tick corrects",
-                batch.batch_id,
-                result.reason,
-                outcome.files_deleted,
-                batch.target,
-                result.upper.to_summary(),
-            )
-        mine = outcome.landed_by_this_attempt
-        return {
-            "appended": result.landed,
-            "already_appended": result.already_landed,
-            "batch_id": batch.batch_id,
-            "attempt": batch.attempt,
-            "landed_attempt": outcome.landed_attempt,
-            "target": batch.target,
-            "upper": result.upper.to_json(),
-            "snapshot_ids": list(result.snapshot_ids),
-            "rows_inserted": batch.added_record_count if mine else 0,
-            "rows_deleted": batch.deleted_record_count if mine else 0,
-            "files_deleted": outcome.files_deleted,
-            "reason": result.reason,
-        }
-
-    def _without_manifest(
-        self, table: Table, report: dict[str, Any], manifest: str
-    ) -> dict[str, Any]:
-        batch_id, target = report["description_id"], report["target"]
-        timeline = Timeline.of(table)
-        landed = timeline.find_batch(batch_id) is not None or batch_files_live(table, batch_id)
-        if landed:
-            log.info(
-                "batch %s is already on %s (manifest gone); reporting success", batch_id, target
-            )
-        else:
-            log.warning(
-                "batch %s is not on %s and its manifest %s is gone (cleaned up); "
-                "the next tick corrects",
-                batch_id,
-                target,
-                manifest,
-            )
-        return {
-            "appended": landed,
-            "already_appended": landed,
-            "batch_id": batch_id,
-            "target": target,
-            "upper": timeline.upper.to_json(),
-            "snapshot_ids": [e.snapshot_id for e in timeline.entries if e.batch_id == batch_id],
-            "rows_inserted": 0,
-            "rows_deleted": 0,
-            "reason": "batch already on main" if landed else "staged batch vanished",
-        }
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Pinned inputs and the batch's new snapshot on the target: docs/lineage.md."""
@@ -336,9 +230,80 @@ class AppendOperator(AppendStep, BaseOperator):
                 raise DescriptionError(f"task {self.write_task_id} returned no write report")
         report = checked_report(value)
         description = self._description(context)
-        if description is not None and report["description_id"] != description.id:
+        if description is not None and report.description_id != description.id:
             raise DescriptionError(
-                f"write report is for description {report['description_id']}, not for "
+                f"write report is for description {report.description_id}, not for "
                 f"{description.id} minted by {self.description_task_id}"
             )
         return self._append_report(context, report, description)
+
+
+def _outcome(outcome: LandResult, *, quiet: bool) -> AppendOutcome:
+    """The append's XCom for what :func:`land_staged` did, logged."""
+    batch, result = outcome.batch, outcome.result
+    if result.landed:
+        log.info(
+            "batch %s %s; upper of %s is now %s%s",
+            batch.batch_id,
+            "was already appended" if result.already_landed else "appended",
+            batch.target,
+            result.upper.to_summary(),
+            ""
+            if outcome.landed_by_this_attempt
+            else f" (by attempt {outcome.landed_attempt}; this attempt's "
+            f"{outcome.files_deleted} staged file(s) removed)",
+        )
+    else:
+        log.info(
+            "batch %s lost (%s): deleted %d staged file(s); upper of %s is %s; the "
+            "next tick corrects",
+            batch.batch_id,
+            result.reason,
+            outcome.files_deleted,
+            batch.target,
+            result.upper.to_summary(),
+        )
+    mine = outcome.landed_by_this_attempt
+    return AppendOutcome(
+        appended=result.landed,
+        target=batch.target,
+        batch_id=batch.batch_id,
+        already_appended=result.already_landed,
+        attempt=batch.attempt,
+        landed_attempt=outcome.landed_attempt,
+        upper=result.upper.to_json(),
+        snapshot_ids=list(result.snapshot_ids),
+        rows_inserted=batch.added_record_count if mine else 0,
+        rows_deleted=batch.deleted_record_count if mine else 0,
+        files_deleted=outcome.files_deleted,
+        reason=result.reason,
+        quiet=quiet,
+    )
+
+
+def _without_manifest(table: Table, report: WriteReport) -> AppendOutcome:
+    """A retried append whose manifest is gone: the table's own history says if it landed."""
+    batch_id, target = report.description_id, report.target
+    timeline = Timeline.of(table)
+    landed = landing_of(
+        timeline, batch_id, files_live=lambda: batch_files_live(table, batch_id)
+    ).on_table
+    if landed:
+        log.info("batch %s is already on %s (manifest gone); reporting success", batch_id, target)
+    else:
+        log.warning(
+            "batch %s is not on %s and its manifest %s is gone (cleaned up); "
+            "the next tick corrects",
+            batch_id,
+            target,
+            report.manifest,
+        )
+    return AppendOutcome(
+        appended=landed,
+        target=target,
+        batch_id=batch_id,
+        already_appended=landed,
+        upper=timeline.upper.to_json(),
+        snapshot_ids=[e.snapshot_id for e in timeline.entries if e.batch_id == batch_id],
+        reason="batch already on main" if landed else "staged batch vanished",
+    )

@@ -25,8 +25,7 @@ from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.write import Loaded, WriteOperator
-from airflow_provider_ct.spark import continual_job
-from airflow_provider_ct.spark.exchange import inline
+from airflow_provider_ct.spark.jobs import ContinualWrite, JobSpec
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -101,15 +100,8 @@ class ContinualWriteOperator(WriteOperator):
         """None: sqlglot cannot trace columns through a continual-task definition."""
         return None
 
-    def _application(self) -> str:
-        return str(continual_job.__file__)
-
-    def _warm_job(self) -> tuple[str, dict[str, Any]]:
-        return "continual", {"task": self.definition, "namespace": self.namespace}
-
-    def _job_args(self) -> list[str]:
-        namespace = ["--namespace", self.namespace] if self.namespace else []
-        return ["--task", inline(self.definition), *namespace]
+    def job_spec(self) -> JobSpec:
+        return JobSpec(ContinualWrite(task=self.definition, namespace=self.namespace))
 
 
 class ContinualAppendOperator(AppendOperator):

@@ -18,13 +18,7 @@ from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
-from airflow_provider_ct.operators._common import (
-    RenderedSqlMixin,
-    read_only_default,
-    target_timeline,
-    tick_time,
-    timelines,
-)
+from airflow_provider_ct.operators._common import RenderedSqlMixin, read_only_default, tick_time
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +159,11 @@ def mint_description(
     catalog_name = hook.get_config().name
     target = normalize_table_name(settings.target, catalog_name)
     names = inputs_of(target, catalog_name)  # a query that does not parse fails here
-    inputs = timelines(hook, names, input_upper_policies)  # all exist
+    inputs = hook.timelines(names, input_upper_policies)  # all exist
     t = _tick_time(context, time, inputs, catalog_name)
     decision = mint(
         target=target,
-        target_timeline=target_timeline(hook, target),
+        target_timeline=hook.target_timeline(target),
         time=t,
         inputs=inputs,
         read_only=read_only_default(read_only),

@@ -76,7 +76,7 @@ class ViewTickOperator(AppendStep, WriteOperator):
         report = self._write(desc)
         ti.xcom_push(key=WRITE_REPORT_KEY, value=report)
         if self.report_only:
-            return {"appended": False, "status": report["status"], "reason": "report_only"}
+            return {"appended": False, "status": report.get("status"), "reason": "report_only"}
         return self._append_report(context, checked_report(report), desc)
 
     def _mint(self, context: Any) -> BatchDescription:

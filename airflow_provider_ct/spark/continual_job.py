@@ -1,6 +1,7 @@
 """The continual-task job: run a task's statements for each input time of a batch.
 
-A plain PySpark program with a CLI, like :mod:`.write_job`. For a batch
+Plain PySpark code like :mod:`.write_job`, run for a
+:class:`~airflow_provider_ct.spark.jobs.ContinualWrite` spec. For a batch
 ``[lower, upper)`` of the output it
 
 1. refuses to work if the output's head is no longer the description's base;
@@ -22,18 +23,15 @@ The AppendOperator then lands all times in one compare-and-append.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import posixpath
-import sys
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from sqlglot import exp
 
+from airflow_provider_ct.core.batch_files import BatchFiles
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.changes import table_changes
 from airflow_provider_ct.core.continual import (
@@ -45,11 +43,10 @@ from airflow_provider_ct.core.continual import (
     parse_continual_task,
     window,
 )
-from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
-from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.core.query import query_hash
+from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import (
     StagedFile,
     StagedTime,
@@ -61,14 +58,6 @@ from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError
 from airflow_provider_ct.spark.frames import changes_to_spark
-from airflow_provider_ct.spark.write_job import (
-    ERROR_HELP,
-    STATUS_OUTDATED,
-    STATUS_STAGED,
-    WriteReport,
-    arg_text,
-    run_job,
-)
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -77,8 +66,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("airflow_provider_ct.continual_job")
 
-#: Table property recording the task's initial as-of (its first tick time).
-AS_OF_PROPERTY = TableKeys.AS_OF
 SELF_VIEW, INPUT_VIEW, REF_VIEW = "__ct_self", "__ct_input", "__ct_ref_"
 FILE_COL, POS_COL = "__ct_file", "__ct_pos"
 
@@ -303,15 +290,15 @@ def run_continual(
         table = None
     reason = outdated_reason(table, desc)
     if reason is not None:
-        return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
+        return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
     if table is None:
         schema = pa.schema([pa.field(c, _arrow_type(spark, t)) for c, t in task.columns])
         table = create_managed_table(
-            catalog, task.name, schema, properties={AS_OF_PROPERTY: str(desc.time)}
+            catalog, task.name, schema, properties={TableKeys.AS_OF: str(desc.time)}
         )
         if table.metadata.current_snapshot() is not None:
             return WriteReport(
-                STATUS_OUTDATED,
+                WriteStatus.OUTDATED,
                 desc.id,
                 desc.target,
                 reason="output was created and written concurrently",
@@ -386,7 +373,7 @@ def run_continual(
         total_out,
     )
     return WriteReport(
-        STATUS_STAGED,
+        WriteStatus.STAGED,
         desc.id,
         desc.target,
         rows_to_insert=total_in,
@@ -416,47 +403,17 @@ def _stage_time(
     """Write one time's files; added rows become addressable (file, pos) for later times."""
     if not added and not retracted:
         return None
+    files = BatchFiles(table, data_dir)
     adds: tuple[StagedFile, ...] = ()
     if added:
-        schema = table.schema().as_arrow()
-        path = posixpath.join(data_dir, f"part-t{time}-{uuid.uuid4().hex}.parquet")
         rows = [{c: r[c] for c in task.column_names} for r in added]
-        with table.io.new_output(path).create(overwrite=True) as out:
-            data = pa.Table.from_pylist(rows, schema)
-            pq.write_table(data, out, **parquet_codec(table.properties).arrow_kwargs())
-        adds = (StagedFile(path, len(rows), len(table.io.new_input(path))),)
+        staged = files.write_rows(
+            pa.Table.from_pylist(rows, table.schema().as_arrow()), prefix=f"part-t{time}"
+        )
+        adds = (staged,)
         for pos, row in enumerate(added):
-            state.written.append({**row, FILE_COL: path, POS_COL: pos})
+            state.written.append({**row, FILE_COL: staged.path, POS_COL: pos})
     deletes: tuple[StagedFile, ...] = ()
     if retracted:
-        path = posixpath.join(data_dir, f"deletes-t{time}-{uuid.uuid4().hex}.parquet")
-        codec = parquet_codec(table.properties, deletes=True)
-        size = write_position_deletes(table.io, path, retracted, codec)
-        deletes = (StagedFile(path, len(retracted), size),)
+        deletes = (files.write_deletes(retracted, prefix=f"deletes-t{time}"),)
     return StagedTime(time, adds, (), deletes, len(retracted))
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ct-continual-job")
-    parser.add_argument("--catalog", required=True)
-    parser.add_argument("--description", required=True)
-    parser.add_argument("--task", required=True, help="CREATE CONTINUAL TASK text, or @file")
-    parser.add_argument("--namespace", default=None)
-    parser.add_argument("--report", required=True)
-    parser.add_argument("--error", help=ERROR_HELP)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    return run_job(
-        args,
-        "ct-continual",
-        lambda spark, config, desc: run_continual(
-            spark, config, arg_text(args.task), args.namespace, desc
-        ),
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Small corrections diffed on the driver: two pulls instead of four Spark jobs.
 
-The Spark path of :func:`~.correction.compute_correction` costs a signed
+The Spark path (:func:`~.correction.spark_correction`) costs a signed
 aggregation (a shuffle), its totals, a pull of the rows to insert and a pull
 of the retracted positions, then the inserts are computed a second time when
 they are written. Each is a Spark job of 0.1-0.9 s on two cores, whatever
@@ -13,22 +13,24 @@ with pyarrow: the inserts come back as an Arrow table ready to be written,
 and the retracted positions are picked by the same rule (lowest
 ``(_file, _pos)`` per fingerprint). A side larger than the limit is never
 held: each pull stops at ``limit + 1`` rows, and the caller then runs the
-Spark path.
+Spark path. The limits are settings
+(:func:`~airflow_provider_ct.core.settings.rows_on_driver`,
+:func:`~airflow_provider_ct.core.settings.full_rows_on_driver`), and
+:func:`~.diff.compute_correction` chooses between the two paths.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.core.planner import env_row_count
+from airflow_provider_ct.core.settings import rows_on_driver
 from airflow_provider_ct.exceptions import IncrementalMismatchError
-from airflow_provider_ct.spark.correction import (
+from airflow_provider_ct.spark.fingerprints import (
     H1,
     H2,
     MULT,
@@ -41,39 +43,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
-
-#: Rows a side may have for the driver to diff it (each pull stops one row later).
-ROWS_ON_DRIVER = 200_000
-#: Overrides :data:`ROWS_ON_DRIVER` in the job's environment; 0 turns the driver's diff off.
-ROWS_ENV = "CT_DRIVER_DIFF_ROWS"
-
-
-#: A full correction whose target's files hold at most this many bytes (snapshot
-#: summary) may diff up to :data:`NARROW_ROWS_ON_DRIVER` rows on the driver.
-NARROW_TARGET_BYTES = 32 * 2**20
-NARROW_ROWS_ON_DRIVER = 1_000_000
-
-
-def rows_on_driver() -> int:
-    """The limit in force: ``CT_DRIVER_DIFF_ROWS`` when set (a bad value is an error)."""
-    return env_row_count(ROWS_ENV, ROWS_ON_DRIVER)
-
-
-def full_rows_on_driver(target_bytes: int) -> int:
-    """The limit for a full correction whose target's files hold ``target_bytes``.
-
-    Why larger than :func:`rows_on_driver`: a full correction's sides are the
-    whole query and the whole target, and on a 500k-row view the Spark path's
-    tick took 8.8-9.9 s where the driver's took 6.2-6.6 s (bench/view_bench.py,
-    5M orders; docs/decisions.md). Its sizes are known before the pulls (the
-    target's summary), so a narrow target (few bytes per row) gets the
-    larger limit; a wide one, or a set ``CT_DRIVER_DIFF_ROWS``, the usual one.
-    """
-    limit = rows_on_driver()
-    if limit == 0 or os.environ.get(ROWS_ENV, "").strip():
-        return limit
-    return max(limit, NARROW_ROWS_ON_DRIVER) if target_bytes <= NARROW_TARGET_BYTES else limit
-
 
 _INDEX = "__ct_i"
 _KEYS = [H1, H2]
@@ -89,7 +58,7 @@ def driver_correction(
 ) -> Correction | None:
     """The correction diffed on the driver, or None when a side has more than ``limit`` rows.
 
-    Same contract as :func:`~.correction.compute_correction`, except that
+    Same contract as :func:`~.diff.compute_correction`, except that
     ``inserts`` is an Arrow table. With ``located``, the retracted rows are
     looked up there in Spark (it is the target, maybe large); otherwise they
     are picked from ``persisted``'s pulled positions.

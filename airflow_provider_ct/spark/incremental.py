@@ -33,19 +33,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_ct.core.changes import table_changes
-from airflow_provider_ct.core.planner import (
-    GROUP,
-    Block,
+from airflow_provider_ct.core.planner import GROUP, Block, KeyColumns, Plan, referenced_columns
+from airflow_provider_ct.core.rewrites import (
     InlineKeys,
-    KeyColumns,
-    Plan,
     bind_tables,
     key_select,
-    referenced_columns,
     restrict_columns_to_keys,
     restrict_to_keys,
 )
-from airflow_provider_ct.spark.correction import Correction, compute_correction
+from airflow_provider_ct.spark.diff import compute_correction
+from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.frames import changes_to_spark
 
 if TYPE_CHECKING:

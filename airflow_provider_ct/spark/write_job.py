@@ -1,8 +1,8 @@
 """The write job: stage the correction that makes a view's table equal its query.
 
-A plain PySpark program with a CLI, submitted by ``WriteOperator`` through
-``spark-submit`` (local mode by default, any cluster through a Spark
-connection), and callable in-process with :func:`run_write` (tests, notebooks).
+Plain PySpark code, run for a :class:`~airflow_provider_ct.spark.jobs.ViewWrite`
+spec by :mod:`.job_main` under ``spark-submit`` or by the warm driver, and
+callable in-process with :func:`run_write` (tests, notebooks).
 
 Given a batch description it
 
@@ -24,41 +24,33 @@ Nothing becomes visible until ``AppendOperator`` compare-and-appends it.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
 import posixpath
-import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
+from airflow_provider_ct.core.batch_files import BatchFiles
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.changes import estimated_change_rows
-from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.parquet import parquet_codec
-from airflow_provider_ct.core.planner import (
-    FULL,
-    GROUP,
+from airflow_provider_ct.core.planner import FULL, GROUP, Plan, choose_plan
+from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
+from airflow_provider_ct.core.reports import WriteReport, WriteStatus
+from airflow_provider_ct.core.settings import (
     LARGE_CHANGE_SHARE_ENV,
-    REFRESH_MODES,
     SMALL_INPUT_ROWS_ENV,
-    Plan,
-    choose_plan,
+    full_rows_on_driver,
     large_change_share,
     small_input_rows,
 )
-from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
 from airflow_provider_ct.core.staging import (
     StagedFile,
     StagedTime,
@@ -74,67 +66,28 @@ from airflow_provider_ct.core.tables import (
 )
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
-    ConfigurationError,
     CTError,
     IncrementalMismatchError,
 )
-from airflow_provider_ct.spark.conf import job_session
-from airflow_provider_ct.spark.correction import (
-    Correction,
-    check_schema,
-    compute_correction,
-    correction_difference,
-)
-from airflow_provider_ct.spark.driver_diff import full_rows_on_driver
-from airflow_provider_ct.spark.exchange import arg_text, write_text
+from airflow_provider_ct.spark.correction import check_schema, correction_difference
+from airflow_provider_ct.spark.diff import compute_correction
+from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.incremental import (
     Scratch,
     bind_inputs,
     incremental_correction,
     read_pinned,
 )
-from airflow_provider_ct.spark.job_errors import report_failure
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("airflow_provider_ct.write_job")
 
-STATUS_STAGED = "staged"
-STATUS_OUTDATED = "outdated"
-STATUS_DRY_RUN = "dry_run"
 #: Corrections up to this many inserted rows are written by pyarrow on the driver.
 ROWS_COLLECTED = 200_000
 #: Rows per staged Parquet file (roughly; Spark splits by partition).
 ROWS_PER_FILE = 2_000_000
-
-
-@dataclass
-class WriteReport:
-    """What the job did; returned to Airflow as XCom."""
-
-    status: str
-    description_id: str
-    target: str
-    rows_to_insert: int = 0
-    rows_to_delete: int = 0
-    manifest: str | None = None
-    staged_bytes: int = 0
-    reason: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "description_id": self.description_id,
-            "target": self.target,
-            "rows_to_insert": self.rows_to_insert,
-            "rows_to_delete": self.rows_to_delete,
-            "manifest": self.manifest,
-            "staged_bytes": self.staged_bytes,
-            "reason": self.reason,
-            **self.extra,
-        }
 
 
 class _PhaseClock:
@@ -204,7 +157,7 @@ def _write_inserts(table: Any, correction: Correction, folder: str) -> None:
     table's name mapping reads both kinds of files alike.
     """
     if isinstance(correction.inserts, pa.Table):  # diffed on the driver
-        _write_arrow(table, correction.inserts, folder)
+        BatchFiles(table, folder).write_rows(correction.inserts)
         return
     if correction.insert_count <= ROWS_COLLECTED:
         collect = getattr(correction.inserts, "_collect_as_arrow", None)
@@ -214,25 +167,12 @@ def _write_inserts(table: Any, correction: Correction, folder: str) -> None:
             batches = collect()
             schema = to_arrow_schema(correction.inserts.schema)
             data = pa.Table.from_batches(batches) if batches else schema.empty_table()
-            _write_arrow(table, data, folder)
+            BatchFiles(table, folder).write_rows(data)
             return
     files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
     codec = parquet_codec(table.properties).name  # Spark's level: its own setting
     writer = correction.inserts.repartition(files).write.mode("errorifexists")
     writer.option("compression", codec).parquet(folder)
-
-
-def _write_arrow(table: Any, data: pa.Table, folder: str) -> None:
-    path = posixpath.join(folder, f"part-{uuid.uuid4().hex}.parquet")
-    with table.io.new_output(path).create(overwrite=False) as out:
-        pq.write_table(data, out, **parquet_codec(table.properties).arrow_kwargs())
-
-
-def _staged_file(table: Any, path: str) -> StagedFile:
-    input_file = table.io.new_input(path)
-    with input_file.open() as stream:
-        rows = pq.read_metadata(stream).num_rows
-    return StagedFile(path=path, record_count=rows, size_bytes=len(input_file))
 
 
 @dataclass
@@ -288,14 +228,14 @@ def run_write(
     reason = outdated_reason(table, desc)
     if reason is not None:
         log.info("%s", reason)
-        return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
+        return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
 
     clock = _PhaseClock()
     views = _register_inputs(spark, config, desc, parsed.inputs)
     desired: DataFrame = spark.sql(parsed.pinned_sql(views))
     if table is None and dry_run:
         return WriteReport(
-            STATUS_DRY_RUN,
+            WriteStatus.DRY_RUN,
             desc.id,
             desc.target,
             rows_to_insert=desired.count(),
@@ -305,7 +245,7 @@ def run_write(
     target = _prepare_target(spark, config, catalog, desc, table, desired)
     if target is None:
         reason = "target was created and written concurrently"
-        return WriteReport(STATUS_OUTDATED, desc.id, desc.target, reason=reason)
+        return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
     scratch = Scratch(spark, target.table)
     small, large = small_input_rows(refresh), large_change_share(refresh)
@@ -364,7 +304,7 @@ def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteRepo
         if correction.release is not None:
             correction.release()
         return WriteReport(
-            STATUS_DRY_RUN,
+            WriteStatus.DRY_RUN,
             desc.id,
             desc.target,
             rows_to_insert=correction.insert_count,
@@ -557,29 +497,23 @@ def _stage(
         SummaryKeys.INCREMENTAL_TICKS: str(computed.incremental_ticks),
     }
     batch, manifest = begin_batch(table, desc, summary=summary)
-    data_dir = batch.data_dir
+    files = BatchFiles(table, batch.data_dir)
     added: list[StagedFile] = []
     if correction.insert_count:
-        _write_inserts(table, correction, posixpath.join(data_dir, "inserts"))
-        added = [_staged_file(table, p) for p in _list_parquet(data_dir)]
-        _drop_side_files(data_dir)
+        _write_inserts(table, correction, posixpath.join(batch.data_dir, "inserts"))
+        added = [files.describe(p) for p in _list_parquet(batch.data_dir)]
+        _drop_side_files(batch.data_dir)
     if correction.release is not None:
         correction.release()
     clock.lap("inserts")
-    deletes: list[StagedFile] = []
-    if correction.retractions:
-        path = posixpath.join(data_dir, f"deletes-{uuid.uuid4().hex}.parquet")
-        size = write_position_deletes(
-            table.io, path, correction.retractions, parquet_codec(table.properties, deletes=True)
-        )
-        deletes.append(StagedFile(path, len(correction.retractions), size))
+    deletes = [files.write_deletes(correction.retractions)] if correction.retractions else []
     retractions = correction.retract_count
     finish_batch(
         batch, manifest, [StagedTime(desc.time, tuple(added), (), tuple(deletes), retractions)]
     )
     clock.lap("deletes+manifest")
     return WriteReport(
-        STATUS_STAGED,
+        WriteStatus.STAGED,
         desc.id,
         desc.target,
         rows_to_insert=correction.insert_count,
@@ -587,112 +521,3 @@ def _stage(
         manifest=manifest,
         staged_bytes=sum(f.size_bytes for f in (*added, *deletes)),
     )
-
-
-#: ``--error`` of both jobs (see :mod:`.job_errors`).
-ERROR_HELP = (
-    "where to write the error that stopped the job, as JSON (else it is raised): "
-    "a path or a URI (s3://, hdfs://, file://)"
-)
-REPORT_HELP = "where to write the JSON report: a path or a URI (s3://, hdfs://, file://)"
-ARG_FORMS = "inline, b64:<base64> or @file"
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ct-write-job", description=__doc__.split("\n")[0])
-    parser.add_argument("--catalog", required=True, help="CatalogConfig as JSON")
-    parser.add_argument("--description", required=True, help=f"batch description JSON, {ARG_FORMS}")
-    parser.add_argument("--sql", required=True, help=f"the view's query, {ARG_FORMS}")
-    parser.add_argument("--report", required=True, help=REPORT_HELP)
-    parser.add_argument("--error", help=ERROR_HELP)
-    parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--refresh", default="auto", choices=REFRESH_MODES)
-    parser.add_argument("--verify-every", type=int, default=0)
-    return parser
-
-
-#: Environment variable with the catalog's secrets as JSON (``{"password": ...,
-#: "properties": {...}}``), for a job whose catalog argument carries none
-#: (cluster deploy mode: give it to the driver as a Kubernetes or YARN secret).
-SECRETS_ENV = "CT_CATALOG_SECRETS"
-
-
-def with_secrets(config: CatalogConfig) -> CatalogConfig:
-    """``config`` completed from :data:`SECRETS_ENV` when that is set."""
-    raw = os.environ.get(SECRETS_ENV)
-    if not raw:
-        return config
-    try:
-        secrets = json.loads(raw)
-        password = secrets.get("password")
-        properties = {str(k): str(v) for k, v in dict(secrets.get("properties") or {}).items()}
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise ConfigurationError(f"{SECRETS_ENV} is not a JSON object of secrets: {exc}") from None
-    return config.with_secrets(str(password) if password else None, properties)
-
-
-def job_inputs(catalog_arg: str, description_arg: str) -> tuple[CatalogConfig, BatchDescription]:
-    """The catalog and description every job CLI receives (JSON, ``b64:`` or ``@file``).
-
-    In client and local mode the operator passes ``@file`` for the catalog:
-    it holds the password, which must not be on the command line. In cluster
-    deploy mode it passes the catalog without its secrets (``b64:``), which
-    the job completes from ``CT_CATALOG_SECRETS`` (see :func:`with_secrets`).
-    """
-    try:
-        config = with_secrets(CatalogConfig(**json.loads(arg_text(catalog_arg))))
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"--catalog is not a catalog configuration: {exc}") from None
-    return config, BatchDescription.from_json(arg_text(description_arg))
-
-
-def run_job(
-    args: argparse.Namespace,
-    app_prefix: str,
-    body: Callable[[SparkSession, CatalogConfig, BatchDescription], WriteReport],
-) -> int:
-    """The common ``main()`` of our jobs: inputs, session, report, or the error.
-
-    A failure is written to ``--error`` (see :mod:`.job_errors`) and makes the
-    exit code 1, so the operator can raise the job's own exception class;
-    without ``--error`` it propagates.
-    """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    secrets: tuple[str, ...] = ()
-    try:
-        config, description = job_inputs(args.catalog, args.description)
-        secrets = config.secrets()
-        spark = job_session(config, f"{app_prefix}-{description.target}")
-        try:
-            report = body(spark, config, description)
-        finally:
-            spark.stop()
-        # A local path or a URI of the exchange folder (see spark/exchange.py).
-        write_text(args.report, json.dumps(report.to_json()))
-        log.info("report: %s", json.dumps(report.to_json()))
-    except Exception as exc:
-        if args.error is None:
-            raise
-        return report_failure(exc, args.error, secrets)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    return run_job(
-        args,
-        "ct-write",
-        lambda spark, config, desc: run_write(
-            spark,
-            config,
-            arg_text(args.sql),
-            desc,
-            dry_run=args.dry_run,
-            refresh=args.refresh,
-            verify_every=args.verify_every,
-        ),
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

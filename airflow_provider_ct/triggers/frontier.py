@@ -21,12 +21,15 @@ def lagging_inputs(
     time: int,
     policies: Mapping[str, str] | None = None,
 ) -> dict[str, int | None]:
-    """Inputs whose upper does not yet seal ``time``, with their uppers."""
-    from airflow_provider_ct.operators._common import timelines
+    """Inputs whose upper does not yet seal ``time``, with their uppers.
 
+    Reads the catalog through the hook only: the triggerer runs this, and
+    triggers sit below the operators (which defer to them), so they depend
+    on the hook and ``core/``, never on ``operators/``.
+    """
     hook = IcebergCatalogHook(iceberg_conn_id)
     lagging: dict[str, int | None] = {}
-    for name, timeline in timelines(hook, tables, policies).items():
+    for name, timeline in hook.timelines(tables, policies).items():
         if not timeline.upper.seals(time):
             lagging[name] = timeline.upper.time
     return lagging

@@ -1,0 +1,141 @@
+"""The ``CT_*`` environment settings that tune refresh and diff decisions.
+
+Every such setting is read here, so its name, default, meaning and the
+error a bad value raises are in one place, and each can be tested without
+Spark or Airflow. They are read at the moment a decision is made (not at
+import), so a job's environment, or a test's ``monkeypatch``, wins.
+
+* ``CT_FULL_BELOW_ROWS``: inputs this small run ``refresh="auto"`` in full.
+* ``CT_FULL_ABOVE_CHANGE``: a ``group`` tick whose change is a larger share
+  of its inputs runs in full.
+* ``CT_DRIVER_DIFF_ROWS``: rows per side a correction may diff on the driver.
+* ``CT_READ_ONLY``: the deployment-wide read-only switch.
+
+A number that does not parse, is negative or NaN is a
+:class:`~airflow_provider_ct.exceptions.ConfigurationError` naming the
+variable: a typo must not silently fall back to the default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from airflow_provider_ct.exceptions import ConfigurationError
+
+#: ``refresh="auto"`` runs the full correction when the inputs hold at most
+#: this many rows in all (docs/decisions.md: below it a full correction
+#: costs less than an incremental one, whatever changed).
+SMALL_INPUT_ROWS = 250_000
+#: Overrides :data:`SMALL_INPUT_ROWS` in the job's environment; 0 turns the rule off.
+SMALL_INPUT_ROWS_ENV = "CT_FULL_BELOW_ROWS"
+
+#: ``refresh="auto"`` runs a ``group`` tick in full when the inputs' change
+#: (by snapshot summaries) is more than this share of their rows: it then
+#: touches most groups, and recomputing them costs more than the query
+#: once (measured in docs/decisions.md).
+LARGE_CHANGE_SHARE = 0.10
+#: Overrides :data:`LARGE_CHANGE_SHARE` in the job's environment; 0 turns the rule off.
+LARGE_CHANGE_SHARE_ENV = "CT_FULL_ABOVE_CHANGE"
+
+#: Rows a side may have for the driver to diff it (each pull stops one row later).
+ROWS_ON_DRIVER = 200_000
+#: Overrides :data:`ROWS_ON_DRIVER` in the job's environment; 0 turns the driver's diff off.
+DRIVER_DIFF_ROWS_ENV = "CT_DRIVER_DIFF_ROWS"
+#: A full correction whose target's files hold at most this many bytes (snapshot
+#: summary) may diff up to :data:`NARROW_ROWS_ON_DRIVER` rows on the driver.
+NARROW_TARGET_BYTES = 32 * 2**20
+NARROW_ROWS_ON_DRIVER = 1_000_000
+
+#: Deployment-wide read-only switch (0dt upgrades, incident response).
+READ_ONLY_ENV = "CT_READ_ONLY"
+#: Spellings of ``CT_READ_ONLY`` that switch writes off (case and spaces aside).
+TRUE_VALUES = ("1", "true", "yes", "on")
+
+#: An environment variable's number: a row count or a share.
+_N = TypeVar("_N", int, float)
+
+
+def env_number(
+    name: str,
+    default: _N,
+    parse: Callable[[str], _N],
+    what: str,
+    environ: Mapping[str, str] | None = None,
+) -> _N:
+    """The number set in the environment variable ``name``, at least 0, else ``default``.
+
+    Unset or blank means ``default``. A value ``parse`` refuses, a negative
+    one or NaN is a :class:`ConfigurationError` that says ``name must be
+    <what>`` and quotes the value.
+
+    :param environ: where to read (default: ``os.environ``).
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = parse(value)
+    except ValueError:
+        number = None
+    if number is None or not number >= 0:  # also NaN
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
+    return number
+
+
+def env_row_count(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
+    """A row count set in the environment variable ``name`` (a bad value is an error)."""
+    return env_number(name, default, int, "a number of rows, not negative", environ)
+
+
+def small_input_rows(refresh: str) -> int:
+    """Inputs this small (in rows) make ``refresh`` run in full: only ``auto`` chooses by size."""
+    return env_row_count(SMALL_INPUT_ROWS_ENV, SMALL_INPUT_ROWS) if refresh == "auto" else 0
+
+
+def large_change_share(refresh: str) -> float:
+    """The change share above which ``refresh`` runs a group tick in full (0: never).
+
+    Only ``auto`` chooses by size. A bad value in the environment is a
+    :class:`ConfigurationError`.
+    """
+    if refresh != "auto":
+        return 0.0
+    what = "a share of the inputs' rows (0 turns the rule off)"
+    return env_number(LARGE_CHANGE_SHARE_ENV, LARGE_CHANGE_SHARE, float, what)
+
+
+def rows_on_driver() -> int:
+    """The limit in force: ``CT_DRIVER_DIFF_ROWS`` when set (a bad value is an error)."""
+    return env_row_count(DRIVER_DIFF_ROWS_ENV, ROWS_ON_DRIVER)
+
+
+def full_rows_on_driver(target_bytes: int) -> int:
+    """The limit for a full correction whose target's files hold ``target_bytes``.
+
+    Why larger than :func:`rows_on_driver`: a full correction's sides are the
+    whole query and the whole target, and on a 500k-row view the Spark path's
+    tick took 8.8-9.9 s where the driver's took 6.2-6.6 s (bench/view_bench.py,
+    5M orders; docs/decisions.md). Its sizes are known before the pulls (the
+    target's summary), so a narrow target (few bytes per row) gets the
+    larger limit; a wide one, or a set ``CT_DRIVER_DIFF_ROWS``, the usual one.
+    """
+    limit = rows_on_driver()
+    if limit == 0 or os.environ.get(DRIVER_DIFF_ROWS_ENV, "").strip():
+        return limit
+    return max(limit, NARROW_ROWS_ON_DRIVER) if target_bytes <= NARROW_TARGET_BYTES else limit
+
+
+def read_only(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``CT_READ_ONLY`` switches the whole deployment to read-only.
+
+    One parser for every reader (the view operators and the collections), so
+    they can never disagree on whether a spelling means "on". Anything but
+    :data:`TRUE_VALUES` (unset included) means writes are allowed.
+
+    :param environ: where to read (default: ``os.environ``).
+    """
+    env = os.environ if environ is None else environ
+    return env.get(READ_ONLY_ENV, "").strip().lower() in TRUE_VALUES

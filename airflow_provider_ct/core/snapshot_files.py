@@ -1,0 +1,344 @@
+"""One step of a table's changes: which files two snapshots differ by, and their live rows.
+
+:func:`~airflow_provider_ct.core.changes.table_changes` walks the snapshots
+of a range and nets their changes; for each step from a snapshot ``p`` to its
+child ``s`` it calls :func:`step_changes`, which works on files only:
+
+* the live files of a snapshot (:class:`LiveFiles`), from its manifests, each
+  manifest read once per call (:class:`Manifests`; manifests are immutable,
+  so the ones both snapshots list hold the same entries);
+* the data files the step *touched*: added or removed, or under a delete
+  file that was added or removed (position deletes: the data files it
+  names; equality deletes: the older data files of its partition);
+* per touched data file, its live positions at ``p`` and at ``s`` under
+  Iceberg's rules (a position delete applies to data files with a data
+  sequence number ``<=`` its own, an equality delete to those with a smaller
+  one, in the same partition unless it is global), read through
+  :class:`FileReader`, which reads each file once and counts what it read.
+
+Kept apart from the walk because it is where Iceberg's file formats and
+delete semantics live; the walk only decides which steps to take.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_ct.exceptions import ChangesUnavailableError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyiceberg.table.delete_file_index import DeleteFileIndex
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
+
+_ROW = "__ct_row"
+
+
+@dataclass
+class LiveFiles:
+    """The live files of one snapshot, looked up through its (cached) manifests."""
+
+    snapshot_id: int | None
+    manifests: dict[str, ManifestFile]
+    data: dict[str, ManifestEntry]
+    positional: list[ManifestEntry]
+    equality: list[ManifestEntry]
+    _index: DeleteFileIndex | None = field(default=None, repr=False)
+    _keys: set[tuple[str, int | None]] | None = field(default=None, repr=False)
+
+    def live_keys(self) -> set[tuple[str, int | None]]:
+        """(path, data sequence number) of every live data and delete file."""
+        if self._keys is None:
+            entries = [*self.data.values(), *self.positional, *self.equality]
+            self._keys = {(e.data_file.file_path, e.sequence_number) for e in entries}
+        return self._keys
+
+    def position_deletes_for(self, entry: ManifestEntry) -> set[DataFile]:
+        """The position-delete files that apply to a live data file (sequence-number rules)."""
+        from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER
+        from pyiceberg.table.delete_file_index import DeleteFileIndex
+
+        if self._index is None:
+            self._index = DeleteFileIndex()
+            for delete in self.positional:
+                self._index.add_delete_file(delete, partition_key=delete.data_file.partition)
+        data_file = entry.data_file
+        sequence = entry.sequence_number or INITIAL_SEQUENCE_NUMBER
+        return self._index.for_data_file(sequence, data_file, partition_key=data_file.partition)
+
+    def equality_deletes_for(
+        self, entry: ManifestEntry, specs: dict[int, PartitionSpec]
+    ) -> list[DataFile]:
+        """The equality-delete files of this snapshot that apply to a data file."""
+        return [d.data_file for d in self.equality if equality_applies(d, entry, specs)]
+
+
+def equality_applies(
+    delete: ManifestEntry, entry: ManifestEntry, specs: dict[int, PartitionSpec]
+) -> bool:
+    """Iceberg's rule: a newer sequence number, and the same partition unless it is global."""
+    if (delete.sequence_number or 0) <= (entry.sequence_number or 0):
+        return False
+    spec_id = delete.data_file.spec_id or 0
+    spec = specs.get(spec_id)
+    if spec is not None and spec.is_unpartitioned():
+        return True  # an unpartitioned delete applies to every partition
+    return (
+        spec_id == (entry.data_file.spec_id or 0)
+        and delete.data_file.partition == entry.data_file.partition
+    )
+
+
+#: The live files of an empty table: the ``before`` of a range from ``None``.
+EMPTY_STATE = LiveFiles(None, {}, {}, [], [])
+
+
+class Manifests:
+    """Reads manifests once per call and builds snapshots' live-file states."""
+
+    def __init__(self, table: Table) -> None:
+        self._io = table.io
+        self._entries: dict[str, list[ManifestEntry]] = {}
+
+    def entries(self, manifest: ManifestFile) -> list[ManifestEntry]:
+        path = manifest.manifest_path
+        if path not in self._entries:
+            self._entries[path] = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+        return self._entries[path]
+
+    def state(self, snapshot: Snapshot) -> LiveFiles:
+        from pyiceberg.manifest import DataFileContent
+
+        manifests = {m.manifest_path: m for m in snapshot.manifests(self._io)}
+        data: dict[str, ManifestEntry] = {}
+        positional: list[ManifestEntry] = []
+        equality: list[ManifestEntry] = []
+        for manifest in manifests.values():
+            for entry in self.entries(manifest):
+                content = entry.data_file.content
+                if content == DataFileContent.DATA:
+                    data[entry.data_file.file_path] = entry
+                elif content == DataFileContent.POSITION_DELETES:
+                    positional.append(entry)
+                elif content == DataFileContent.EQUALITY_DELETES:
+                    equality.append(entry)
+                else:
+                    raise ChangesUnavailableError(
+                        f"snapshot {snapshot.snapshot_id} holds a file of unknown content "
+                        f"{content}: {entry.data_file.file_path}"
+                    )
+        return LiveFiles(snapshot.snapshot_id, manifests, data, positional, equality)
+
+    def changed_entries(self, before: LiveFiles, after: LiveFiles) -> list[ManifestEntry]:
+        """Live entries of manifests only one of the two snapshots lists."""
+        out: list[ManifestEntry] = []
+        for state, other in ((before, after), (after, before)):
+            for path, manifest in state.manifests.items():
+                if path not in other.manifests:
+                    out.extend(self.entries(manifest))
+        return out
+
+
+class FileReader:
+    """Reads touched data and delete files (each once) and counts what it read."""
+
+    def __init__(self, table: Table, schema: Schema, read_ids: Sequence[int]) -> None:
+        from pyiceberg.schema import Schema as IcebergSchema
+
+        self._table = table
+        self._metadata: TableMetadata = table.metadata
+        self._schema = schema
+        self.read_schema = IcebergSchema(
+            *[schema.find_field(i) for i in read_ids], schema_id=schema.schema_id
+        )
+        self._rows: dict[str, pa.Table] = {}
+        self._positions: dict[str, dict[str, np.ndarray]] = {}
+        self._equality: dict[str, pa.Table] = {}
+        self.files_read = 0
+        self.bytes_read = 0
+
+    def _count(self, data_file: DataFile) -> None:
+        self.files_read += 1
+        self.bytes_read += int(data_file.file_size_in_bytes or 0)
+
+    def _scan(self, data_file: DataFile, schema: Schema) -> pa.Table:
+        """Every row of one file, in file order, projected by field id onto ``schema``."""
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io.pyarrow import ArrowScan
+        from pyiceberg.table import FileScanTask
+
+        scan = ArrowScan(self._metadata, self._table.io, schema, AlwaysTrue())
+        self._count(data_file)
+        return scan.to_table([FileScanTask(data_file)])
+
+    def rows(self, entry: ManifestEntry) -> pa.Table:
+        data_file = entry.data_file
+        path = data_file.file_path
+        if path not in self._rows:
+            rows = self._scan(data_file, self.read_schema)
+            if rows.num_rows != data_file.record_count:
+                raise ChangesUnavailableError(
+                    f"data file {path} holds {rows.num_rows} rows, its manifest says "
+                    f"{data_file.record_count}: positions would be wrong"
+                )
+            self._rows[path] = rows
+        return self._rows[path]
+
+    def positions(self, delete_file: DataFile) -> dict[str, np.ndarray]:
+        """The deleted positions of a position-delete file, per data file path."""
+        from pyiceberg.io.pyarrow import _read_deletes
+
+        path = delete_file.file_path
+        if path not in self._positions:
+            self._count(delete_file)
+            read = _read_deletes(self._table.io, delete_file)
+            self._positions[path] = {
+                str(name): np.asarray(positions.to_numpy(), dtype=np.int64)
+                for name, positions in read.items()
+            }
+        return self._positions[path]
+
+    def equality_rows(self, delete_file: DataFile) -> pa.Table:
+        """The rows of an equality-delete file, on its equality columns."""
+        from pyiceberg.schema import Schema as IcebergSchema
+
+        path = delete_file.file_path
+        if path not in self._equality:
+            ids = list(delete_file.equality_ids or [])
+            missing = [i for i in ids if i not in self._schema.field_ids]
+            if not ids or missing:
+                raise ChangesUnavailableError(
+                    f"equality-delete file {path} names field ids {ids} the schema does not hold"
+                )
+            schema = IcebergSchema(*[self._schema.find_field(i) for i in ids])
+            self._equality[path] = self._scan(delete_file, schema)
+        return self._equality[path]
+
+
+def step_changes(
+    manifests: Manifests,
+    reader: FileReader,
+    specs: dict[int, PartitionSpec],
+    before: LiveFiles,
+    after: LiveFiles,
+    plus: list[pa.Table],
+    minus: list[pa.Table],
+) -> None:
+    """Append the rows one snapshot inserted to ``plus`` and those it deleted to ``minus``."""
+    for path in sorted(_touched(manifests, reader, specs, before, after)):
+        old, new = before.data.get(path), after.data.get(path)
+        live_before = _live(reader, specs, before, old) if old is not None else None
+        live_after = _live(reader, specs, after, new) if new is not None else None
+        entry = new if new is not None else old
+        assert entry is not None  # touched paths are live on one side at least
+        size = int(entry.data_file.record_count)
+        was = live_before if live_before is not None else np.zeros(size, dtype=bool)
+        now = live_after if live_after is not None else np.zeros(size, dtype=bool)
+        if len(was) != len(now):
+            raise ChangesUnavailableError(
+                f"data file {path} has {len(was)} rows at {before.snapshot_id} and {len(now)} "
+                f"at {after.snapshot_id}"
+            )
+        added, removed = now & ~was, was & ~now
+        if added.any():
+            plus.append(reader.rows(entry).filter(pa.array(added)))
+        if removed.any():
+            minus.append(reader.rows(entry).filter(pa.array(removed)))
+
+
+def _touched(
+    manifests: Manifests,
+    reader: FileReader,
+    specs: dict[int, PartitionSpec],
+    before: LiveFiles,
+    after: LiveFiles,
+) -> set[str]:
+    """Data files whose live rows may differ between two snapshots."""
+    from pyiceberg.manifest import DataFileContent
+
+    touched: set[str] = set()
+    for entry in manifests.changed_entries(before, after):
+        data_file = entry.data_file
+        path = data_file.file_path
+        kept_before = _same_entry(before, entry)
+        kept_after = _same_entry(after, entry)
+        if kept_before and kept_after:
+            continue  # moved between manifests, live on both sides
+        if data_file.content == DataFileContent.DATA:
+            touched.add(path)
+        elif data_file.content == DataFileContent.POSITION_DELETES:
+            for target in reader.positions(data_file):
+                if target in before.data or target in after.data:
+                    touched.add(target)
+        else:
+            for state in (before, after):
+                for candidate in state.data.values():
+                    if equality_applies(entry, candidate, specs):
+                        touched.add(candidate.data_file.file_path)
+    return touched
+
+
+def _same_entry(state: LiveFiles, entry: ManifestEntry) -> bool:
+    """Whether ``state`` holds the file of ``entry`` live, with the same sequence number."""
+    return (entry.data_file.file_path, entry.sequence_number) in state.live_keys()
+
+
+def _live(
+    reader: FileReader, specs: dict[int, PartitionSpec], state: LiveFiles, entry: ManifestEntry
+) -> np.ndarray:
+    """Which positions of a data file live in ``state`` are not deleted there."""
+    path = entry.data_file.file_path
+    size = int(entry.data_file.record_count)
+    live = np.ones(size, dtype=bool)
+    for delete_file in state.position_deletes_for(entry):
+        positions = reader.positions(delete_file).get(path)
+        if positions is None or not len(positions):
+            continue
+        if positions.min() < 0 or positions.max() >= size:
+            raise ChangesUnavailableError(
+                f"position-delete file {delete_file.file_path} names a position outside "
+                f"{path} ({size} rows)"
+            )
+        live[positions] = False
+    for delete_file in state.equality_deletes_for(entry, specs):
+        deleted = reader.equality_rows(delete_file)
+        live &= ~_matching(reader.rows(entry).select(deleted.column_names), deleted)
+    return live
+
+
+def _matching(rows: pa.Table, deleted: pa.Table) -> np.ndarray:
+    """Which of ``rows`` equal a row of ``deleted`` on all columns, NULL matching NULL.
+
+    Each column of both sides is dictionary-encoded together (NULL encoded as a
+    value of its own), so the join below compares integer codes: exact for every
+    primitive type and null-safe, which Arrow's hash join is not.
+    """
+    hit = np.zeros(rows.num_rows, dtype=bool)
+    if not rows.num_rows or not deleted.num_rows:
+        return hit
+    left: dict[str, pa.Array] = {}
+    right: dict[str, pa.Array] = {}
+    for index, name in enumerate(rows.column_names):
+        both = pa.chunked_array(
+            rows.column(name).chunks + deleted.column(name).cast(rows.column(name).type).chunks,
+            type=rows.column(name).type,
+        ).combine_chunks()
+        codes = pc.dictionary_encode(both, null_encoding="encode").indices
+        left[f"k{index}"] = codes.slice(0, rows.num_rows)
+        right[f"k{index}"] = codes.slice(rows.num_rows)
+    keys = list(left)
+    left[_ROW] = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    joined = pa.table(left).join(pa.table(right), keys, join_type="left semi")
+    hit[joined.column(_ROW).to_numpy()] = True
+    return hit

@@ -1,0 +1,116 @@
+"""The package's floors, checked on every import statement (function-level ones included).
+
+``docs/architecture.md`` explains the floors; this test is what keeps them:
+a lower floor never imports a higher one, and the floors that run inside
+Spark drivers and the warm engine (``core``, ``spark``, ``engine``,
+``collections``) never import Airflow.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "airflow_provider_ct"
+AIRFLOW = "airflow"
+
+#: What each part of the package may import besides itself and the standard
+#: and third-party libraries. ``__init__`` is the package root, which only
+#: re-exports lazily and imports nothing itself.
+ALLOWED: dict[str, frozenset[str]] = {
+    "exceptions": frozenset(),
+    "core": frozenset({"exceptions"}),
+    "spark": frozenset({"exceptions", "core"}),
+    "collections": frozenset({"exceptions", "core"}),
+    "engine": frozenset({"__init__", "exceptions", "core", "spark"}),
+    "hooks": frozenset({AIRFLOW, "exceptions", "core", "spark", "engine"}),
+    "assets": frozenset({AIRFLOW, "core"}),
+    "lineage": frozenset({AIRFLOW, "core"}),
+    "triggers": frozenset({AIRFLOW, "exceptions", "core", "hooks"}),
+    "sensors": frozenset({AIRFLOW, "exceptions", "core", "hooks", "triggers", "operators._common"}),
+    "operators": frozenset(
+        {AIRFLOW, "exceptions", "core", "spark", "engine", "collections", "hooks", "assets"}
+        | {"lineage"}
+    ),
+    "factory_settings": frozenset({"exceptions", "hooks"}),
+    "_groups": frozenset({AIRFLOW, "assets", "factory_settings", "sensors", "operators"}),
+    "views": frozenset(
+        {AIRFLOW, "core", "assets", "hooks", "operators", "sensors", "_groups", "factory_settings"}
+    ),
+    "continual": frozenset(
+        {AIRFLOW, "core", "assets", "hooks", "operators", "sensors", "_groups", "factory_settings"}
+    ),
+    "tick_dag": frozenset({AIRFLOW, "core", "collections", "hooks", "operators"}),
+    "ui": frozenset({AIRFLOW, "exceptions", "core", "collections", "hooks"}),
+    "get_provider_info": frozenset({"__init__"}),
+    "__init__": frozenset(),
+}
+#: Floors that run where Airflow is not installed (Spark drivers, the warm engine).
+WITHOUT_AIRFLOW = ("exceptions", "core", "spark", "engine", "collections")
+
+
+def _part(module: str) -> str:
+    """``airflow_provider_ct.core.staging`` -> ``core``; the root -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+
+
+def _target(name: str) -> str | None:
+    """The part an import names (``airflow`` for Airflow), or None for other libraries."""
+    top = name.split(".")[0]
+    if top == AIRFLOW:
+        return AIRFLOW
+    return _part(name) if top == PACKAGE.name else None
+
+
+def _violations(package: Path = PACKAGE) -> list[str]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        part = _part(module.removesuffix(".__init__"))
+        allowed = ALLOWED.get(part)
+        if allowed is None:
+            found.append(f"{module}: part {part!r} has no floor in ALLOWED")
+            continue
+        for line, name in _imports(path):
+            target = _target(name)
+            submodule = ".".join(name.split(".")[1:3])  # e.g. operators._common
+            if target is None or target == part or target in allowed or submodule in allowed:
+                continue
+            found.append(f"{module}:{line} imports {name} ({part} may not import {target})")
+    return found
+
+
+def test_every_import_respects_the_floors() -> None:
+    assert _violations() == []
+
+
+@pytest.mark.parametrize("part", WITHOUT_AIRFLOW)
+def test_floors_that_run_in_spark_import_no_airflow(part: str) -> None:
+    assert AIRFLOW not in ALLOWED[part]
+
+
+def test_the_check_sees_late_and_upward_imports(tmp_path: Path) -> None:
+    """An import inside a function is a dependency too; so is Airflow in ``core``."""
+    core = tmp_path / PACKAGE.name / "core"
+    core.mkdir(parents=True)
+    (core / "bad.py").write_text(
+        "import airflow.sdk\n\ndef f():\n    from airflow_provider_ct.operators.write import X\n"
+    )
+    (core / "good.py").write_text("from airflow_provider_ct.core.frontier import Frontier\n")
+    assert _violations(tmp_path / PACKAGE.name) == [
+        "airflow_provider_ct.core.bad:1 imports airflow.sdk (core may not import airflow)",
+        "airflow_provider_ct.core.bad:4 imports airflow_provider_ct.operators.write "
+        "(core may not import operators)",
+    ]
