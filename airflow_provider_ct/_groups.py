@@ -74,24 +74,8 @@ def tick_group(
             fused_args = {**mint_args, **write_args, **(announce if append else {})}
             first = fused(task_id="tick", iceberg_conn_id=iceberg_conn_id, **fused_args)
         else:
-            first = mint.operator(task_id="mint", iceberg_conn_id=iceberg_conn_id, **mint_args)
-            write_task = write.operator(
-                task_id="write",
-                description_task_id=first.task_id,
-                iceberg_conn_id=iceberg_conn_id,
-                **write_args,
-            )
-            first >> write_task
-            if append is not None:
-                appended = append.operator(
-                    task_id="append",
-                    write_task_id=write_task.task_id,
-                    description_task_id=first.task_id,
-                    iceberg_conn_id=iceberg_conn_id,
-                    **append.kwargs,
-                    **announce,
-                )
-                write_task >> appended
+            steps = (mint, mint_args), (write, write_args), append, announce
+            first = _three_tasks(*steps, iceberg_conn_id=iceberg_conn_id)
         if time != SEALED:  # a sealed time is sealed by construction: nothing to wait for
             sensor = FrontierSensor(
                 task_id="wait_for_inputs",
@@ -102,3 +86,34 @@ def tick_group(
             )
             sensor >> first
     return group
+
+
+def _three_tasks(
+    mint: tuple[Step, dict[str, Any]],
+    write: tuple[Step, dict[str, Any]],
+    append: Step | None,
+    announce: dict[str, Any],
+    *,
+    iceberg_conn_id: str,
+) -> BaseOperator:
+    """``mint >> write >> append`` (no append for a dry run); returns the mint task."""
+    (mint_step, mint_args), (write_step, write_args) = mint, write
+    first = mint_step.operator(task_id="mint", iceberg_conn_id=iceberg_conn_id, **mint_args)
+    write_task = write_step.operator(
+        task_id="write",
+        description_task_id=first.task_id,
+        iceberg_conn_id=iceberg_conn_id,
+        **write_args,
+    )
+    first >> write_task
+    if append is not None:
+        appended = append.operator(
+            task_id="append",
+            write_task_id=write_task.task_id,
+            description_task_id=first.task_id,
+            iceberg_conn_id=iceberg_conn_id,
+            **append.kwargs,
+            **announce,
+        )
+        write_task >> appended
+    return first

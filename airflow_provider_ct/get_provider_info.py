@@ -46,6 +46,7 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_ct.operators.tick",
             "airflow_provider_ct.operators.continual",
             "airflow_provider_ct.operators.collections",
+            "airflow_provider_ct.operators.collections_upkeep",
         ),
         "sensors": _group("airflow_provider_ct.sensors.frontier"),
         "triggers": _group("airflow_provider_ct.triggers.frontier"),

@@ -2,15 +2,17 @@
 
 One run per interval (default every minute): ``tick`` advances the upper of
 every registered collection to now, so they stay readable at recent times
-even when nothing is written; ``maintain`` then compacts small files and
+even when nothing is written; ``maintain`` then compacts small files,
 expires snapshots no read hold or retention keeps (ticks create a snapshot
-per collection per run, so the two belong together). ``maintain`` runs even
+per collection per run, so the two belong together) and sweeps what crashed
+writers left staged, as :class:`MaintenanceSettings` says. ``maintain`` runs even
 when ``tick`` failed for some collection (``trigger_rule="all_done"``).
 ``max_active_runs=1`` and no catch-up: a missed tick is simply the next one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +22,7 @@ from airflow.sdk import DAG
 from airflow_provider_ct.collections.maintenance import MaintenanceSettings
 from airflow_provider_ct.collections.ticker import DEFAULT_CHECKPOINT_MS
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
-from airflow_provider_ct.operators.collections import (
+from airflow_provider_ct.operators.collections_upkeep import (
     MaintainTablesOperator,
     TickCollectionsOperator,
 )
@@ -48,8 +50,9 @@ def collections_dag(
         Each must exist and hold a registered collection, else the run fails
         naming it (a typo would otherwise tick nothing and succeed).
     :param maintenance: maintenance settings; default :class:`MaintenanceSettings`
-        (one hour of retention, compaction on). Pass ``expire=False`` and
-        ``compact=False`` to tick only.
+        (one hour of retention, compaction and the sweep on); every field
+        reaches the maintain task. ``expire=False`` and ``compact=False``
+        tick only: no maintain task, so no sweep whatever ``sweep`` says.
     :param maintain_tables: further managed tables (views, continual tasks)
         to maintain along.
     :param checkpoint_ms: see :func:`~airflow_provider_ct.collections.tick_collections`.
@@ -87,18 +90,13 @@ def collections_dag(
 
 
 def _maintain_kwargs(settings: MaintenanceSettings) -> dict[str, Any]:
-    """The maintain task's keywords from ``settings`` (as ``SparkSettings.write_kwargs``).
+    """The maintain task's keywords: every field of ``settings``, by its own name.
 
-    One list of what the operator takes, so what it does not is visible:
-    ``sweep`` and ``sweep_grace_ms`` are not among them (the operator has no
-    such arguments yet), so its maintenance sweeps with their defaults.
+    :class:`MaintainTablesOperator` takes one keyword per settings field, so
+    passing them all (rather than a hand-kept list, which once left out
+    ``sweep`` and ``sweep_grace_ms`` and so swept with the defaults whatever
+    the settings said) means a field added to :class:`MaintenanceSettings`
+    either reaches the task or fails at DAG-parse time as an unknown
+    argument; it is never dropped silently.
     """
-    return {
-        "retention_ms": settings.retention_ms,
-        "expire": settings.expire,
-        "compact": settings.compact,
-        "small_file_bytes": settings.small_file_bytes,
-        "min_files": settings.min_files,
-        "target_file_bytes": settings.target_file_bytes,
-        "delete_files": settings.delete_files,
-    }
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}

@@ -48,10 +48,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from airflow_provider_ct.core.appending import append_batch  # noqa: E402
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
+from airflow_provider_ct.core.manifest import read_manifest  # noqa: E402
 from airflow_provider_ct.core.mint import mint  # noqa: E402
 from airflow_provider_ct.core.query import parse_query  # noqa: E402
-from airflow_provider_ct.core.staging import append_batch, forget, read_manifest  # noqa: E402
+from airflow_provider_ct.core.staging import forget  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline, WallClockUpper  # noqa: E402
 from airflow_provider_ct.spark.conf import local_session  # noqa: E402
 from airflow_provider_ct.spark.write_job import run_write  # noqa: E402

@@ -30,12 +30,8 @@ from airflow_provider_ct.core.frontier import (  # noqa: E402
     format_timestamp,
     now_ms,
 )
-from airflow_provider_ct.core.staging import (  # noqa: E402
-    StagedBatch,
-    batch_data_dir,
-    manifest_path,
-    write_manifest,
-)
+from airflow_provider_ct.core.manifest import StagedBatch, write_manifest  # noqa: E402
+from airflow_provider_ct.core.staging import batch_data_dir, manifest_path  # noqa: E402
 from airflow_provider_ct.core.sweep import sweep_staged  # noqa: E402
 from airflow_provider_ct.core.tables import create_managed_table  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402

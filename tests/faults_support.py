@@ -43,13 +43,8 @@ import pyarrow.parquet as pq
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.keys import SummaryKeys
-from airflow_provider_ct.core.staging import (
-    StagedFile,
-    StagedTime,
-    begin_batch,
-    finish_batch,
-    staging_root,
-)
+from airflow_provider_ct.core.manifest import StagedFile, StagedTime
+from airflow_provider_ct.core.staging import begin_batch, finish_batch, staging_root
 from airflow_provider_ct.core.sweep import SweepReport, sweep_staged
 from tests.helpers import local_path, rows_of
 

@@ -248,7 +248,7 @@ def rewrite_files(table: Any) -> int:
     from pyiceberg.io.pyarrow import parquet_files_to_data_files
     from pyiceberg.table.snapshots import Operation
 
-    from airflow_provider_ct.core.commit import replace_producer
+    from airflow_provider_ct.core.producers import replace_producer
     from airflow_provider_ct.core.tables import ensure_name_mapping
 
     ensure_name_mapping(table)  # the compacted file is written without field ids

@@ -19,20 +19,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_ct.core.appending import append_batch, land_staged
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
-from airflow_provider_ct.core.staging import (
-    StagedFile,
-    StagedTime,
-    append_batch,
-    begin_batch,
-    finish_batch,
-    land_staged,
-    read_manifest,
-    write_manifest,
-)
+from airflow_provider_ct.core.manifest import StagedFile, StagedTime, read_manifest, write_manifest
+from airflow_provider_ct.core.staging import begin_batch, finish_batch
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError, DescriptionError, StagingError

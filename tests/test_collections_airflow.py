@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.collections import (
@@ -21,7 +24,7 @@ from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CollectionClosedError, ReadOnlyError
 from tests.conftest import SCHEMA
-from tests.helpers import live_data_files, rows_of
+from tests.helpers import live_data_files, local_path, rows_of
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.airflow]
@@ -69,8 +72,8 @@ def test_operators_in_read_only_mode(
     from airflow_provider_ct.operators.collections import (
         BlindWriteOperator,
         DifferentialWriteOperator,
-        TickCollectionsOperator,
     )
+    from airflow_provider_ct.operators.collections_upkeep import TickCollectionsOperator
 
     catalog = default_catalog.load()
     register_collection(catalog, "ro.log", SCHEMA, "append-only")
@@ -100,8 +103,10 @@ def test_register_close_and_reader_operators(
     from airflow_provider_ct.operators.collections import (
         BlindWriteOperator,
         CloseCollectionOperator,
-        MaintainTablesOperator,
         RegisterCollectionOperator,
+    )
+    from airflow_provider_ct.operators.collections_upkeep import (
+        MaintainTablesOperator,
         RegisterReaderOperator,
     )
 
@@ -170,3 +175,57 @@ def test_example_status_dag_keeps_status_and_audit_log(
     assert len({r[2] for r in rows_of(audit).elements()}) == len(logical)  # one batch per run
     assert example_collections.tick_dag.test().state == "success"
     assert Timeline.of(catalog.load_table("ops.audit_log")).upper.time >= now_ms() - 60_000
+
+
+def test_maintain_operator_honours_the_sweep_settings(default_catalog: CatalogConfig) -> None:
+    """``sweep=False`` sweeps nothing; ``sweep_grace_ms`` decides which leftovers are old enough.
+
+    The leftover is what a blind write that died before its commit leaves:
+    a file in a batch folder that no manifest accounts for, here ten
+    minutes old (younger than the default grace of an hour).
+    """
+    from airflow_provider_ct.collections import MaintenanceSettings
+    from airflow_provider_ct.collections.rows import write_parquet
+    from airflow_provider_ct.operators.collections_upkeep import MaintainTablesOperator
+    from airflow_provider_ct.tick_dag import collections_dag
+
+    catalog = default_catalog.load()
+    table = register_collection(catalog, "sw.log", SCHEMA, "append-only")
+    with AppendOnlyCollection.open(catalog, "sw.log", batch_interval_ms=0) as writer:
+        writer.blind_write([(1, "kept")])
+    data = pa.table({"k": [2], "v": ["lost"]}, schema=SCHEMA)
+    leftover = local_path(write_parquet(table, "blind-died", data))
+    ten_minutes_ago = time.time() - 600
+    os.utime(leftover, (ten_minutes_ago, ten_minutes_ago))
+
+    off = MaintainTablesOperator(task_id="off", sweep=False, sweep_grace_ms=0).execute({})
+    assert off["sweeps"] == {}
+    assert leftover.exists()
+    # The same through the tick DAG's settings (they used to be dropped there).
+    settings = MaintenanceSettings(sweep=False, sweep_grace_ms=0)
+    dag = collections_dag(dag_id="ct_no_sweep", maintenance=settings)
+    assert dag.get_task("maintain").execute({})["sweeps"] == {}
+    assert leftover.exists()
+    young = MaintainTablesOperator(task_id="young").execute({})  # the default grace: an hour
+    assert young["sweeps"]["sw.log"]["orphans_deleted"] == 0
+    assert leftover.exists()
+    swept = MaintainTablesOperator(task_id="swept", sweep_grace_ms=60_000).execute({})
+    assert swept["sweeps"]["sw.log"]["orphans_deleted"] == 1
+    assert not leftover.exists()
+    assert rows_of(catalog.load_table("sw.log")) == Counter({(1, "kept"): 1})
+
+
+def test_tick_dag_passes_every_maintenance_setting_to_the_maintain_task() -> None:
+    """Including ``sweep`` and ``sweep_grace_ms``, which the factory once dropped."""
+    from dataclasses import fields
+
+    from airflow_provider_ct.collections import MaintenanceSettings
+    from airflow_provider_ct.tick_dag import collections_dag
+
+    settings = MaintenanceSettings(sweep=False, sweep_grace_ms=5_000, retention_ms=7)
+    task = collections_dag(dag_id="ct_sweep_settings", maintenance=settings).get_task("maintain")
+    assert (task.sweep, task.sweep_grace_ms, task.retention_ms) == (False, 5_000, 7)
+    for field in fields(settings):
+        assert getattr(task, field.name) == getattr(settings, field.name), field.name
+    default = collections_dag(dag_id="ct_sweep_default").get_task("maintain")
+    assert default.sweep is True

@@ -10,9 +10,10 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.commit import TimedChange, compare_and_append
+from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.producers import TimedChange
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CommitError
@@ -218,6 +219,40 @@ def test_unmanaged_table_with_history_is_refused(sqlite_catalog_config: CatalogC
         compare_and_append(
             table, expected_upper=Frontier.minimum(), new_upper=Frontier.at(1), batch_id="b"
         )
+
+
+def test_unmanaged_table_with_history_is_adopted_only_against_its_exact_head(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    """A target the user created and filled: a batch computed against its head adopts it."""
+    catalog = sqlite_catalog_config.load()
+    catalog.create_namespace("ext")
+    table = catalog.create_table("ext.mine", schema=SCHEMA)
+    table.append(pa.table({"k": [1], "v": ["a"]}, schema=SCHEMA))
+    head = table.metadata.current_snapshot().snapshot_id
+    for expected_upper, expected_head in ((Frontier.at(3), head), (Frontier.minimum(), head + 1)):
+        with pytest.raises(CommitError, match="not managed"):
+            compare_and_append(
+                table,
+                expected_upper=expected_upper,
+                new_upper=Frontier.at(10),
+                batch_id="b",
+                expected_head=expected_head,
+            )
+    files = stage_rows(table, "adopt", [(2, "b")])
+    result = compare_and_append(
+        table,
+        expected_upper=Frontier.minimum(),
+        new_upper=Frontier.at(10),
+        batch_id="adopt",
+        add_files=files,
+        time=9,
+        expected_head=head,
+    )
+    assert result.landed
+    timeline = Timeline.of(table)
+    assert timeline.managed and timeline.upper == Frontier.at(10)
+    assert rows_of(table) == {(1, "a"): 1, (2, "b"): 1}
 
 
 def test_empty_unflagged_table_starts_at_the_minimum_upper(

@@ -22,15 +22,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from airflow_provider_ct.core.appending import land_staged
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.faults import ENV as FAILPOINTS
-from airflow_provider_ct.core.staging import (
-    STATE_WRITING,
-    land_staged,
-    list_manifests,
-    read_manifest,
-    staging_root,
-)
+from airflow_provider_ct.core.manifest import STATE_WRITING, read_manifest
+from airflow_provider_ct.core.staging import list_manifests, staging_root
 from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import (
@@ -185,6 +181,7 @@ def test_kill_9_of_spark_submit_mid_write_then_retry_lands(
         "sql": sql,
         "iceberg_conn_id": conn,
         "driver_memory": "1g",
+        "engine": "spark-submit",
     }
 
     def write(desc: Any) -> dict[str, Any]:

@@ -193,7 +193,7 @@ def test_a_tick_dag_with_a_mistyped_namespace_fails_naming_it(
 def test_a_namespace_without_collections_is_refused_before_anything_ticks(
     default_catalog: CatalogConfig,
 ) -> None:
-    from airflow_provider_ct.operators.collections import (
+    from airflow_provider_ct.operators.collections_upkeep import (
         MaintainTablesOperator,
         TickCollectionsOperator,
     )
@@ -216,7 +216,7 @@ def test_a_namespace_without_collections_is_refused_before_anything_ticks(
 def test_namespaces_given_as_one_string_are_refused(default_catalog: CatalogConfig) -> None:
     """``list("ops")`` is three one-letter namespaces: refused where it is passed."""
     from airflow_provider_ct import collections_dag
-    from airflow_provider_ct.operators.collections import TickCollectionsOperator
+    from airflow_provider_ct.operators.collections_upkeep import TickCollectionsOperator
 
     catalog, before = _world(default_catalog)
     with pytest.raises(ConfigurationError, match="namespaces must be a list of names, got the"):
@@ -307,7 +307,7 @@ def test_a_bad_tick_time_is_refused_naming_it(default_catalog: CatalogConfig, ti
 def test_bad_times_of_collection_operators_are_refused_naming_them(
     default_catalog: CatalogConfig, time: str
 ) -> None:
-    from airflow_provider_ct.operators.collections import (
+    from airflow_provider_ct.operators.collections_upkeep import (
         RegisterReaderOperator,
         TickCollectionsOperator,
     )
@@ -397,7 +397,7 @@ def test_a_tick_time_no_input_has_sealed_registers_no_read_hold(
 def test_registering_a_reader_on_a_missing_input_changes_no_other_input(
     default_catalog: CatalogConfig,
 ) -> None:
-    from airflow_provider_ct.operators.collections import RegisterReaderOperator
+    from airflow_provider_ct.operators.collections_upkeep import RegisterReaderOperator
 
     catalog, before = _world(default_catalog)
     with pytest.raises(ConfigurationError, match="input 'ops.missing' of reader 'x.task'"):
@@ -473,7 +473,7 @@ def test_maintenance_settings_that_would_expire_too_much_are_refused(
     default_catalog: CatalogConfig, kwargs: dict[str, Any], message: str
 ) -> None:
     """A negative retention puts "readable since" in the future: everything unheld would go."""
-    from airflow_provider_ct.operators.collections import MaintainTablesOperator
+    from airflow_provider_ct.operators.collections_upkeep import MaintainTablesOperator
 
     catalog, before = _world(default_catalog)
     with pytest.raises(ConfigurationError, match=message):

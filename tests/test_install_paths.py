@@ -253,6 +253,7 @@ def test_job_gets_inline_arguments_and_returns_its_report_without_the_operators_
         spark_conn_id="ct_cluster_mode",
         iceberg_conn_id="ct_exchange_cat",
         driver_memory="1g",
+        engine="spark-submit",
     )
     hook = IcebergCatalogHook("ct_exchange_cat")
     operator_tmp = tmp_path / "operator-tmp"

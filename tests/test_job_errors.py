@@ -150,7 +150,12 @@ def _write(catalog: Any, sql: str) -> dict[str, Any]:
     desc = mint_view_tick(catalog, "errs.view", sql, 1000).description
     assert desc is not None
     report: dict[str, Any] = WriteOperator(
-        task_id="w", target="errs.view", sql=sql, description=desc.to_json(), driver_memory="1g"
+        task_id="w",
+        target="errs.view",
+        sql=sql,
+        description=desc.to_json(),
+        driver_memory="1g",
+        engine="spark-submit",
     ).execute({})
     return report
 
@@ -237,7 +242,9 @@ def test_a_continual_job_error_keeps_its_type_and_message(default_catalog: Catal
     create_managed_table(catalog, "errs.cnt", KV, properties={TableKeys.AS_OF: "5"})
     task = {"definition": STAR_TASK, "namespace": "errs"}
     desc = ContinualMintOperator(task_id="m", time=10, **task).execute({})
-    write = ContinualWriteOperator(task_id="w", description=desc, driver_memory="1g", **task)
+    write = ContinualWriteOperator(
+        task_id="w", description=desc, driver_memory="1g", engine="spark-submit", **task
+    )
     with pytest.raises(CTError) as err:
         write.execute({})
     assert type(err.value) is CTError

@@ -27,10 +27,11 @@ from airflow_provider_ct.collections import (
     release_reader,
 )
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.commit import TimedChange, compare_and_append
+from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.producers import TimedChange
 from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline

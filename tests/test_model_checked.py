@@ -85,23 +85,20 @@ from airflow_provider_ct.collections import (
     register_collection,
     register_reader,
 )
+from airflow_provider_ct.core.appending import land_staged
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.faults import ENV as FAILPOINTS
 from airflow_provider_ct.core.faults import InjectedFault
 from airflow_provider_ct.core.frontier import Frontier, now_ms
+from airflow_provider_ct.core.manifest import STATE_STAGED, StagedFile, StagedTime, read_manifest
 from airflow_provider_ct.core.mint import mint
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import (
-    STATE_STAGED,
-    StagedFile,
-    StagedTime,
     begin_batch,
     finish_batch,
-    land_staged,
     list_manifests,
-    read_manifest,
     referenced_files,
 )
 from airflow_provider_ct.core.sweep import sweep_staged

@@ -18,7 +18,7 @@ from airflow_provider_ct.core.parquet import ParquetCodec, parquet_codec
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import ConfigurationError
 from airflow_provider_ct.operators.append import AppendOperator
-from airflow_provider_ct.spark import write_job
+from airflow_provider_ct.spark import stage_correction as write_job
 from airflow_provider_ct.spark.write_job import run_write
 from tests.conftest import SPARK_CATALOG_CONN as CONN
 from tests.helpers import advance, local_path, mint_view_tick, replace_contents, rows_of

@@ -17,29 +17,23 @@ import pytest
 from pyiceberg.types import StringType
 
 from airflow_provider_ct.collections import AppendOnlyCollection, register_collection
-from airflow_provider_ct.collections.maintenance import compact
+from airflow_provider_ct.collections.compaction import compact
 from airflow_provider_ct.collections.ticker import tick_table
+from airflow_provider_ct.core.appending import land_staged
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.continual import input_times
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.manifest import StagedFile, StagedTime, read_manifest, write_manifest
 from airflow_provider_ct.core.query import nondeterministic_calls, parse_query, query_hash
 from airflow_provider_ct.core.quiet import (
     continual_tick_is_quiet,
     stage_empty_batch,
     view_tick_is_quiet,
 )
-from airflow_provider_ct.core.staging import (
-    StagedFile,
-    StagedTime,
-    begin_batch,
-    finish_batch,
-    land_staged,
-    read_manifest,
-    write_manifest,
-)
+from airflow_provider_ct.core.staging import begin_batch, finish_batch
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import StagingError

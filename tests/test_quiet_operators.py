@@ -84,7 +84,13 @@ def timed(call: Callable[[], Any]) -> tuple[Any, float]:
 
 def view_write(desc: dict[str, Any], **kwargs: Any) -> WriteOperator:
     return WriteOperator(
-        task_id="write", target=TARGET, sql=SQL, description=desc, driver_memory="1g", **kwargs
+        task_id="write",
+        target=TARGET,
+        sql=SQL,
+        description=desc,
+        driver_memory="1g",
+        engine="spark-submit",
+        **kwargs,
     )
 
 
@@ -176,7 +182,11 @@ def test_a_quiet_continual_tick_starts_no_jvm_and_only_advances_the_upper(
     task = {"definition": UPSERT, "namespace": "cq"}
     desc = ContinualMintOperator(task_id="mint", time=10, **task).execute({})
     write = ContinualWriteOperator(
-        task_id="write", description=desc, spark_master=DEAD_MASTER, **task
+        task_id="write",
+        description=desc,
+        spark_master=DEAD_MASTER,
+        engine="spark-submit",
+        **task,
     )
     report = write.execute({})
     assert no_process.jvm_commands == []
@@ -194,7 +204,11 @@ def test_a_quiet_continual_tick_starts_no_jvm_and_only_advances_the_upper(
     desc = ContinualMintOperator(task_id="mint", time=20, **task).execute({})
     with pytest.raises(OSError, match="refusing to start Spark"):
         ContinualWriteOperator(
-            task_id="write", description=desc, spark_master=DEAD_MASTER, **task
+            task_id="write",
+            description=desc,
+            spark_master=DEAD_MASTER,
+            engine="spark-submit",
+            **task,
         ).execute({})
     assert len(no_process.jvm_commands) == 1 and "job_main.py" in no_process.jvm_commands[0]
     words = no_process.jvm_commands[0].split()

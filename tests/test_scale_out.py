@@ -46,6 +46,7 @@ def _tick(
         spark_conn_id=spark_conn_id,
         iceberg_conn_id=conn_id,
         driver_memory="1g",
+        engine="spark-submit",
     ).execute({})
     out = AppendOperator(task_id="a", report=report, iceberg_conn_id=conn_id).execute({})
     assert out["appended"], out

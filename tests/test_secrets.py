@@ -119,6 +119,7 @@ def _write_operator(conn_id: str, desc: Any, sql: str) -> Any:
         description=desc.to_json(),
         iceberg_conn_id=conn_id,
         driver_memory="1g",
+        engine="spark-submit",
     )
 
 

@@ -8,19 +8,19 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_ct.core.appending import append_batch
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.commit import TimedChange, compare_and_append
+from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier, now_ms
-from airflow_provider_ct.core.staging import (
+from airflow_provider_ct.core.manifest import (
     StagedBatch,
     StagedFile,
     StagedTime,
-    append_batch,
-    batch_data_dir,
-    manifest_path,
     read_manifest,
     write_manifest,
 )
+from airflow_provider_ct.core.producers import TimedChange
+from airflow_provider_ct.core.staging import batch_data_dir, manifest_path
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from tests.conftest import SCHEMA

@@ -23,15 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_ct.core.appending import land_staged
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.manifest import StagedFile, StagedTime
 from airflow_provider_ct.core.staging import (
-    StagedFile,
-    StagedTime,
     begin_batch,
     finish_batch,
-    land_staged,
     list_manifests,
     referenced_files,
 )

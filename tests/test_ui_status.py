@@ -18,9 +18,9 @@ from airflow_provider_ct.collections import CollectionKind, register_collection
 from airflow_provider_ct.collections.holds import register_reader
 from airflow_provider_ct.collections.registry import set_table_properties
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.commit import TimedChange
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.frontier import Frontier, now_ms
+from airflow_provider_ct.core.producers import TimedChange
 from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.ui.catalog import CatalogMissing, open_read_only

@@ -17,8 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.manifest import read_manifest
 from airflow_provider_ct.core.mint import mint
-from airflow_provider_ct.core.staging import list_manifests, read_manifest
+from airflow_provider_ct.core.staging import list_manifests
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import SchemaMismatchError

@@ -11,11 +11,14 @@ written through compare-and-append (docs/collections.md):
   to now; :func:`close_collection` seals one for good;
 * read-only mode per collection (:func:`set_read_only`) or deployment
   (``CT_READ_ONLY``);
-* :func:`maintain`: compaction and snapshot expiry that honour read holds
+* :func:`maintain`: compaction (:func:`compact`), snapshot expiry
+  (:func:`expire_snapshots`) and the staging sweep, honouring read holds
   (:func:`register_reader`).
 
 Nothing here imports Airflow; the operators are in
-:mod:`airflow_provider_ct.operators.collections`.
+:mod:`airflow_provider_ct.operators.collections` (registration and writes)
+and :mod:`airflow_provider_ct.operators.collections_upkeep` (ticking,
+maintenance and read holds).
 """
 
 from __future__ import annotations
@@ -26,10 +29,19 @@ from airflow_provider_ct.collections.append_only import (
     WriteReceipt,
     blind_write,
 )
+from airflow_provider_ct.collections.compaction import CompactionReport, compact
 from airflow_provider_ct.collections.differential import (
     DifferentialCollection,
     PendingDesired,
     SyncResult,
+)
+from airflow_provider_ct.collections.expiry import (
+    DEFAULT_RETENTION_MS,
+    ExpiryPlan,
+    ExpiryReport,
+    expire_snapshots,
+    plan_expiry,
+    readable_since,
 )
 from airflow_provider_ct.collections.holds import (
     HoldTime,
@@ -40,17 +52,9 @@ from airflow_provider_ct.collections.holds import (
     release_reader,
 )
 from airflow_provider_ct.collections.maintenance import (
-    DEFAULT_RETENTION_MS,
-    CompactionReport,
-    ExpiryPlan,
-    ExpiryReport,
     MaintenanceReport,
     MaintenanceSettings,
-    compact,
-    expire_snapshots,
     maintain,
-    plan_expiry,
-    readable_since,
 )
 from airflow_provider_ct.collections.registry import (
     CollectionInfo,

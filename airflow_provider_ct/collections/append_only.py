@@ -39,6 +39,7 @@ from airflow_provider_ct.collections.registry import (
     table_name,
 )
 from airflow_provider_ct.collections.rows import (
+    LiveFile,
     RowBag,
     append_change_now,
     arrow_schema,
@@ -258,29 +259,19 @@ class AppendOnlyCollection:
                 request.future.set_exception(exc)
 
     def _land(self, batch: list[_Request]) -> None:
-        """Commit ``batch`` at some time >= the upper, retrying at a new time when we lose."""
+        """Commit ``batch`` at some time >= the upper, retrying at a new time when we lose.
+
+        One batch id for every attempt: an attempt whose outcome was unknown
+        is then recognised on ``main`` by the next one instead of landing twice.
+        """
         table = self._table
         batch_id = f"blind-{uuid.uuid4().hex}"
         in_flight: list[_Request] = []
         attempt = 0
         while True:
             attempt += 1
-            table.refresh()
-            timeline = Timeline.of(table)
-            found = landing_of(timeline, batch_id).entry
-            if found is not None:  # an attempt with an unknown outcome did land
-                self._resolve(in_flight, batch_id, found.time, timeline.upper, attempt, len(batch))
-                return
-            self._collection_read_only = collection_read_only(table)
-            if timeline.upper.is_empty:
-                self._closed = True
-                self._fail(batch, CollectionClosedError(f"collection {self._name} is closed"))
-                return
-            if self._read_only_now():
-                self._fail(
-                    batch,
-                    ReadOnlyError(f"collection {self._name} became read-only before the write"),
-                )
+            timeline = self._read_head(batch, batch_id, in_flight, attempt)
+            if timeline is None:
                 return
             pending = [r for r in batch if not r.future.done()]
             try:
@@ -289,29 +280,9 @@ class AppendOnlyCollection:
                 log.info("re-reading %s: a file of its old head is gone (%s)", self._name, exc)
                 backoff(attempt)
                 continue
-            running = contents(files) if files else RowBag()
-            accepted: list[_Request] = []
-            inserts, retracts = RowBag(), RowBag()
-            for request in pending:
-                if request.retracts:
-                    if not running.contains(request.retracts):
-                        request.future.set_exception(
-                            RetractionError(
-                                f"collection {self._name} does not hold the row(s) to retract, "
-                                f"e.g. {running.missing(request.retracts)[:3]}"
-                            )
-                        )
-                        continue
-                    running = running.minus(request.retracts)
-                running = running.plus(request.inserts)
-                accepted.append(request)
-                inserts = inserts.plus(request.inserts)
-                retracts = retracts.plus(request.retracts)
+            accepted, inserts, retracts = self._accept(pending, files)
             if not accepted:
                 return
-            both = inserts.counts & retracts.counts  # inserted and retracted in one batch
-            inserts = RowBag(inserts.counts - both, inserts.originals)
-            retracts = RowBag(retracts.counts - both, retracts.originals)
             if not inserts and not retracts:
                 self._resolve(accepted, batch_id, None, timeline.upper, attempt, len(batch))
                 return
@@ -327,22 +298,102 @@ class AppendOnlyCollection:
                 self._resolve(accepted, batch_id, time, result.upper, attempt, len(batch))
                 return
             delete_files(table, change.add_files)
-            log.debug(
-                "blind write %s to %s lost at upper %s (%s); retrying at a new time",
-                batch_id,
-                self._name,
-                timeline.upper.to_summary(),
-                result.reason,
-            )
-            if self._max_attempts is not None and attempt >= self._max_attempts:
-                self._fail(
-                    accepted,
-                    CommitError(
-                        f"blind write to {self._name} lost {attempt} races in a row; giving up"
-                    ),
-                )
+            if self._give_up(accepted, batch_id, timeline, result.reason, attempt):
                 return
             backoff(attempt)
+
+    def _read_head(
+        self, batch: list[_Request], batch_id: str, in_flight: list[_Request], attempt: int
+    ) -> Timeline | None:
+        """The table's timeline now, or ``None`` when the batch is settled without a commit.
+
+        Settled means: an earlier attempt with an unknown outcome did land
+        (``in_flight`` get their receipts), or the collection was closed or
+        switched to read-only meanwhile (every request fails). The switches
+        are remembered so that :meth:`submit` refuses the next write early.
+        """
+        table = self._table
+        table.refresh()
+        timeline = Timeline.of(table)
+        found = landing_of(timeline, batch_id).entry
+        if found is not None:
+            self._resolve(in_flight, batch_id, found.time, timeline.upper, attempt, len(batch))
+            return None
+        self._collection_read_only = collection_read_only(table)
+        if timeline.upper.is_empty:
+            self._closed = True
+            self._fail(batch, CollectionClosedError(f"collection {self._name} is closed"))
+            return None
+        if self._read_only_now():
+            self._fail(
+                batch,
+                ReadOnlyError(f"collection {self._name} became read-only before the write"),
+            )
+            return None
+        return timeline
+
+    def _accept(
+        self, pending: list[_Request], files: list[LiveFile]
+    ) -> tuple[list[_Request], RowBag, RowBag]:
+        """The requests that can land together, and their net inserts and retractions.
+
+        Requests are applied in queue order to the head's contents (``files``),
+        so a retraction may take back a row an earlier request of the same
+        batch inserted; one retracting a row that is not there fails alone
+        (:class:`~airflow_provider_ct.exceptions.RetractionError`) without
+        holding back the others. A row both inserted and retracted within the
+        batch cancels out and is not written at all.
+        """
+        running = contents(files) if files else RowBag()
+        accepted: list[_Request] = []
+        inserts, retracts = RowBag(), RowBag()
+        for request in pending:
+            if request.retracts:
+                if not running.contains(request.retracts):
+                    request.future.set_exception(
+                        RetractionError(
+                            f"collection {self._name} does not hold the row(s) to retract, "
+                            f"e.g. {running.missing(request.retracts)[:3]}"
+                        )
+                    )
+                    continue
+                running = running.minus(request.retracts)
+            running = running.plus(request.inserts)
+            accepted.append(request)
+            inserts = inserts.plus(request.inserts)
+            retracts = retracts.plus(request.retracts)
+        both = inserts.counts & retracts.counts  # inserted and retracted in one batch
+        inserts = RowBag(inserts.counts - both, inserts.originals)
+        retracts = RowBag(retracts.counts - both, retracts.originals)
+        return accepted, inserts, retracts
+
+    def _give_up(
+        self,
+        accepted: list[_Request],
+        batch_id: str,
+        timeline: Timeline,
+        reason: str,
+        attempt: int,
+    ) -> bool:
+        """After a lost race: True (the requests failed) once ``max_attempts`` races are lost.
+
+        Otherwise the caller backs off and tries again at a new time; losing
+        is transient, since the upper only moves forward.
+        """
+        log.debug(
+            "blind write %s to %s lost at upper %s (%s); retrying at a new time",
+            batch_id,
+            self._name,
+            timeline.upper.to_summary(),
+            reason,
+        )
+        if self._max_attempts is None or attempt < self._max_attempts:
+            return False
+        self._fail(
+            accepted,
+            CommitError(f"blind write to {self._name} lost {attempt} races in a row; giving up"),
+        )
+        return True
 
     def _resolve(
         self,

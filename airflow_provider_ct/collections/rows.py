@@ -293,9 +293,10 @@ def contents(files: Iterable[LiveFile]) -> RowBag:
     return bag
 
 
-def write_parquet(table: Table, batch_id: str, data: pa.Table) -> str:
-    """Write ``data`` as one Parquet file into the batch's staging folder; its URI."""
-    return BatchFiles(table, batch_data_dir(table.location(), batch_id)).write_rows(data).path
+def write_parquet(table: Table, batch_id: str, data: pa.Table) -> list[str]:
+    """Write ``data`` into the batch's staging folder (a file per partition); their URIs."""
+    files = BatchFiles(table, batch_data_dir(table.location(), batch_id))
+    return [part.file.path for part in files.write_rows(data)]
 
 
 def delete_files(table: Table, paths: Iterable[str]) -> int:
@@ -368,7 +369,7 @@ def stage_change(
         new_rows += list(kept.rows())
     add: tuple[str, ...] = ()
     if new_rows:
-        add = (write_parquet(table, batch_id, from_rows(new_rows, schema)),)
+        add = tuple(write_parquet(table, batch_id, from_rows(new_rows, schema)))
     return StagedChange(
         add_files=add,
         remove_files=tuple(live.path for live, _ in touched),

@@ -21,51 +21,30 @@ with requirements of our own.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_ct.core.deletes import attach_delete_files, position_delete_data_file
 from airflow_provider_ct.core.faults import failpoint
-from airflow_provider_ct.core.frontier import Frontier, check_timestamp
+from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.landing import landing_of
+from airflow_provider_ct.core.producers import (
+    TimedChange,
+    discard_producers,
+    stage_snapshots,
+)
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CommitError, CommitStateUnknownError
 
 if TYPE_CHECKING:
-    from pyiceberg.io import FileIO
-    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table, Transaction
-    from pyiceberg.table.metadata import TableMetadata
 
 log = logging.getLogger(__name__)
 
 #: Sentinel: "use whatever head this call reads".
 HEAD_AS_READ: Any = object()
-
-
-@dataclass(frozen=True)
-class TimedChange:
-    """The data change that makes the table's contents at ``time`` final.
-
-    ``add_files`` are Parquet files (written outside the table, e.g. staged by
-    Spark) to register; ``remove_files`` are data files of the table's current
-    snapshot to drop; ``delete_files`` are staged position-delete files that
-    retract single rows of existing data files (merge-on-read). A change with
-    no files still records ``time``: it states that the contents as of the
-    base snapshot are the contents at ``time``.
-    """
-
-    time: int
-    add_files: Sequence[str] = ()
-    remove_files: Sequence[str] = ()
-    delete_files: Sequence[str] = ()
-
-    def __post_init__(self) -> None:
-        check_timestamp(self.time, "change time")
 
 
 @dataclass(frozen=True)
@@ -116,121 +95,6 @@ def _validate_batch(
         previous = change.time
 
 
-def _summary(
-    *,
-    lower: Frontier,
-    upper: Frontier,
-    batch_id: str,
-    time: int | None,
-    inputs: Mapping[str, int | None] | None,
-    extra: Mapping[str, str] | None,
-) -> dict[str, str]:
-    summary = dict(extra or {})
-    summary[SummaryKeys.LOWER] = lower.to_summary()
-    summary[SummaryKeys.UPPER] = upper.to_summary()
-    summary[SummaryKeys.BATCH_ID] = batch_id
-    if time is not None:
-        summary[SummaryKeys.TIME] = str(time)
-    if inputs is not None:
-        summary[SummaryKeys.INPUTS] = json.dumps(dict(inputs), sort_keys=True)
-    return summary
-
-
-def _data_files_by_path(
-    metadata: TableMetadata, io: FileIO, table_name: str, paths: Sequence[str]
-) -> list[DataFile]:
-    """The live data files with the given paths in ``metadata``'s head; all must exist."""
-    wanted = set(paths)
-    found: dict[str, DataFile] = {}
-    snapshot = metadata.current_snapshot()
-    if snapshot is not None and wanted:
-        for manifest in snapshot.manifests(io=io):
-            for entry in manifest.fetch_manifest_entry(io=io, discard_deleted=True):
-                if entry.data_file.file_path in wanted:
-                    found[entry.data_file.file_path] = entry.data_file
-    missing = sorted(wanted - set(found))
-    if missing:
-        raise CommitError(
-            f"cannot remove {len(missing)} file(s) that are not live in table "
-            f"{table_name}'s head snapshot, e.g. {missing[0]}"
-        )
-    return [found[p] for p in paths]
-
-
-def _staged_data_files(table: Table, paths: Sequence[str]) -> list[DataFile]:
-    from pyiceberg.io.pyarrow import parquet_files_to_data_files
-
-    try:
-        return list(parquet_files_to_data_files(table.io, table.metadata, iter(paths)))
-    except FileNotFoundError as exc:
-        raise CommitError(f"a staged file to add is missing: {exc}") from None
-    except ValueError as exc:
-        raise CommitError(
-            f"a staged file does not match table {'.'.join(table.name())}'s schema: {exc}"
-        ) from None
-
-
-def _stage_snapshots(
-    table: Table,
-    *,
-    expected_upper: Frontier,
-    new_upper: Frontier,
-    changes: Sequence[TimedChange],
-    batch_id: str,
-    inputs: Mapping[str, int | None] | None,
-    extra_summary: Mapping[str, str] | None,
-) -> tuple[Transaction, list[Any]]:
-    """Build one snapshot per change (or one frontier-only snapshot) in a transaction."""
-    tx = table.transaction()
-    producers: list[Any] = []
-    if not changes:
-        props = _summary(
-            lower=expected_upper,
-            upper=new_upper,
-            batch_id=batch_id,
-            time=None,
-            inputs=inputs,
-            extra=extra_summary,
-        )
-        producer = tx.update_snapshot(snapshot_properties=props).fast_append()
-        producer.commit()
-        producers.append(producer)
-        return tx, producers
-    lower = expected_upper
-    for index, change in enumerate(changes):
-        upper = new_upper if index == len(changes) - 1 else Frontier.at(changes[index + 1].time)
-        props = _summary(
-            lower=lower,
-            upper=upper,
-            batch_id=batch_id,
-            time=change.time,
-            inputs=inputs,
-            extra=extra_summary,
-        )
-        update = tx.update_snapshot(snapshot_properties=props)
-        snapshot_producer: Any
-        if change.remove_files:
-            snapshot_producer = update.overwrite()
-            # Files to remove must be live in the state this snapshot builds on.
-            for data_file in _data_files_by_path(
-                tx.table_metadata, table.io, ".".join(table.name()), change.remove_files
-            ):
-                snapshot_producer.delete_data_file(data_file)
-        else:
-            snapshot_producer = update.fast_append()
-        for data_file in _staged_data_files(table, change.add_files):
-            snapshot_producer.append_data_file(data_file)
-        spec_id = tx.table_metadata.default_spec_id
-        attach_delete_files(
-            snapshot_producer,
-            [position_delete_data_file(table.io, p, spec_id) for p in change.delete_files],
-        )
-        snapshot_producer.commit()
-        producers.append(snapshot_producer)
-        lower = upper
-    return tx, producers
-
-
 def commit_once(table: Table, tx: Transaction, expected_head: int | None) -> None:
     """Commit ``tx``'s updates in one catalog call that asserts ``main`` is ``expected_head``.
 
@@ -249,44 +113,6 @@ def commit_once(table: Table, tx: Transaction, expected_head: int | None) -> Non
         r for r in tx._requirements if not isinstance(r, AssertRefSnapshotId | AssertTableUUID)
     ]
     table.catalog.commit_table(table, tuple(requirements), tx._updates)
-
-
-def replace_producer(tx: Transaction, snapshot_properties: Mapping[str, str]) -> Any:
-    """A snapshot producer whose snapshot is Iceberg's ``replace``: files rewritten, rows not.
-
-    Compaction must say so. Readers that follow a table's changes (view
-    ticks' quiet check, incremental changes, continual tasks' input times)
-    skip ``replace`` snapshots by the spec, while an ``overwrite`` that
-    removes and re-adds the same rows makes a downstream view's tick run
-    Spark to find that nothing changed. PyIceberg 0.12 has no rewrite
-    producer and computes summaries only for append, overwrite and delete,
-    so this is its overwrite producer with the summary's totals computed as
-    an overwrite and the operation then set to ``replace`` (the snapshot
-    Spark's ``rewrite_data_files`` makes). Use ``delete_data_file`` and
-    ``append_data_file`` on it, then ``commit()``; the caller must add files
-    holding exactly the rows of the files it removes.
-    """
-    from pyiceberg.table.snapshots import Operation, Summary
-    from pyiceberg.table.update.snapshot import _OverwriteFiles
-
-    class _ReplaceFiles(_OverwriteFiles):
-        def _summary(self, snapshot_properties: Any = None) -> Summary:
-            summary = super()._summary(snapshot_properties or {})
-            return Summary(Operation.REPLACE, **summary.additional_properties)
-
-    return _ReplaceFiles(
-        operation=Operation.OVERWRITE,
-        transaction=tx,
-        io=tx._table.io,
-        snapshot_properties=dict(snapshot_properties),
-    )
-
-
-def _discard_producers(producers: Sequence[Any]) -> None:
-    for producer in producers:
-        clean = getattr(producer, "_clean_all_uncommitted", None)
-        if clean is not None:
-            clean()
 
 
 def _adoption_properties(table: Table) -> dict[str, str]:
@@ -339,11 +165,11 @@ def compare_and_append(
     changes = _as_changes(changes, add_files, remove_files, time, new_upper)
     _validate_batch(expected_upper, new_upper, changes)
     _refresh(table, batch_id, "before committing; nothing was committed")
-    timeline, adopt = _writable_timeline(table)
+    timeline, adopt = _writable_timeline(table, expected_upper, expected_head)
     mismatch = _check_preconditions(timeline, expected_upper, expected_head, batch_id)
     if mismatch is not None:
         return mismatch
-    tx, producers = _stage_snapshots(
+    tx, producers = stage_snapshots(
         table,
         expected_upper=expected_upper,
         new_upper=new_upper,
@@ -358,15 +184,20 @@ def compare_and_append(
     lost = _commit_or_lose(table, tx, producers, timeline, expected_upper, batch_id)
     if lost is not None:
         return lost
+    return _landed(table, batch_id, expected_upper, new_upper)
+
+
+def _landed(table: Table, batch_id: str, lower: Frontier, upper: Frontier) -> AppendResult:
+    """The result of a commit the catalog accepted, read back from the table."""
     _refresh(table, batch_id, "after the commit was accepted")
     landed = Timeline.of(table)
     snapshot_ids = tuple(e.snapshot_id for e in landed.entries if e.batch_id == batch_id)
     log.info(
         "compare-and-append of batch %s on %s landed: upper %s -> %s in %d snapshot(s)",
         batch_id,
-        timeline.table,
-        expected_upper.to_summary(),
-        new_upper.to_summary(),
+        landed.table,
+        lower.to_summary(),
+        upper.to_summary(),
         len(snapshot_ids),
     )
     return AppendResult(
@@ -399,20 +230,33 @@ def _as_changes(
     return [TimedChange(time, tuple(add_files), tuple(remove_files))]
 
 
-def _writable_timeline(table: Table) -> tuple[Timeline, bool]:
-    """The table's timeline, and whether this commit adopts an empty, unflagged table."""
+def _writable_timeline(
+    table: Table, expected_upper: Frontier, expected_head: Any
+) -> tuple[Timeline, bool]:
+    """The table's timeline, and whether this commit adopts a table without our frontier.
+
+    An unflagged table (created by plain PyIceberg or Spark) is adopted when
+    it is empty, or when the caller computed its batch against exactly its
+    current head from the minimum (a view's first tick over a table the user
+    created and perhaps filled): nothing of it is sealed yet, so it starts at
+    the minimum. Read as external, its upper would be the wall clock. Any
+    other write to such a table is refused: it is not ours.
+    """
     timeline = Timeline.of(table)
     if timeline.managed:
         return timeline, False
-    if timeline.head_snapshot_id is not None:
+    head = timeline.head_snapshot_id
+    adoptable = head is None or (
+        expected_head is not HEAD_AS_READ
+        and expected_head == head
+        and expected_upper == Frontier.minimum()
+    )
+    if not adoptable:
         raise CommitError(
             f"table {timeline.table} is not managed by airflow-provider-ct (no "
             f"{TableKeys.MANAGED} property and no {SummaryKeys.UPPER} on main); "
             "refusing to write its frontier"
         )
-    # Empty and unflagged (created by plain PyIceberg or Spark): nothing is
-    # sealed yet, so it starts at the minimum, and the first batch adopts it.
-    # Read as external, its upper would be the wall clock.
     return replace(timeline, managed=True, upper=Frontier.minimum()), True
 
 
@@ -438,7 +282,7 @@ def _commit_or_lose(
         commit_once(table, tx, head)
         failpoint("commit.after-catalog-commit")
     except CommitFailedException as exc:
-        _discard_producers(producers)
+        discard_producers(producers)
         _refresh(table, batch_id, "after it rejected the commit")
         current = Timeline.of(table)
         if landing_of(current, batch_id).on_table:  # a concurrent retry of it won

@@ -15,7 +15,8 @@ manifest to a snapshot producer, with the snapshot summary counting it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -75,10 +76,16 @@ def write_position_deletes(
     return len(io.new_input(path))
 
 
-def position_delete_data_file(io: FileIO, path: str, spec_id: int) -> DataFile:
-    """Describe a staged position-delete file for a manifest."""
+def position_delete_data_file(
+    io: FileIO, path: str, partition_of: Callable[[str], tuple[int, Any] | None]
+) -> DataFile:
+    """Describe a staged position-delete file for a manifest, in its data files' partition.
+
+    :param partition_of: ``(spec id, partition)`` of a data file by path;
+        every file the delete file points into must be in one partition (the
+        writer splits deletes per partition, :mod:`.batch_files`).
+    """
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
 
     input_file = io.new_input(path)
     try:
@@ -93,12 +100,13 @@ def position_delete_data_file(io: FileIO, path: str, spec_id: int) -> DataFile:
         raise CommitError(f"{path} is not a position-delete file (columns {names})")
     import pyarrow.compute as pc
 
+    spec_id, partition = _one_partition(path, pc.unique(paths).to_pylist(), partition_of)
     low, high = pc.min(paths).as_py(), pc.max(paths).as_py()
     return DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
         file_path=path,
         file_format=FileFormat.PARQUET,
-        partition=Record(),
+        partition=partition,
         record_count=meta.num_rows,
         file_size_in_bytes=len(input_file),
         spec_id=spec_id,
@@ -110,6 +118,27 @@ def position_delete_data_file(io: FileIO, path: str, spec_id: int) -> DataFile:
     )
 
 
+def _one_partition(
+    path: str, targets: list[str], partition_of: Callable[[str], tuple[int, Any] | None]
+) -> tuple[int, Any]:
+    """The one ``(spec id, partition)`` of the data files a delete file points into."""
+    found = {}
+    for target in targets:
+        where = partition_of(target)
+        if where is None:
+            raise CommitError(
+                f"position-delete file {path} deletes from {target}, which is not a live data "
+                "file of the table (nor one this batch adds)"
+            )
+        found[repr(where)] = where
+    if len(found) != 1:
+        raise CommitError(
+            f"position-delete file {path} points into data files of {len(found)} partitions; "
+            "a delete file must stay within one"
+        )
+    return next(iter(found.values()))
+
+
 def attach_delete_files(producer: Any, delete_files: Sequence[DataFile]) -> None:
     """Make a PyIceberg snapshot producer also commit ``delete_files``.
 
@@ -119,18 +148,52 @@ def attach_delete_files(producer: Any, delete_files: Sequence[DataFile]) -> None
     """
     if not delete_files:
         return
-    from pyiceberg.manifest import (
-        ManifestContent,
-        ManifestEntry,
-        ManifestEntryStatus,
-        ManifestWriterV2,
+    metadata = producer._transaction.table_metadata
+    if metadata.format_version < 2:
+        raise CommitError("position deletes need an Iceberg format-version 2 table")
+    original_manifests = producer._manifests
+    original_summary = producer._summary
+
+    def manifests() -> list[ManifestFile]:
+        return [*original_manifests(), _delete_manifest(producer, metadata, delete_files)]
+
+    def summary(snapshot_properties: Any = None) -> Any:
+        base = original_summary(snapshot_properties or {})
+        return _summary_with_deletes(producer, metadata, delete_files, base)
+
+    producer._manifests = manifests
+    producer._summary = summary
+
+
+def _delete_manifest(producer: Any, metadata: Any, delete_files: Sequence[DataFile]) -> Any:
+    """One new delete manifest listing ``delete_files`` as added in the producer's snapshot."""
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
+
+    writer = _delete_manifest_writer()(
+        spec=metadata.spec(),
+        schema=metadata.schema(),
+        output_file=producer.new_manifest_output(),
+        snapshot_id=producer._snapshot_id,
+        avro_compression=producer._compression,
     )
-    from pyiceberg.table.snapshots import (
-        Operation,
-        SnapshotSummaryCollector,
-        Summary,
-        update_snapshot_summaries,
-    )
+    with writer:
+        for delete_file in delete_files:
+            writer.add(
+                ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED,
+                    snapshot_id=producer._snapshot_id,
+                    sequence_number=None,
+                    file_sequence_number=None,
+                    data_file=delete_file,
+                )
+            )
+    return writer.to_manifest_file()
+
+
+@functools.cache
+def _delete_manifest_writer() -> Any:
+    """PyIceberg's v2 manifest writer, writing a manifest of delete files."""
+    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
 
     class _DeleteManifestWriter(ManifestWriterV2):
         def content(self) -> ManifestContent:
@@ -140,60 +203,36 @@ def attach_delete_files(producer: Any, delete_files: Sequence[DataFile]) -> None
         def _meta(self) -> dict[str, str]:
             return {**super()._meta, "content": "deletes"}
 
-    metadata = producer._transaction.table_metadata
-    if metadata.format_version < 2:
-        raise CommitError("position deletes need an Iceberg format-version 2 table")
-    original_manifests = producer._manifests
-    original_summary = producer._summary
+    return _DeleteManifestWriter
 
-    def manifests() -> list[ManifestFile]:
-        existing = original_manifests()
-        writer = _DeleteManifestWriter(
-            spec=metadata.spec(),
-            schema=metadata.schema(),
-            output_file=producer.new_manifest_output(),
-            snapshot_id=producer._snapshot_id,
-            avro_compression=producer._compression,
-        )
-        with writer:
-            for delete_file in delete_files:
-                writer.add(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=producer._snapshot_id,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=delete_file,
-                    )
-                )
-        return [*existing, writer.to_manifest_file()]
 
-    def summary(snapshot_properties: Any = None) -> Summary:
-        base = original_summary(snapshot_properties or {})
-        collector = SnapshotSummaryCollector()
-        for delete_file in delete_files:
-            collector.add_file(delete_file, schema=metadata.schema())
-        extra = collector.build()
-        merged = dict(base.additional_properties)
-        # Fold the delete-file counts into the "added" counters, then let
-        # PyIceberg recompute the totals from the previous snapshot.
-        for key, value in extra.items():
-            if key.startswith("added-") or key.startswith("changed-"):
-                previous = int(merged.get(key, "0"))
-                merged[key] = str(previous + int(value))
-        for key in [k for k in merged if k.startswith("total-")]:
-            del merged[key]
-        parent = (
-            metadata.snapshot_by_id(producer._parent_snapshot_id)
-            if producer._parent_snapshot_id is not None
-            else None
-        )
-        return update_snapshot_summaries(
-            # Rows were retracted: never an "append" (incremental readers
-            # that only follow appends would miss the retractions).
-            summary=Summary(operation=Operation.OVERWRITE, **merged),
-            previous_summary=parent.summary if parent is not None else None,
-        )
+def _summary_with_deletes(
+    producer: Any, metadata: Any, delete_files: Sequence[DataFile], base: Any
+) -> Any:
+    """The producer's summary ``base`` with the delete files counted and totals recomputed."""
+    from pyiceberg.table.snapshots import (
+        Operation,
+        SnapshotSummaryCollector,
+        Summary,
+        update_snapshot_summaries,
+    )
 
-    producer._manifests = manifests
-    producer._summary = summary
+    collector = SnapshotSummaryCollector()
+    for delete_file in delete_files:
+        collector.add_file(delete_file, schema=metadata.schema())
+    merged = dict(base.additional_properties)
+    # Fold the delete-file counts into the "added" counters, then let
+    # PyIceberg recompute the totals from the previous snapshot.
+    for key, value in collector.build().items():
+        if key.startswith("added-") or key.startswith("changed-"):
+            merged[key] = str(int(merged.get(key, "0")) + int(value))
+    for key in [k for k in merged if k.startswith("total-")]:
+        del merged[key]
+    parent_id = producer._parent_snapshot_id
+    parent = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
+    return update_snapshot_summaries(
+        # Rows were retracted: never an "append" (incremental readers that
+        # only follow appends would miss the retractions).
+        summary=Summary(operation=Operation.OVERWRITE, **merged),
+        previous_summary=parent.summary if parent is not None else None,
+    )

@@ -15,6 +15,11 @@ The answer, in this order:
    kept snapshot: the snapshot it landed in was expired, the batch is still
    the table's, :attr:`Landing.FILES_LIVE` (never delete those files);
 4. otherwise :attr:`Landing.NOT_LANDED`.
+
+:func:`~airflow_provider_ct.core.appending.land_staged` (the append of a
+staged batch), the sweep, the commit's own retry check, the append task's
+retry without a manifest and the collections' unknown-outcome paths all ask
+:func:`landing_of`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ The rules (after the persist sink's ``mint`` operator, seed ``001``):
   target with ``max_active_runs=1``);
 * an upper below a previous description's lower means the table's frontier
   went backwards: refuse;
-* in read-only mode nothing is minted.
+* in read-only mode nothing is minted;
+* a target that exists without our frontier (created by the user) is
+  adopted: its upper counts as the minimum.
 
 Inputs are pinned as of ``T``: each input must have sealed ``T`` (the sensor
 waits for that), and the pinned snapshot is the one holding the input's
@@ -69,7 +71,7 @@ def mint(
     check_timestamp(time, "tick time")
     if read_only:
         return MintDecision(None, "read-only mode: minting nothing")
-    upper = target_timeline.upper if target_timeline is not None else Frontier.minimum()
+    upper = _target_upper(target_timeline)
     if upper.is_empty:
         return MintDecision(None, f"target {target} is closed (its upper is empty)")
     if upper.seals(time):
@@ -96,4 +98,21 @@ def mint(
     )
     if previous is not None and previous.id == description.id:
         return MintDecision(previous, "re-minted the same description (idempotent)")
-    return MintDecision(description, f"minted [{upper.to_summary()}, {time + 1}) for T={time}")
+    adopting = target_timeline is not None and not target_timeline.managed
+    how = f"adopting {target} (created without our frontier): " if adopting else ""
+    return MintDecision(description, f"{how}minted [{upper.to_summary()}, {time + 1}) for T={time}")
+
+
+def _target_upper(timeline: Timeline | None) -> Frontier:
+    """The target's upper; nothing is sealed in a target we have not written yet.
+
+    A table the user created for the view (to choose its partitioning,
+    properties or grants) has no frontier of ours. Read as an input its
+    upper would be the wall clock, every tick would find itself "already
+    sealed", and the table would stay empty for ever: as a target it is
+    adopted instead, from the minimum, and its first batch is the full
+    correction against whatever it holds.
+    """
+    if timeline is None or not timeline.managed:
+        return Frontier.minimum()
+    return timeline.upper

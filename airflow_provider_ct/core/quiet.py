@@ -45,8 +45,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_ct.core.continual import REPLACE, batch_times, window
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.manifest import StagedBatch, StagedTime
 from airflow_provider_ct.core.query import nondeterministic_calls, parse_query, query_hash
-from airflow_provider_ct.core.staging import StagedBatch, StagedTime, begin_batch, finish_batch
+from airflow_provider_ct.core.staging import begin_batch, finish_batch
 from airflow_provider_ct.core.timeline import Timeline, TimelineEntry, highest_upper
 from airflow_provider_ct.exceptions import CTError
 

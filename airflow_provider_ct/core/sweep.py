@@ -43,19 +43,16 @@ import pyarrow.fs as pafs
 
 from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.landing import Landing, landing_of
+from airflow_provider_ct.core.manifest import StagedBatch, read_manifest
 from airflow_provider_ct.core.staging import (
-    StagedBatch,
-    _files_under,
-    _fs,
-    _uri_prefix,
     check_batch_paths,
     discard,
     forget,
     list_manifests,
-    read_manifest,
     referenced_files,
     staging_root,
 )
+from airflow_provider_ct.core.storage import files_under, filesystem, uri_prefix
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import StagingError
 
@@ -66,8 +63,6 @@ log = logging.getLogger(__name__)
 
 #: Default age before a file no manifest accounts for counts as debris.
 DEFAULT_GRACE_MS = 3_600_000
-#: Least age before a half-written manifest counts as debris, whatever the grace.
-HALF_WRITTEN_MIN_AGE_MS = 60_000
 
 
 @dataclass(frozen=True)
@@ -118,18 +113,18 @@ def _list(table: Table) -> _Listing:
 def _list_once(table: Table) -> _Listing:
     location = table.location().rstrip("/")
     data = posixpath.join(location, "data")
-    fs, local = _fs(data)
-    prefix = _uri_prefix(data)
+    fs, local = filesystem(data)
+    prefix = uri_prefix(data)
     batch_dirs = [
         prefix + info.path
         for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True))
         if info.type == pafs.FileType.Directory and info.base_name.startswith("ct-batch=")
     ]
-    files = [(prefix + info.path, info) for d in batch_dirs for info in _files_under(d)]
+    files = [(prefix + info.path, info) for d in batch_dirs for info in files_under(d)]
     props = table.metadata.properties
     root = staging_root(location, props)
     half = [
-        (_uri_prefix(root) + i.path, i) for i in _files_under(root) if ".json.tmp-" in i.base_name
+        (uri_prefix(root) + i.path, i) for i in files_under(root) if ".json.tmp-" in i.base_name
     ]
     return _Listing(files, list(list_manifests(location, props)), half)
 
@@ -153,9 +148,7 @@ def sweep_staged(
         collection write) takes from its first file to its commit.
     :param keep: batch ids to leave alone whatever their state.
     """
-    clock = now_ms() if now is None else now
-    cutoff = clock - grace_ms
-    half_cutoff = min(cutoff, clock - HALF_WRITTEN_MIN_AGE_MS)
+    cutoff = (now_ms() if now is None else now) - grace_ms
     location, props = table.location(), table.metadata.properties
     listing = _list(table)
     # Read every manifest before the refresh: one that lands (and is dropped)
@@ -184,7 +177,7 @@ def sweep_staged(
         else:
             deleted += discard(batch, path, table_location=location, properties=props, live=live)
             discarded.append(batch.batch_id)
-    orphans = _sweep_orphans(listing, live, protected, cutoff, half_cutoff)
+    orphans = _sweep_orphans(listing, live, protected, cutoff)
     report = SweepReport(
         tuple(landed), tuple(discarded), tuple(kept), deleted, orphans, tuple(skipped)
     )
@@ -230,25 +223,20 @@ def _classify(batch: StagedBatch, timeline: Timeline, live: set[str], keep: Sequ
     return "discard"
 
 
-def _sweep_orphans(
-    listing: _Listing, live: set[str], protected: list[str], cutoff_ms: int, half_cutoff: int
-) -> int:
+def _sweep_orphans(listing: _Listing, live: set[str], protected: list[str], cutoff_ms: int) -> int:
     """Delete files no manifest protects and no snapshot references, older than the cutoff.
 
-    A half-written manifest is a writer between two calls of its own (write
-    the temporary file, rename it): it is left alone for at least
-    :data:`HALF_WRITTEN_MIN_AGE_MS` whatever the grace, or a sweep with a
-    short grace would fail a live writer's rename.
+    A half-written manifest of a live writer deleted here makes that
+    writer's rename fail, and it writes the manifest again
+    (:func:`~airflow_provider_ct.core.manifest.write_manifest`).
     """
     deleted = 0
-    candidates = [(u, i, cutoff_ms) for u, i in listing.files]
-    candidates += [(u, i, half_cutoff) for u, i in listing.half_written]
-    for uri, info, cutoff in candidates:
+    for uri, info in [*listing.files, *listing.half_written]:
         if uri in live or any(uri.startswith(p) for p in protected):
             continue
-        if not _older_than(info, cutoff):
+        if not _older_than(info, cutoff_ms):
             continue
-        fs, local = _fs(uri)
+        fs, local = filesystem(uri)
         try:
             fs.delete_file(local)
         except FileNotFoundError:

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 
 from airflow_provider_ct.assets import emit_frontier_event, first_alias
+from airflow_provider_ct.core.appending import LandResult, land_staged
 from airflow_provider_ct.core.commit import catalog_transport_errors
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.landing import landing_of
 from airflow_provider_ct.core.reports import AppendOutcome, WriteReport, WriteStatus
 from airflow_provider_ct.core.sealed import frontier_event_extra
-from airflow_provider_ct.core.staging import LandResult, batch_files_live, land_staged
+from airflow_provider_ct.core.staging import batch_files_live
 from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError, DescriptionError, ManifestMissingError

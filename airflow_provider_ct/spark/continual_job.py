@@ -23,6 +23,7 @@ The AppendOperator then lands all times in one compare-and-append.
 
 from __future__ import annotations
 
+import functools
 import logging
 import posixpath
 from dataclasses import dataclass, field
@@ -33,7 +34,6 @@ from sqlglot import exp
 
 from airflow_provider_ct.core.batch_files import BatchFiles
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.changes import table_changes
 from airflow_provider_ct.core.continual import (
     CONTINUAL_TASK_KIND,
     NOW_FUNCTIONS,
@@ -45,22 +45,16 @@ from airflow_provider_ct.core.continual import (
 )
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.manifest import StagedFile, StagedTime
 from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
-from airflow_provider_ct.core.staging import (
-    StagedFile,
-    StagedTime,
-    begin_batch,
-    finish_batch,
-    outdated_reason,
-)
+from airflow_provider_ct.core.staging import begin_batch, finish_batch, outdated_reason
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import CTError
-from airflow_provider_ct.spark.frames import changes_to_spark
+from airflow_provider_ct.exceptions import CTError, SchemaMismatchError
+from airflow_provider_ct.spark.continual_inputs import inserted_rows
 
 if TYPE_CHECKING:
-    from pyiceberg.io import FileIO
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
@@ -96,77 +90,6 @@ def _with_time(tree: Any, time: int) -> Any:
     return tree
 
 
-def _inserted_rows(
-    spark: SparkSession,
-    config: CatalogConfig,
-    name: str,
-    source: Table,
-    timeline: Timeline,
-    time: int,
-    scratch: str,
-    scratch_io: FileIO,
-) -> tuple[DataFrame, str, str | None]:
-    """Rows inserted into the input at ``time``: between the snapshots at t-1 and t.
-
-    Appends only: Iceberg's incremental read of the new files, in Spark.
-    Anything else (overwrites, deletes, merge-on-read position deletes, and
-    ``replace`` in between): :func:`~airflow_provider_ct.core.changes.table_changes`
-    reads the files the range touched (on the driver, with PyArrow) and the
-    net inserted rows are handed to Spark through one Parquet file under
-    ``scratch``, whose path is returned for the caller to remove once the
-    time is processed. Neither reads the whole input.
-
-    ``require_sealed=False``: the mint already checked (with the input's own
-    upper policy) that every time of the batch is sealed.
-    """
-    table = f"{config.name}.{name}"
-    current = timeline.snapshot_at(time, require_sealed=False)
-    previous = timeline.snapshot_at(time - 1, require_sealed=False) if time > 0 else None
-    if current is None:
-        return spark.table(table).limit(0), "empty", None
-    if previous is None:
-        read = spark.read.option("snapshot-id", str(current)).table(table)
-        return read, "first-snapshot", None
-    between = _snapshots_between(timeline, previous, current)
-    if all(op == "append" for op in between):
-        incremental = (
-            spark.read.format("iceberg")
-            .option("start-snapshot-id", str(previous))
-            .option("end-snapshot-id", str(current))
-            .load(table)
-        )
-        return incremental, "incremental", None
-    changes = table_changes(source, previous, current)
-    log.info(
-        "input %s changed by %s at %s: %d row(s) inserted, %d deleted, read from %d file(s) "
-        "(%d bytes) of %d snapshot(s)",
-        name,
-        sorted(set(between)),
-        time,
-        changes.inserted.num_rows,
-        changes.deleted.num_rows,
-        changes.files_read,
-        changes.bytes_read,
-        changes.snapshots,
-    )
-    schema = spark.read.option("snapshot-id", str(current)).table(table).schema
-    frame = changes_to_spark(spark, changes.inserted, schema, folder=scratch, io=scratch_io)
-    return frame, "changes", frame.inputFiles()[0]
-
-
-def _snapshots_between(timeline: Timeline, previous: int, current: int) -> list[str]:
-    ops: list[str] = []
-    inside = False
-    for entry in timeline.entries:
-        if inside:
-            ops.append(entry.operation)
-        if entry.snapshot_id == previous:
-            inside = True
-        if entry.snapshot_id == current:
-            break
-    return ops or ["unknown"]
-
-
 def _state_frame(spark: SparkSession, task: ContinualTaskDef, state: _State) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -192,16 +115,19 @@ def _state_frame(spark: SparkSession, task: ContinualTaskDef, state: _State) -> 
     return out
 
 
-def _run_time(
+def _bind_views(
     spark: SparkSession,
     config: CatalogConfig,
     task: ContinualTaskDef,
-    state: _State,
     time: int,
     inserts: DataFrame,
     references: dict[str, Timeline],
-) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
-    """Run the statements at ``time``; returns (rows added, persisted rows retracted)."""
+) -> dict[str, str]:
+    """Temp views for ``time``: the input's inserted rows, each reference as of ``time``.
+
+    Returns the table names the statements use mapped to those views (the
+    output's name maps to the view of the output so far, bound per statement).
+    """
     from pyspark.sql import functions as F
 
     inserts.select(*[F.col(f"`{c}`") for c in inserts.columns]).createOrReplaceTempView(INPUT_VIEW)
@@ -217,53 +143,107 @@ def _run_time(
         )
         frame.createOrReplaceTempView(view)
         mapping[name] = view
-    pending: list[dict[str, Any]] = []  # added at this time, not yet staged
-    next_pending = 0
-    retracted: list[tuple[str, int]] = []
-    names = task.column_names
-    ddl = task.spark_schema_ddl()
+    return mapping
+
+
+@dataclass
+class _Pending:
+    """Rows one time's statements added and retracted so far (not yet staged)."""
+
+    time: int
+    added: list[dict[str, Any]] = field(default_factory=list)
+    retracted: list[tuple[str, int]] = field(default_factory=list)
+    next_position: int = 0
+
+
+def _run_time(
+    spark: SparkSession,
+    config: CatalogConfig,
+    task: ContinualTaskDef,
+    state: _State,
+    time: int,
+    inserts: DataFrame,
+    references: dict[str, Timeline],
+) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
+    """Run the statements at ``time``; returns (rows added, persisted rows retracted)."""
+    mapping = _bind_views(spark, config, task, time, inserts, references)
+    pending = _Pending(time)
+    ddl = f"{task.spark_schema_ddl()}, `{FILE_COL}` string, `{POS_COL}` long"
     for statement in task.statements:
         current = _state_frame(spark, task, state)
-        if pending:
-            current = current.unionByName(
-                spark.createDataFrame(pending, f"{ddl}, `{FILE_COL}` string, `{POS_COL}` long")
-            )
+        if pending.added:
+            current = current.unionByName(spark.createDataFrame(pending.added, ddl))
         current.createOrReplaceTempView(SELF_VIEW)
         tree = _with_time(_rename_tables(statement.expression, mapping), time)
         if statement.kind == "delete":
-            where = tree.args.get("where")
-            select = exp.select(exp.column(FILE_COL), exp.column(POS_COL)).from_(tree.this)
-            if where is not None:
-                select = select.where(where.this)
-            hit = [(str(r[0]), int(r[1])) for r in spark.sql(select.sql(dialect="spark")).collect()]
-            for key in hit:
-                if key[0].startswith("pending:"):
-                    pending = [p for p in pending if (p[FILE_COL], p[POS_COL]) != key]
-                else:
-                    state.deleted.add(key)
-                    retracted.append(key)
+            _run_delete(spark, tree, state, pending)
         else:
-            result = spark.sql(tree.expression.sql(dialect="spark"))
-            targets = list(statement.columns) or names
-            if len(result.columns) != len(targets):
-                raise CTError(
-                    f"an INSERT of task {task.name} produces {len(result.columns)} columns, "
-                    f"the task declares {len(targets)}"
-                )
-            renamed = result.toDF(*targets)
-            typed = renamed.select(
-                *[
-                    (F.col(f"`{c}`") if c in targets else F.lit(None)).cast(t).alias(c)
-                    for c, t in task.columns
-                ]
-            )
-            for row in typed.collect():
-                record = row.asDict()
-                record[FILE_COL] = f"pending:{time}"
-                record[POS_COL] = next_pending
-                next_pending += 1
-                pending.append(record)
-    return pending, retracted
+            _run_insert(spark, task, statement, tree, pending)
+    return pending.added, pending.retracted
+
+
+def _run_delete(spark: SparkSession, tree: Any, state: _State, pending: _Pending) -> None:
+    """A ``DELETE``: retract the rows it matches (staged earlier, or added at this time)."""
+    where = tree.args.get("where")
+    select = exp.select(exp.column(FILE_COL), exp.column(POS_COL)).from_(tree.this)
+    if where is not None:
+        select = select.where(where.this)
+    hit = [(str(r[0]), int(r[1])) for r in spark.sql(select.sql(dialect="spark")).collect()]
+    for key in hit:
+        if key[0].startswith("pending:"):
+            pending.added = [p for p in pending.added if (p[FILE_COL], p[POS_COL]) != key]
+        else:
+            state.deleted.add(key)
+            pending.retracted.append(key)
+
+
+def _run_insert(
+    spark: SparkSession, task: ContinualTaskDef, statement: Any, tree: Any, pending: _Pending
+) -> None:
+    """An ``INSERT``: its rows, cast to the declared types, join this time's additions."""
+    from pyspark.sql import functions as F
+
+    result = spark.sql(tree.expression.sql(dialect="spark"))
+    targets = list(statement.columns) or task.column_names
+    if len(result.columns) != len(targets):
+        raise CTError(
+            f"an INSERT of task {task.name} produces {len(result.columns)} columns, "
+            f"the task declares {len(targets)}"
+        )
+    typed = result.toDF(*targets).select(
+        *[
+            (F.col(f"`{c}`") if c in targets else F.lit(None)).cast(t).alias(c)
+            for c, t in task.columns
+        ]
+    )
+    for row in typed.collect():
+        record = row.asDict()
+        record[FILE_COL] = f"pending:{pending.time}"
+        record[POS_COL] = pending.next_position
+        pending.next_position += 1
+        pending.added.append(record)
+
+
+@dataclass
+class _Run:
+    """One batch of a task as the job runs it: the output, the input, the references."""
+
+    spark: SparkSession
+    config: CatalogConfig
+    task: ContinualTaskDef
+    table: Table
+    source: Table
+    input_timeline: Timeline
+    references: dict[str, Timeline]
+    state: _State
+    data_dir: str
+    snapshot_time: int | None
+    reads: dict[str, int] = field(default_factory=dict)  # how each time's inserts were read
+
+    @functools.cached_property
+    def files(self) -> BatchFiles:
+        """The batch's one writer: deletes at a later time may point into its earlier files."""
+        return BatchFiles(self.table, self.data_dir)
 
 
 def run_continual(
@@ -274,9 +254,6 @@ def run_continual(
     description: BatchDescription,
 ) -> WriteReport:
     """Compute and stage one batch of a continual task."""
-    from pyiceberg.exceptions import NoSuchTableError
-    from pyspark.sql import functions as F
-
     task = parse_continual_task(
         task_sql, default_namespace=default_namespace, catalog_name=config.name
     )
@@ -284,89 +261,36 @@ def run_continual(
     if desc.target != task.name:
         raise CTError(f"description {desc.id} is for {desc.target}, not for task {task.name}")
     catalog = config.load()
-    try:
-        table = catalog.load_table(task.name)
-    except NoSuchTableError:
-        table = None
-    reason = outdated_reason(table, desc)
-    if reason is not None:
-        return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
-    if table is None:
-        schema = pa.schema([pa.field(c, _arrow_type(spark, t)) for c, t in task.columns])
-        table = create_managed_table(
-            catalog, task.name, schema, properties={TableKeys.AS_OF: str(desc.time)}
-        )
-        if table.metadata.current_snapshot() is not None:
-            return WriteReport(
-                WriteStatus.OUTDATED,
-                desc.id,
-                desc.target,
-                reason="output was created and written concurrently",
-            )
-    as_of = as_of_of(table.metadata.properties, desc.time)
+    table = _open_output(spark, catalog, task, desc)
+    if isinstance(table, WriteReport):
+        return table
     source = catalog.load_table(task.input)
     input_tl = Timeline.of(source)
-    references = {n: Timeline.of(catalog.load_table(n)) for n in task.references}
-    lower, upper = window(desc)
-    all_times = batch_times(input_tl, desc, as_of=as_of, snapshot=task.snapshot)
-    snapshot_time = as_of if task.snapshot and all_times[:1] == [as_of] else None
-
-    state = _State(base=None)
-    if desc.base_snapshot_id is not None:
-        state.base = (
-            spark.read.option("snapshot-id", str(desc.base_snapshot_id))
-            .table(f"{config.name}.{task.name}")
-            .select(
-                *[F.col(f"`{c}`") for c in task.column_names],
-                F.col("_file").alias(FILE_COL),
-                F.col("_pos").alias(POS_COL),
-            )
-        )
+    as_of = as_of_of(table.metadata.properties, desc.time)
+    times = batch_times(input_tl, desc, as_of=as_of, snapshot=task.snapshot)
     batch, manifest = begin_batch(
         table, desc, summary={SummaryKeys.QUERY_HASH: query_hash(task_sql, CONTINUAL_TASK_KIND)}
     )
-    data_dir = batch.data_dir
-    staged_times: list[StagedTime] = []
-    total_in, total_out = 0, 0
-    reads: dict[str, int] = {}  # how each input time's inserts were read
-    for time in all_times:
-        scratch: str | None = None
-        if time == snapshot_time:
-            snap = input_tl.snapshot_at(time, require_sealed=False)
-            inserts = (
-                spark.table(f"{config.name}.{task.input}").limit(0)
-                if snap is None
-                else spark.read.option("snapshot-id", str(snap)).table(
-                    f"{config.name}.{task.input}"
-                )
-            )
-        else:
-            inserts, mode, scratch = _inserted_rows(
-                spark,
-                config,
-                task.input,
-                source,
-                input_tl,
-                time,
-                posixpath.join(data_dir, "scratch"),
-                table.io,
-            )
-            reads[mode] = reads.get(mode, 0) + 1
-        try:
-            added, retracted = _run_time(spark, config, task, state, time, inserts, references)
-        finally:
-            if scratch is not None:  # every statement of this time has run (collected)
-                table.io.delete(scratch)
-        staged = _stage_time(table, data_dir, task, time, added, retracted, state)
-        if staged is not None:
-            staged_times.append(staged)
-            total_in += sum(f.record_count for f in staged.add)
-            total_out += staged.removed_record_count
-    final = finish_batch(batch, manifest, staged_times)
+    run = _Run(
+        spark,
+        config,
+        task,
+        table,
+        source,
+        input_tl,
+        {n: Timeline.of(catalog.load_table(n)) for n in task.references},
+        _State(base=_base_frame(spark, config, task, desc.base_snapshot_id)),
+        batch.data_dir,
+        as_of if task.snapshot and times[:1] == [as_of] else None,
+    )
+    staged = [t for t in (_process_time(run, time) for time in times) if t is not None]
+    final = finish_batch(batch, manifest, staged)
+    total_in, total_out = final.added_record_count, final.deleted_record_count
+    lower, upper = window(desc)
     log.info(
         "continual task %s: %d input time(s) in [%s, %s): +%d -%d rows",
         task.name,
-        len(all_times),
+        len(times),
         lower,
         upper,
         total_in,
@@ -380,8 +304,107 @@ def run_continual(
         rows_to_delete=total_out,
         manifest=manifest,
         staged_bytes=final.added_bytes,
-        extra={"input_times": all_times, "input_reads": reads},
+        extra={"input_times": times, "input_reads": run.reads},
     )
+
+
+def _open_output(
+    spark: SparkSession, catalog: Any, task: ContinualTaskDef, desc: BatchDescription
+) -> Table | WriteReport:
+    """The output, created on the first tick; an ``outdated`` report if its head moved on."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        table = catalog.load_table(task.name)
+    except NoSuchTableError:
+        table = None
+    reason = outdated_reason(table, desc)
+    if reason is not None:
+        return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
+    if table is not None:
+        return _adopted(table, task, desc)
+    schema = pa.schema([pa.field(c, _arrow_type(spark, t)) for c, t in task.columns])
+    table = create_managed_table(
+        catalog, task.name, schema, properties={TableKeys.AS_OF: str(desc.time)}
+    )
+    if table.metadata.current_snapshot() is not None:
+        reason = "output was created and written concurrently"
+        return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
+    return table
+
+
+def _adopted(table: Table, task: ContinualTaskDef, desc: BatchDescription) -> Table:
+    """An existing output, checked against the task's columns; adopted if it has no as-of.
+
+    An output the user created first has no as-of: this tick's time becomes
+    it (a metadata-only commit that leaves the head, the description's base,
+    alone; repeating it writes the same value).
+    """
+    have = [f.name for f in table.schema().fields]
+    if have != task.column_names:
+        raise SchemaMismatchError(
+            f"output {task.name} has columns {have}, the task declares {task.column_names}: "
+            "the table was left untouched"
+        )
+    if TableKeys.AS_OF not in table.metadata.properties:
+        log.info("adopting %s as the output of its task: as-of %s", task.name, desc.time)
+        table.transaction().set_properties({TableKeys.AS_OF: str(desc.time)}).commit_transaction()
+    return table
+
+
+def _base_frame(
+    spark: SparkSession, config: CatalogConfig, task: ContinualTaskDef, base: int | None
+) -> DataFrame | None:
+    """The output at the description's base, with each row's file and position."""
+    from pyspark.sql import functions as F
+
+    if base is None:
+        return None
+    return (
+        spark.read.option("snapshot-id", str(base))
+        .table(f"{config.name}.{task.name}")
+        .select(
+            *[F.col(f"`{c}`") for c in task.column_names],
+            F.col("_file").alias(FILE_COL),
+            F.col("_pos").alias(POS_COL),
+        )
+    )
+
+
+def _process_time(run: _Run, time: int) -> StagedTime | None:
+    """Run the statements at one time and stage what they changed (None: nothing)."""
+    scratch: str | None = None
+    if time == run.snapshot_time:
+        inserts = _snapshot_rows(run, time)
+    else:
+        inserts, mode, scratch = inserted_rows(
+            run.spark,
+            run.config,
+            run.task.input,
+            run.source,
+            run.input_timeline,
+            time,
+            posixpath.join(run.data_dir, "scratch"),
+            run.table.io,
+        )
+        run.reads[mode] = run.reads.get(mode, 0) + 1
+    try:
+        added, retracted = _run_time(
+            run.spark, run.config, run.task, run.state, time, inserts, run.references
+        )
+    finally:
+        if scratch is not None:  # every statement of this time has run (collected)
+            run.table.io.delete(scratch)
+    return _stage_time(run.table, run.files, run.task, time, added, retracted, run.state)
+
+
+def _snapshot_rows(run: _Run, time: int) -> DataFrame:
+    """``SNAPSHOT = true``: the input's whole contents at the as-of count as inserted then."""
+    name = f"{run.config.name}.{run.task.input}"
+    snap = run.input_timeline.snapshot_at(time, require_sealed=False)
+    if snap is None:
+        return run.spark.table(name).limit(0)
+    return run.spark.read.option("snapshot-id", str(snap)).table(name)
 
 
 def _arrow_type(spark: SparkSession, spark_type: str) -> pa.DataType:
@@ -393,7 +416,7 @@ def _arrow_type(spark: SparkSession, spark_type: str) -> pa.DataType:
 
 def _stage_time(
     table: Any,
-    data_dir: str,
+    files: BatchFiles,
     task: ContinualTaskDef,
     time: int,
     added: list[dict[str, Any]],
@@ -403,17 +426,17 @@ def _stage_time(
     """Write one time's files; added rows become addressable (file, pos) for later times."""
     if not added and not retracted:
         return None
-    files = BatchFiles(table, data_dir)
-    adds: tuple[StagedFile, ...] = ()
+    adds: list[StagedFile] = []
     if added:
         rows = [{c: r[c] for c in task.column_names} for r in added]
-        staged = files.write_rows(
+        parts = files.write_rows(
             pa.Table.from_pylist(rows, table.schema().as_arrow()), prefix=f"part-t{time}"
         )
-        adds = (staged,)
-        for pos, row in enumerate(added):
-            state.written.append({**row, FILE_COL: staged.path, POS_COL: pos})
-    deletes: tuple[StagedFile, ...] = ()
+        for part in parts:
+            adds.append(part.file)
+            for pos, index in enumerate(part.rows):
+                state.written.append({**added[index], FILE_COL: part.file.path, POS_COL: pos})
+    deletes: list[StagedFile] = []
     if retracted:
-        deletes = (files.write_deletes(retracted, prefix=f"deletes-t{time}"),)
-    return StagedTime(time, adds, (), deletes, len(retracted))
+        deletes = files.write_deletes(retracted, prefix=f"deletes-t{time}")
+    return StagedTime(time, tuple(adds), (), tuple(deletes), len(retracted))

@@ -15,9 +15,11 @@ Given a batch description it
    the query's plan (:mod:`airflow_provider_ct.core.planner`) and the
    target's history (:mod:`airflow_provider_ct.core.incremental`) allow (see
    :mod:`.incremental`), else ``desired - persisted`` in full (see
-   :mod:`.correction`);
+   :mod:`.correction`); ``refresh="auto"`` runs in full where the refresh
+   rules (:mod:`airflow_provider_ct.core.refresh`) say it is cheaper;
 5. stages inserts as Parquet and retractions as a position-delete file under
-   the table location, and writes the staged-batch manifest.
+   the table location, and writes the staged-batch manifest (see
+   :mod:`.stage_correction`).
 
 Nothing becomes visible until ``AppendOperator`` compare-and-appends it.
 """
@@ -25,45 +27,33 @@ Nothing becomes visible until ``AppendOperator`` compare-and-appends it.
 from __future__ import annotations
 
 import logging
-import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
-from airflow_provider_ct.core.batch_files import BatchFiles
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.changes import estimated_change_rows
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
-from airflow_provider_ct.core.parquet import parquet_codec
-from airflow_provider_ct.core.planner import FULL, GROUP, Plan, choose_plan
+from airflow_provider_ct.core.planner import FULL, Plan, choose_plan
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
+from airflow_provider_ct.core.refresh import (
+    full_diff_on_driver,
+    large_change_reason,
+    small_inputs_reason,
+)
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.settings import (
-    LARGE_CHANGE_SHARE_ENV,
-    SMALL_INPUT_ROWS_ENV,
     full_rows_on_driver,
     large_change_share,
     small_input_rows,
 )
-from airflow_provider_ct.core.staging import (
-    StagedFile,
-    StagedTime,
-    begin_batch,
-    finish_batch,
-    outdated_reason,
-)
-from airflow_provider_ct.core.tables import (
-    UNKNOWN_ROWS,
-    create_managed_table,
-    live_bytes,
-    live_rows,
-)
+from airflow_provider_ct.core.staging import outdated_reason
+from airflow_provider_ct.core.tables import create_managed_table, live_bytes, live_rows
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     CTError,
@@ -72,22 +62,14 @@ from airflow_provider_ct.exceptions import (
 from airflow_provider_ct.spark.correction import check_schema, correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.incremental import (
-    Scratch,
-    bind_inputs,
-    incremental_correction,
-    read_pinned,
-)
+from airflow_provider_ct.spark.incremental import incremental_correction
+from airflow_provider_ct.spark.input_changes import Scratch, bind_inputs, read_pinned
+from airflow_provider_ct.spark.stage_correction import stage_correction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("airflow_provider_ct.write_job")
-
-#: Corrections up to this many inserted rows are written by pyarrow on the driver.
-ROWS_COLLECTED = 200_000
-#: Rows per staged Parquet file (roughly; Spark splits by partition).
-ROWS_PER_FILE = 2_000_000
 
 
 class _PhaseClock:
@@ -121,58 +103,6 @@ def _register_inputs(
         read_pinned(spark, config, name, desc.inputs[name]).createOrReplaceTempView(view)
         views[name] = view
     return views
-
-
-def _list_parquet(uri: str) -> list[str]:
-    fs, local = pafs.FileSystem.from_uri(uri)
-    prefix = uri[: len(uri) - len(local)] if uri.endswith(local) else ""
-    infos = fs.get_file_info(pafs.FileSelector(local, allow_not_found=True, recursive=True))
-    return sorted(
-        prefix + i.path
-        for i in infos
-        if i.type == pafs.FileType.File
-        and posixpath.basename(i.path).startswith("part-")
-        and i.path.endswith(".parquet")
-    )
-
-
-def _drop_side_files(uri: str) -> None:
-    """Remove what Spark writes beside the Parquet files (``_SUCCESS``, ``.crc``) in our folder.
-
-    The table never references them, so left in place they would be debris.
-    """
-    fs, local = pafs.FileSystem.from_uri(uri)
-    for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True, recursive=True)):
-        name = posixpath.basename(info.path)
-        if info.type == pafs.FileType.File and (name == "_SUCCESS" or name.endswith(".crc")):
-            fs.delete_file(info.path)
-
-
-def _write_inserts(table: Any, correction: Correction, folder: str) -> None:
-    """Write the rows to insert as Parquet files under ``folder``.
-
-    A small correction (most ticks) is collected through Arrow and written
-    as one file by pyarrow: a Spark write job (a shuffle for the file count,
-    task scheduling, commit protocol) costs seconds even for ten rows. The
-    table's name mapping reads both kinds of files alike.
-    """
-    if isinstance(correction.inserts, pa.Table):  # diffed on the driver
-        BatchFiles(table, folder).write_rows(correction.inserts)
-        return
-    if correction.insert_count <= ROWS_COLLECTED:
-        collect = getattr(correction.inserts, "_collect_as_arrow", None)
-        if collect is not None:
-            from pyspark.sql.pandas.types import to_arrow_schema
-
-            batches = collect()
-            schema = to_arrow_schema(correction.inserts.schema)
-            data = pa.Table.from_batches(batches) if batches else schema.empty_table()
-            BatchFiles(table, folder).write_rows(data)
-            return
-    files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
-    codec = parquet_codec(table.properties).name  # Spark's level: its own setting
-    writer = correction.inserts.repartition(files).write.mode("errorifexists")
-    writer.option("compression", codec).parquet(folder)
 
 
 @dataclass
@@ -312,11 +242,26 @@ def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteRepo
             reason=computed.reason,
             extra=extra,
         )
-    report = _stage(target.table, desc, tick.sql, computed, clock)
+    report = stage_correction(
+        target.table, desc, correction, _batch_summary(tick, computed), clock.lap
+    )
     report.reason = computed.reason
     report.extra = {**extra, "phases": dict(clock.phases)}
     log.info("write job phases (s): %s", clock.summary())
     return report
+
+
+def _batch_summary(tick: _Tick, computed: _Computed) -> dict[str, str]:
+    """What the batch's snapshot summary records of how it was computed.
+
+    The query's hash lands with the batch: a later tick can then prove
+    itself quiet (core/quiet.py) or incremental (core/incremental.py).
+    """
+    return {
+        SummaryKeys.QUERY_HASH: query_hash(tick.sql),
+        SummaryKeys.REFRESH: computed.strategy,
+        SummaryKeys.INCREMENTAL_TICKS: str(computed.incremental_ticks),
+    }
 
 
 def _prepare_target(
@@ -365,7 +310,7 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     elif plan.incremental:
         why_not = "the target has no rows yet"
     if base is not None:
-        why_not = _small_inputs(tick, inputs) or _large_change(tick, inputs, base.before) or ""
+        why_not = _auto_full_reason(tick, inputs, base.before) or ""
         base = None if why_not else base
     if base is None:
         return _Computed(_full_correction(tick, target), FULL, why_not, 0)
@@ -393,62 +338,36 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     return _verify(target, incr, verify_every, bindings.report())
 
 
-def _small_inputs(tick: _Tick, inputs: dict[str, Any]) -> str | None:
-    """Why the inputs are too small for an incremental tick to pay, or None.
+def _auto_full_reason(
+    tick: _Tick, inputs: dict[str, Any], before: dict[str, int | None]
+) -> str | None:
+    """Why the tick runs in full although its history allows an incremental one, or None.
 
-    An incremental tick runs several small Spark jobs (the changes, the
-    affected keys, the restricted query, the target's affected rows), each
-    with a fixed cost; a full correction runs the query once. Over small
-    inputs the full one is cheaper whatever changed (docs/decisions.md).
-    The pinned snapshots' summaries say how small, without reading data.
+    The refresh rules (:mod:`airflow_provider_ct.core.refresh`) decide; this
+    gathers their numbers from the pinned snapshots' summaries, without
+    reading data: the inputs' live rows, and their estimated change since
+    the snapshots the target's last batch pinned (``before``).
     """
-    limit = tick.small_rows
-    if limit <= 0:
-        return None
     pinned = {name: snap for name, snap in tick.desc.inputs.items() if snap is not None}
     rows = sum(live_rows(inputs[name], snap) for name, snap in pinned.items())
-    if rows > limit:
-        return None
-    return (
-        f"the inputs hold {rows:,} rows, at most {limit:,} ({SMALL_INPUT_ROWS_ENV}): "
-        "a full correction costs less than an incremental one at this size"
+    small = small_inputs_reason(rows, tick.small_rows)
+    if small is not None:
+        return small
+    changed = sum(
+        estimated_change_rows(inputs[name], before.get(name), after)
+        for name, after in pinned.items()
+        if before.get(name) != after
     )
-
-
-def _large_change(tick: _Tick, inputs: dict[str, Any], before: dict[str, int | None]) -> str | None:
-    """Why the inputs changed too much for a ``group`` tick to pay, or None.
-
-    Recomputing the affected groups costs about what their share of the
-    inputs costs, plus an incremental tick's fixed jobs; once the change is
-    a large share of the inputs it touches most groups, and the full
-    correction, which runs the query once, is cheaper (measured in
-    docs/decisions.md). Linear strategies cost what changed and are left
-    alone. The snapshots' summaries say how much changed, without reading
-    data; an unknown size is not a reason.
-    """
-    share = tick.large_change
-    if share <= 0 or tick.plan.strategy != GROUP:
-        return None
-    changed = rows = 0
-    for name, after in tick.desc.inputs.items():
-        if after is None:
-            continue
-        rows += live_rows(inputs[name], after)
-        if before.get(name) != after:
-            changed += estimated_change_rows(inputs[name], before.get(name), after)
-    if max(rows, changed) >= UNKNOWN_ROWS or changed <= share * rows:
-        return None
-    return (
-        f"the inputs changed by about {changed:,} rows of {rows:,} ({changed / max(rows, 1):.1%}, "
-        f"above {share:.0%}, {LARGE_CHANGE_SHARE_ENV}): a change this large touches most groups, "
-        "and recomputing them costs more than a full correction"
-    )
+    return large_change_reason(tick.plan.strategy, rows, changed, tick.large_change)
 
 
 def _full_correction(tick: _Tick, target: _Target) -> Correction:
     """``desired - persisted`` in full; on the driver when the summaries say both are small."""
     limit = full_rows_on_driver(_estimated_size(tick, target, live_bytes))
-    on_driver = limit > 0 and _estimated_size(tick, target, live_rows) <= limit
+    # Rows are only asked for when the driver may diff: for a new target
+    # they cost a catalog load per input.
+    rows = _estimated_size(tick, target, live_rows) if limit > 0 else 0
+    on_driver = full_diff_on_driver(rows, limit)
     return compute_correction(
         target.desired, target.persisted, target.columns, on_driver=on_driver, driver_limit=limit
     )
@@ -481,43 +400,4 @@ def _verify(
     reason = f"verify_every={verify_every}: the full correction ran to verify the incremental ones"
     return _Computed(
         full, FULL, reason, 0, {**details, "verified": True, "verify_fixed_rows": fixed}
-    )
-
-
-def _stage(
-    table: Any, desc: BatchDescription, sql: str, computed: _Computed, clock: _PhaseClock
-) -> WriteReport:
-    """Stage inserts as Parquet and retractions as a position-delete file, then the manifest."""
-    correction = computed.correction
-    # The query's hash lands with the batch: a later tick can then prove
-    # itself quiet (core/quiet.py) or incremental (core/incremental.py).
-    summary = {
-        SummaryKeys.QUERY_HASH: query_hash(sql),
-        SummaryKeys.REFRESH: computed.strategy,
-        SummaryKeys.INCREMENTAL_TICKS: str(computed.incremental_ticks),
-    }
-    batch, manifest = begin_batch(table, desc, summary=summary)
-    files = BatchFiles(table, batch.data_dir)
-    added: list[StagedFile] = []
-    if correction.insert_count:
-        _write_inserts(table, correction, posixpath.join(batch.data_dir, "inserts"))
-        added = [files.describe(p) for p in _list_parquet(batch.data_dir)]
-        _drop_side_files(batch.data_dir)
-    if correction.release is not None:
-        correction.release()
-    clock.lap("inserts")
-    deletes = [files.write_deletes(correction.retractions)] if correction.retractions else []
-    retractions = correction.retract_count
-    finish_batch(
-        batch, manifest, [StagedTime(desc.time, tuple(added), (), tuple(deletes), retractions)]
-    )
-    clock.lap("deletes+manifest")
-    return WriteReport(
-        WriteStatus.STAGED,
-        desc.id,
-        desc.target,
-        rows_to_insert=correction.insert_count,
-        rows_to_delete=correction.retract_count,
-        manifest=manifest,
-        staged_bytes=sum(f.size_bytes for f in (*added, *deletes)),
     )

@@ -11,8 +11,8 @@ from airflow_provider_ct.assets import SEALED, view_input_assets
 from airflow_provider_ct.operators.collections import (
     BlindWriteOperator,
     RegisterCollectionOperator,
-    TickCollectionsOperator,
 )
+from airflow_provider_ct.operators.collections_upkeep import TickCollectionsOperator
 from airflow_provider_ct.operators.mint import MintOperator
 
 COLUMNS = {"k": "int64", "v": "string"}

@@ -30,11 +30,11 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.collections import CollectionKind, register_collection
+from airflow_provider_ct.collections.expiry import expire_snapshots
 from airflow_provider_ct.collections.holds import register_reader
-from airflow_provider_ct.collections.maintenance import expire_snapshots
-from airflow_provider_ct.core.commit import TimedChange
 from airflow_provider_ct.core.deletes import write_position_deletes
 from airflow_provider_ct.core.frontier import format_timestamp, now_ms
+from airflow_provider_ct.core.producers import TimedChange
 from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.core.tables import create_managed_table
 from devtools.devbrowser import chromium, log_in, wait_until

@@ -1,0 +1,84 @@
+"""The refresh rules: when an incremental tick runs in full, and where a full one diffs.
+
+Each rule is a decision over numbers the snapshots' summaries give (rows,
+estimated change rows, bytes) and the thresholds of
+:mod:`~airflow_provider_ct.core.settings`; the write job
+(``spark/write_job.py``) gathers the numbers and asks here. Kept apart
+from Spark so that every threshold's boundaries (at, below, above, 0 = off,
+an unknown size) are tested in milliseconds (``tests/test_refresh_rules.py``),
+and the reason a report gives is written in one place.
+
+A rule returns the reason text for the report, or None when it does not
+apply.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_ct.core.planner import GROUP
+from airflow_provider_ct.core.settings import LARGE_CHANGE_SHARE_ENV, SMALL_INPUT_ROWS_ENV
+from airflow_provider_ct.core.tables import UNKNOWN_ROWS
+
+
+def small_inputs_reason(rows: int, limit: int) -> str | None:
+    """Why inputs of ``rows`` rows in all are too small for an incremental tick to pay, or None.
+
+    An incremental tick runs several small Spark jobs (the changes, the
+    affected keys, the restricted query, the target's affected rows), each
+    with a fixed cost; a full correction runs the query once. Over small
+    inputs the full one is cheaper whatever changed (docs/decisions.md).
+
+    :param rows: the pinned inputs' live rows by their summaries; at least
+        :data:`~airflow_provider_ct.core.tables.UNKNOWN_ROWS` when a summary
+        lacks them, which is above any limit of rows a deployment sets.
+    :param limit: :func:`~airflow_provider_ct.core.settings.small_input_rows`
+        (0: the rule is off).
+    """
+    if limit <= 0 or rows > limit:
+        return None
+    return (
+        f"the inputs hold {rows:,} rows, at most {limit:,} ({SMALL_INPUT_ROWS_ENV}): "
+        "a full correction costs less than an incremental one at this size"
+    )
+
+
+def large_change_reason(strategy: str, rows: int, changed: int, share: float) -> str | None:
+    """Why inputs that changed by ``changed`` of ``rows`` rows are too much for a tick, or None.
+
+    Recomputing the affected groups costs about what their share of the
+    inputs costs, plus an incremental tick's fixed jobs; once the change is
+    a large share of the inputs it touches most groups, and the full
+    correction, which runs the query once, is cheaper (measured in
+    docs/decisions.md). Linear strategies cost what changed and are left
+    alone. An unknown size (either number at least
+    :data:`~airflow_provider_ct.core.tables.UNKNOWN_ROWS`) is not a reason.
+
+    :param strategy: the plan's strategy; only ``group`` is concerned.
+    :param rows: the pinned inputs' live rows by their summaries.
+    :param changed: their change since the last batch's snapshots, by
+        :func:`~airflow_provider_ct.core.changes.estimated_change_rows`.
+    :param share: :func:`~airflow_provider_ct.core.settings.large_change_share`
+        (0: the rule is off).
+    """
+    if share <= 0 or strategy != GROUP:
+        return None
+    if max(rows, changed) >= UNKNOWN_ROWS or changed <= share * rows:
+        return None
+    return (
+        f"the inputs changed by about {changed:,} rows of {rows:,} ({changed / max(rows, 1):.1%}, "
+        f"above {share:.0%}, {LARGE_CHANGE_SHARE_ENV}): a change this large touches most groups, "
+        "and recomputing them costs more than a full correction"
+    )
+
+
+def full_diff_on_driver(rows: int, limit: int) -> bool:
+    """Whether a full correction over sides of about ``rows`` rows diffs on the driver.
+
+    ``rows`` is only a guess (the result can outgrow it in one tick): the
+    driver's pulls stop past ``limit`` either way, at the price of
+    evaluating the query once more, so a wrong guess costs time, never rows.
+
+    :param rows: the target head's live rows, or the inputs' for a new target.
+    :param limit: :func:`~airflow_provider_ct.core.settings.full_rows_on_driver`
+        (0: the driver's diff is off).
+    """
+    return limit > 0 and rows <= limit

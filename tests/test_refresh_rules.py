@@ -1,0 +1,145 @@
+"""The refresh rules' boundaries: when an incremental tick runs in full, where a full one diffs.
+
+Plain Python: no Spark, no catalog. The rules (``core/refresh.py``) decide
+from numbers the snapshots' summaries give, so each threshold is checked at,
+just below and just above it, turned off (0), and against a size the
+summaries could not tell (``UNKNOWN_ROWS``), with the reason a report gives.
+``tests/test_incremental.py`` checks that the write job asks them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_ct.core.planner import FULL, GROUP, LINEAR
+from airflow_provider_ct.core.refresh import (
+    full_diff_on_driver,
+    large_change_reason,
+    small_inputs_reason,
+)
+from airflow_provider_ct.core.settings import (
+    LARGE_CHANGE_SHARE,
+    ROWS_ON_DRIVER,
+    SMALL_INPUT_ROWS,
+    SMALL_INPUT_ROWS_ENV,
+    large_change_share,
+    small_input_rows,
+)
+from airflow_provider_ct.core.tables import UNKNOWN_ROWS
+
+
+def _small(rows: int, limit: int) -> str:
+    return (
+        f"the inputs hold {rows:,} rows, at most {limit:,} (CT_FULL_BELOW_ROWS): "
+        "a full correction costs less than an incremental one at this size"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "limit", "expected"),
+    [
+        (SMALL_INPUT_ROWS, SMALL_INPUT_ROWS, _small(SMALL_INPUT_ROWS, SMALL_INPUT_ROWS)),  # at
+        (SMALL_INPUT_ROWS - 1, SMALL_INPUT_ROWS, _small(SMALL_INPUT_ROWS - 1, SMALL_INPUT_ROWS)),
+        (SMALL_INPUT_ROWS + 1, SMALL_INPUT_ROWS, None),  # above
+        (0, SMALL_INPUT_ROWS, _small(0, SMALL_INPUT_ROWS)),  # empty inputs
+        (1, 1, _small(1, 1)),
+        (2, 1, None),
+        (0, 0, None),  # 0 turns the rule off, even over empty inputs
+        (5, 0, None),
+        (UNKNOWN_ROWS, SMALL_INPUT_ROWS, None),  # a summary without totals: not small
+        (UNKNOWN_ROWS + 10, SMALL_INPUT_ROWS, None),  # one unknown input among others
+    ],
+)
+def test_small_inputs(rows: int, limit: int, expected: str | None) -> None:
+    assert small_inputs_reason(rows, limit) == expected
+
+
+def test_small_inputs_message_names_the_numbers_and_the_variable() -> None:
+    reason = small_inputs_reason(1_234, 250_000)
+    assert reason == _small(1_234, 250_000)
+    assert reason is not None and reason.startswith("the inputs hold 1,234 rows, at most 250,000")
+    assert f"({SMALL_INPUT_ROWS_ENV})" in reason
+
+
+def test_small_inputs_follow_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only ``refresh="auto"`` applies the rule; the variable moves or removes the limit."""
+    monkeypatch.delenv(SMALL_INPUT_ROWS_ENV, raising=False)
+    assert small_inputs_reason(SMALL_INPUT_ROWS, small_input_rows("auto")) is not None
+    assert small_inputs_reason(0, small_input_rows("incremental")) is None
+    assert small_inputs_reason(0, small_input_rows(FULL)) is None
+    monkeypatch.setenv(SMALL_INPUT_ROWS_ENV, "10")
+    assert small_inputs_reason(10, small_input_rows("auto")) == _small(10, 10)
+    assert small_inputs_reason(11, small_input_rows("auto")) is None
+    monkeypatch.setenv(SMALL_INPUT_ROWS_ENV, "0")
+    assert small_inputs_reason(0, small_input_rows("auto")) is None
+
+
+def _large(changed: int, rows: int, share_text: str, percent: str) -> str:
+    return (
+        f"the inputs changed by about {changed:,} rows of {rows:,} ({percent}, above "
+        f"{share_text}, CT_FULL_ABOVE_CHANGE): a change this large touches most groups, "
+        "and recomputing them costs more than a full correction"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "changed", "share", "expected"),
+    [
+        (1_000, 100, 0.1, None),  # at the share: not above it
+        (1_000, 99, 0.1, None),  # below
+        (1_000, 101, 0.1, _large(101, 1_000, "10%", "10.1%")),  # above
+        (1_000, 0, 0.1, None),  # nothing changed
+        (2_000_000, 4_000_000, 0.1, _large(4_000_000, 2_000_000, "10%", "200.0%")),
+        (10, 6, 0.5, _large(6, 10, "50%", "60.0%")),
+        (10, 5, 0.5, None),
+        (0, 5, 0.1, _large(5, 0, "10%", "500.0%")),  # inputs emptied: rows count as 1
+        (1_000, 1_000_000, 0.0, None),  # 0 turns the rule off
+        (1_000, 100_000, 100.0, None),  # a share above 1: at it
+        (1_000, 100_001, 100.0, _large(100_001, 1_000, "10000%", "10000.1%")),
+        (UNKNOWN_ROWS, 500, 0.1, None),  # unknown rows: not a reason
+        (1_000, UNKNOWN_ROWS, 0.1, None),  # unknown change: not a reason
+        (1_000, UNKNOWN_ROWS + 3, 0.1, None),  # one unknown input among others
+    ],
+)
+def test_large_change_of_a_group_view(
+    rows: int, changed: int, share: float, expected: str | None
+) -> None:
+    assert large_change_reason(GROUP, rows, changed, share) == expected
+
+
+@pytest.mark.parametrize("strategy", [LINEAR, FULL, "anything else"])
+def test_large_change_concerns_only_group_views(strategy: str) -> None:
+    """Linear strategies cost what changed: however large, the change is not a reason."""
+    assert large_change_reason(strategy, 1_000, 1_000_000, 0.1) is None
+    assert large_change_reason(GROUP, 1_000, 1_000_000, 0.1) is not None
+
+
+def test_large_change_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only ``refresh="auto"`` applies the rule; the variable moves or removes the share."""
+    monkeypatch.delenv("CT_FULL_ABOVE_CHANGE", raising=False)
+    assert large_change_share("auto") == LARGE_CHANGE_SHARE
+    assert large_change_reason(GROUP, 1_000, 101, large_change_share("auto")) is not None
+    assert large_change_reason(GROUP, 1_000, 101, large_change_share("incremental")) is None
+    monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", "0.5")
+    assert large_change_reason(GROUP, 1_000, 500, large_change_share("auto")) is None
+    reason = large_change_reason(GROUP, 1_000, 501, large_change_share("auto"))
+    assert reason == _large(501, 1_000, "50%", "50.1%")
+    monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", "0")
+    assert large_change_reason(GROUP, 1_000, 1_000_000, large_change_share("auto")) is None
+
+
+@pytest.mark.parametrize(
+    ("rows", "limit", "expected"),
+    [
+        (ROWS_ON_DRIVER, ROWS_ON_DRIVER, True),  # at
+        (ROWS_ON_DRIVER - 1, ROWS_ON_DRIVER, True),  # below
+        (ROWS_ON_DRIVER + 1, ROWS_ON_DRIVER, False),  # above
+        (0, ROWS_ON_DRIVER, True),  # an empty target
+        (0, 0, False),  # 0 turns the driver's diff off
+        (UNKNOWN_ROWS, ROWS_ON_DRIVER, False),  # an unknown size goes to Spark
+    ],
+)
+def test_full_correction_diffs_on_the_driver_up_to_the_limit(
+    rows: int, limit: int, expected: bool
+) -> None:
+    assert full_diff_on_driver(rows, limit) is expected
