@@ -6,10 +6,14 @@ Run on demand, never in ``make test`` (see docs/views.md, "Benchmarks")::
     python bench/tick_bench.py --engines warm                  # 22 views at SF 0.01
     python bench/tick_bench.py --engines spark-submit,warm --ticks 2
     python bench/tick_bench.py --engines warm,warm-fused --ticks 2   # also one task per tick
+    python bench/tick_bench.py --engines default,default-fused,spark-submit --ticks 2
 
-An engine name ending in ``-fused`` builds the views with ``fuse_steps=True``
-(mint, write and append as one task ``tick``, whose duration the tables show
-in the ``write`` column).
+``default`` builds the views with no engine at all (no ``engine=``, no
+Spark connection): what a new user gets; the bench prints which engine the
+write tasks chose and why (their "Spark engine:" log lines). An engine name
+ending in ``-fused`` builds the views with ``fuse_steps=True`` (mint, write
+and append as one task ``tick``, whose duration the tables show in the
+``write`` column).
 
 What it does (data, queries, changes and oracle: bench/tick_bench_tpch.py):
 
@@ -73,6 +77,7 @@ os.environ["CT_TICK_BENCH_SPEC"] = str(_WORK / "spec.json")
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
 from airflow_provider_ct.engine import protocol  # noqa: E402
+from airflow_provider_ct.engine.client import DEFAULT_IDLE_TIMEOUT  # noqa: E402
 from airflow_provider_ct.operators.tick import WRITE_REPORT_KEY  # noqa: E402
 from bench import tick_bench_tpch as tpch  # noqa: E402
 from tests.helpers import rows_of  # noqa: E402
@@ -81,6 +86,10 @@ log = logging.getLogger("tick_bench")
 TASKS = ("wait_for_inputs", "mint", "write", "append")
 #: ``--engines warm-fused``: the engine with mint, write and append fused into one task.
 FUSED = "-fused"
+#: ``--engines default``: no engine configured, as a new user's DAG.
+DEFAULT = "default"
+#: The line a write task logs once with its engine and the reason (hooks/spark_job.py).
+CHOSEN = "Spark engine: "
 
 #: A fresh interpreter and JVM: a new local session and its first query (the unit).
 COLD_START = """
@@ -135,14 +144,45 @@ def write_spec(engines: list[str], queries: list[tpch.TpchQuery]) -> None:
     specs = [
         {
             "dag_id": dag_id(engine),
-            "engine": engine.removesuffix(FUSED),
+            "engine": configured_engine(engine),
             "fuse_steps": engine.endswith(FUSED),
             "namespace": namespace(engine),
             "views": {q.name: q.spark_sql for q in queries},
+            # For ``default`` the value a task without one gets: nothing configured.
+            "warm_idle_timeout": DEFAULT_IDLE_TIMEOUT if configured_engine(engine) is None else 600,
         }
         for engine in engines
     ]
     Path(os.environ["CT_TICK_BENCH_SPEC"]).write_text(json.dumps(specs, indent=1))
+
+
+def configured_engine(engine: str) -> str | None:
+    """The ``engine=`` of the views of ``--engines`` name ``engine`` (``None`` for the default)."""
+    base = engine.removesuffix(FUSED)
+    return None if base == DEFAULT else base
+
+
+class EngineLines(logging.Handler):
+    """Counts the engines the write tasks chose (their "Spark engine: X (why)" lines)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.chosen: dict[str, int] = {}
+        self.reasons: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith(CHOSEN):
+            engine, _, reason = message.removeprefix(CHOSEN).partition(" ")
+            self.chosen[engine] = self.chosen.get(engine, 0) + 1
+            self.reasons.setdefault(engine, reason.strip("()"))
+
+    def reset(self) -> None:
+        self.chosen, self.reasons = {}, {}
+
+
+#: Installed on the hook's logger by :func:`main`.
+ENGINE_LINES = EngineLines()
 
 
 def dag_id(engine: str) -> str:
@@ -250,6 +290,9 @@ class EngineRun:
     engine: str
     cold: dict[str, float]
     ticks: list[Tick] = field(default_factory=list)
+    #: Write tasks per engine they ran on (from their log lines), and one reason each.
+    chosen: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
 
     def median(self, kind: str) -> float | None:
         walls = [t.wall_s for t in self.ticks if t.kind == kind]
@@ -270,6 +313,7 @@ def bench_engine(
     catalog, spark = ctx["catalog"], ctx["spark"]
     result = EngineRun(engine, cold_start(ctx["config"]))
     print(f"\n== {engine}: cold Spark start {result.cold} (load {load_average()})", flush=True)
+    ENGINE_LINES.reset()
     kinds = ["initial"]
     for _ in range(args.ticks):
         kinds += [] if args.quiet_only else ["busy"]
@@ -285,6 +329,10 @@ def bench_engine(
         check_tick(tick, catalog, ctx["oracle"], queries, pinned)
         result.ticks.append(tick)
         print_tick(tick)
+    result.chosen, result.reasons = dict(ENGINE_LINES.chosen), dict(ENGINE_LINES.reasons)
+    print(f"== {engine}: write tasks ran on {json.dumps(result.chosen)}", flush=True)
+    for chosen, reason in result.reasons.items():
+        print(f"== {engine}: {chosen} because {reason}", flush=True)
     return result
 
 
@@ -348,6 +396,7 @@ def summary_json(runs: list[EngineRun], args: argparse.Namespace, views: int) ->
         "cold_s": {r.engine: r.cold["cold_s"] for r in runs},
         "quiet_over_cold": {r.engine: r.ratio("quiet") for r in runs},
         "busy_over_cold": {r.engine: r.ratio("busy") for r in runs},
+        "write_tasks_ran_on": {r.engine: r.chosen for r in runs},
         "exact": not mismatches,
         "mismatches": mismatches,
     }
@@ -424,6 +473,9 @@ def main() -> int:
     if args.quiet_only and args.busy_only:
         parser.error("--quiet-only and --busy-only exclude each other")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    hook_log = logging.getLogger("airflow_provider_ct.hooks.spark_job")
+    hook_log.setLevel(logging.INFO)
+    hook_log.addHandler(ENGINE_LINES)
     warm_dir = Path(tempfile.mkdtemp(prefix="ctw-", dir="/tmp"))
     os.environ[protocol.WARM_DIR_ENV] = str(warm_dir)
     print(f"tick bench in {_WORK} (load {load_average()})", flush=True)

@@ -26,14 +26,32 @@ os.environ.setdefault("CT_FULL_BELOW_ROWS", "0")
 # Likewise the large-change rule (CT_FULL_ABOVE_CHANGE): the suite's random
 # changes are often a large share of its small inputs.
 os.environ.setdefault("CT_FULL_ABOVE_CHANGE", "0")
+# Write tasks without an engine run on warm Spark drivers (docs/engines.md),
+# one per catalog and settings: the suite's many temporary catalogs would each
+# leave a 1-2 GB JVM idle for the default 15 minutes. The session's drivers
+# retire after a minute without jobs (also those of a run that was killed),
+# live in the session's own folder (warm_drivers below) and are stopped at its end.
+os.environ.setdefault("CT_WARM_IDLE_TIMEOUT", "60")
 
 import pyarrow as pa  # noqa: E402
 import pytest  # noqa: E402
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
 from tests.pgserver import PgServer, running_postgres  # noqa: E402
+from tests.warm import private_warm_dir  # noqa: E402
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_drivers() -> Iterator[Path]:
+    """The session's own ``CT_WARM_DIR``: no test reaches a driver outside it, all stopped after.
+
+    Subprocesses (task runners, an e2e stack that sets no folder of its own)
+    inherit the variable, so their drivers are found and stopped too.
+    """
+    with private_warm_dir() as folder:
+        yield folder
 
 
 def sqlite_config(root: Path) -> CatalogConfig:

@@ -28,7 +28,12 @@ from airflow_provider_ct.core.frontier import timestamp_from_datetime
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.engine import protocol
-from airflow_provider_ct.engine.client import WarmDriver, WarmSpec
+from airflow_provider_ct.engine.client import (
+    DEFAULT_IDLE_TIMEOUT,
+    IDLE_TIMEOUT_ENV,
+    WarmDriver,
+    WarmSpec,
+)
 from airflow_provider_ct.exceptions import SchemaMismatchError, SparkJobError
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.write import WriteOperator
@@ -51,9 +56,22 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def warm_dir() -> Iterator[Path]:
-    """A short private base folder for this module's drivers; stops them all after."""
-    with private_warm_dir() as folder:
-        yield folder
+    """A short private base folder for this module's drivers; stops them all after.
+
+    Its drivers keep the product's default idle timeout (the session's is a
+    minute, tests/conftest.py): tests here count on one driver across ticks
+    with a spark-submit job between them.
+    """
+    old = os.environ.get(IDLE_TIMEOUT_ENV)
+    os.environ[IDLE_TIMEOUT_ENV] = str(DEFAULT_IDLE_TIMEOUT)
+    try:
+        with private_warm_dir() as folder:
+            yield folder
+    finally:
+        if old is None:
+            os.environ.pop(IDLE_TIMEOUT_ENV, None)
+        else:
+            os.environ[IDLE_TIMEOUT_ENV] = old
 
 
 @pytest.fixture(scope="module")
@@ -78,17 +96,17 @@ def _input(catalog: Any, name: str, rows: list[dict[str, Any]], time: int) -> An
 
 
 def _write(
-    config: CatalogConfig, target: str, sql: str, time: int, engine: str, **kwargs: Any
+    config: CatalogConfig, target: str, sql: str, time: int, engine: str | None, **kwargs: Any
 ) -> dict[str, Any]:
     """Mint a tick of ``target`` and run WriteOperator on it (no Airflow run needed)."""
     decision = mint_view_tick(config.load(), target, sql, time)
     assert decision.description is not None, decision.reason
+    kwargs.setdefault("iceberg_conn_id", CONN)
     write = WriteOperator(
         task_id=f"write_{target.replace('.', '_')}",
         target=target,
         sql=sql,
         description=decision.description.to_json(),
-        iceberg_conn_id=CONN,
         engine=engine,
         **kwargs,
     )
@@ -97,9 +115,9 @@ def _write(
     return report
 
 
-def _append(report: dict[str, Any]) -> None:
+def _append(report: dict[str, Any], conn: str = CONN) -> None:
     clean = {k: v for k, v in report.items() if k != "_inputs"}
-    out = AppendOperator(task_id="append", report=clean, iceberg_conn_id=CONN).execute({})
+    out = AppendOperator(task_id="append", report=clean, iceberg_conn_id=conn).execute({})
     assert out["appended"], out
 
 
@@ -157,31 +175,51 @@ def test_concurrent_jobs_see_neither_each_others_temp_views_nor_sql_settings(
 ) -> None:
     """Two jobs at once, each with its own input (registered under the same temp
     view name ``__ct_input_0``) and its own session time zone."""
-    catalog = warm_catalog.load()
-    at_3h = datetime(2026, 1, 5, 3, tzinfo=UTC)
-    keys = {"a": range(1, 5), "b": range(101, 105)}
-    for name, ks in keys.items():
-        table = create_managed_table(catalog, f"tz.{name}", TS_SCHEMA)
-        rows = [{"k": k, "ts": at_3h} for k in ks]
-        replace_contents(table, 1_000, pa.Table.from_pylist(rows, TS_SCHEMA))
-        advance(table, 1_000)
-    zones = {"a": "America/New_York", "b": "UTC"}
-    expected = {"a": Counter((k, 22) for k in keys["a"]), "b": Counter((k, 3) for k in keys["b"])}
-    for t in (1_000, 2_000, 3_000):
-        for name in keys:
-            advance(catalog.load_table(f"tz.{name}"), t)
-        reports, spans = _concurrent_writes(warm_catalog, t, zones)
-        assert max(s for s, _ in spans.values()) < min(e for _, e in spans.values())  # overlap
-        for name in keys:
-            _append(reports[name])
-            assert rows_of(catalog.load_table(f"tz.hour_{name}")) == expected[name], (t, name)
+    check_concurrent_jobs_are_isolated(warm_catalog, "warm", rounds=(1_000, 2_000, 3_000))
     assert WarmDriver(spec).pid() is not None
 
 
+def check_concurrent_jobs_are_isolated(
+    config: CatalogConfig,
+    engine: str | None,
+    rounds: tuple[int, ...],
+    ns: str = "tz",
+    conn: str = CONN,
+) -> None:
+    """Per round, tick ``<ns>.hour_a`` and ``<ns>.hour_b`` at once, in different time zones.
+
+    Each reads its own input through the same temp view name and must see
+    its own rows in its own zone (New York's 22 h against UTC's 3 h).
+    """
+    catalog = config.load()
+    at_3h = datetime(2026, 1, 5, 3, tzinfo=UTC)
+    keys = {"a": range(1, 5), "b": range(101, 105)}
+    for name, ks in keys.items():
+        table = create_managed_table(catalog, f"{ns}.{name}", TS_SCHEMA)
+        rows = [{"k": k, "ts": at_3h} for k in ks]
+        replace_contents(table, rounds[0], pa.Table.from_pylist(rows, TS_SCHEMA))
+        advance(table, rounds[0])
+    zones = {"a": "America/New_York", "b": "UTC"}
+    expected = {"a": Counter((k, 22) for k in keys["a"]), "b": Counter((k, 3) for k in keys["b"])}
+    for t in rounds:
+        for name in keys:
+            advance(catalog.load_table(f"{ns}.{name}"), t)
+        reports, spans = _concurrent_writes(config, t, zones, engine, ns, conn)
+        assert max(s for s, _ in spans.values()) < min(e for _, e in spans.values())  # overlap
+        for name in keys:
+            _append(reports[name], conn)
+            assert rows_of(catalog.load_table(f"{ns}.hour_{name}")) == expected[name], (t, name)
+
+
 def _concurrent_writes(
-    config: CatalogConfig, t: int, zones: dict[str, str]
+    config: CatalogConfig,
+    t: int,
+    zones: dict[str, str],
+    engine: str | None = "warm",
+    ns: str = "tz",
+    conn: str = CONN,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[float, float]]]:
-    """Tick ``tz.hour_<name>`` for every name at once, each in its own thread and zone."""
+    """Tick ``<ns>.hour_<name>`` for every name at once, each in its own thread and zone."""
     spans: dict[str, tuple[float, float]] = {}
     errors: list[BaseException] = []
     reports: dict[str, dict[str, Any]] = {}
@@ -193,10 +231,11 @@ def _concurrent_writes(
             start = time.monotonic()
             reports[name] = _write(
                 config,
-                f"tz.hour_{name}",
-                f"SELECT k, hour(ts) AS h FROM tz.{name}",
+                f"{ns}.hour_{name}",
+                f"SELECT k, hour(ts) AS h FROM {ns}.{name}",
                 t,
-                "warm",
+                engine,
+                iceberg_conn_id=conn,
                 quiet_ticks=False,
                 spark_conf={"spark.sql.session.timeZone": zones[name]},
             )

@@ -11,29 +11,54 @@ from pathlib import Path
 
 from airflow_provider_ct.engine import protocol
 
+#: The driver program, as it shows in a driver's command line.
+SERVER_MODULE = "airflow_provider_ct.engine.server"
+
 
 def driver_pids(folder: Path) -> list[int]:
-    """Pids of the drivers published under ``folder``."""
-    pids = []
+    """Pids of the drivers under ``folder``: published, or running with a ``--dir`` there.
+
+    The command line catches a driver whose pid file is gone or was
+    overwritten (one that is retiring, or a hung one a newer driver replaced).
+    """
+    pids = set()
     for pid_file in folder.glob(f"*/{protocol.PID_FILE}"):
         with contextlib.suppress(OSError, ValueError):
-            pids.append(int(pid_file.read_text()))
-    return pids
+            pids.add(int(pid_file.read_text()))
+    prefix = f"{folder.resolve()}/".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if SERVER_MODULE.encode() in argv and any(a.startswith(prefix) for a in argv):
+            pids.add(int(entry.name))
+    return sorted(pids)
+
+
+def stop_drivers(pids: list[int], timeout: float = 30.0) -> None:
+    """SIGTERM every driver at once (each retires once idle), then SIGKILL what is left."""
+    import psutil
+
+    family = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            family += [proc, *proc.children(recursive=True)]
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(family, timeout=timeout)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
 
 
 def stop_driver(pid: int) -> None:
     """SIGTERM (the driver retires once idle), then SIGKILL after 30 s."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        family = [proc, *proc.children(recursive=True)]
-        proc.terminate()
-    except psutil.NoSuchProcess:
-        return
-    _, alive = psutil.wait_procs(family, timeout=30)
-    for p in alive:
-        p.kill()
+    stop_drivers([pid])
 
 
 @contextlib.contextmanager
@@ -48,8 +73,7 @@ def private_warm_dir() -> Iterator[Path]:
     try:
         yield folder
     finally:
-        for pid in driver_pids(folder):
-            stop_driver(pid)
+        stop_drivers(driver_pids(folder))
         if old is None:
             os.environ.pop(protocol.WARM_DIR_ENV, None)
         else:

@@ -1,5 +1,6 @@
 """The warm engine: write jobs on a long-lived Spark driver shared by a host's tasks.
 
-:mod:`.server` is the driver (a plain Python program), :mod:`.client` what a
-task runs to reach it, :mod:`.protocol` what both share. See docs/engines.md.
+:mod:`.choice` decides which engine a task uses, :mod:`.server` is the driver
+(a plain Python program), :mod:`.client` what a task runs to reach it,
+:mod:`.protocol` what both share. See docs/engines.md.
 """

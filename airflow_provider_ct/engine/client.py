@@ -27,6 +27,14 @@ import airflow_provider_ct
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.engine import protocol as p
+from airflow_provider_ct.engine.choice import (  # noqa: F401 (re-exported: the engines' names)
+    ENGINE_EXTRA,
+    ENGINE_SPARK_SUBMIT,
+    ENGINE_WARM,
+    ENGINES,
+    EngineChoice,
+    choose_engine,
+)
 from airflow_provider_ct.exceptions import ConfigurationError, SparkJobError
 from airflow_provider_ct.spark.conf import JarSettings, spark_conf
 from airflow_provider_ct.spark.job_errors import error_from_payload
@@ -36,10 +44,10 @@ log = logging.getLogger(__name__)
 #: The job's own log lines, relayed from the driver.
 job_log = logging.getLogger("airflow_provider_ct.engine.job")
 
-ENGINE_SPARK_SUBMIT, ENGINE_WARM = "spark-submit", "warm"
-ENGINES = (ENGINE_SPARK_SUBMIT, ENGINE_WARM)
-#: Spark connection extras that choose the engine and the warm driver's idle timeout.
-ENGINE_EXTRA, IDLE_TIMEOUT_EXTRA = "ct_engine", "ct_warm_idle_timeout"
+#: Spark connection extra setting the warm driver's idle timeout.
+IDLE_TIMEOUT_EXTRA = "ct_warm_idle_timeout"
+#: Environment variable setting it for every task without an operator or connection value.
+IDLE_TIMEOUT_ENV = "CT_WARM_IDLE_TIMEOUT"
 DEFAULT_IDLE_TIMEOUT = 900.0
 #: How long a JVM may take to start (a loaded 2-core host: ~15 s).
 START_TIMEOUT = 180.0
@@ -72,32 +80,33 @@ class _NotStarted(Exception):
     """The driver never accepted the job (gone, or retiring): safe to try again."""
 
 
-def choose_engine(engine: str | None, extra: Mapping[str, Any], deploy_mode: str | None) -> str:
-    """The engine of a write task: the operator's ``engine``, else the Spark connection's extra.
+def idle_timeout(
+    value: float | None, extra: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> float:
+    """The warm driver's idle timeout: the operator's, the connection's, the environment's.
 
-    The warm driver runs on the worker host, so a connection asking for
-    ``deploy-mode cluster`` (the driver on the cluster) cannot use it.
+    Without any, 15 min: long enough to span an hourly DAG's tasks and the
+    minutes between frequent ticks, short enough that a host whose tasks
+    stopped (or whose catalogs changed) gets its memory back.
+    ``$CT_WARM_IDLE_TIMEOUT`` sets the default of a whole worker (the test
+    suite sets a short one, so the drivers of its many temporary catalogs
+    do not pile up).
     """
-    chosen = engine or str(extra.get(ENGINE_EXTRA) or ENGINE_SPARK_SUBMIT)
-    if chosen not in ENGINES:
-        raise ConfigurationError(f"engine {chosen!r}: expected one of {', '.join(ENGINES)}")
-    if chosen == ENGINE_WARM and deploy_mode == "cluster":
-        raise ConfigurationError(
-            "engine 'warm' keeps the Spark driver on this worker, but the Spark connection asks "
-            "for deploy-mode cluster: use engine='spark-submit' for cluster deploy mode"
-        )
-    return chosen
-
-
-def idle_timeout(value: float | None, extra: Mapping[str, Any]) -> float:
-    """The warm driver's idle timeout: the operator's, else the connection's, else 15 min."""
-    chosen = value if value is not None else extra.get(IDLE_TIMEOUT_EXTRA, DEFAULT_IDLE_TIMEOUT)
+    environ = os.environ if environ is None else environ
+    candidates = (
+        (value, "warm_idle_timeout"),
+        (extra.get(IDLE_TIMEOUT_EXTRA), f"the Spark connection's extra {IDLE_TIMEOUT_EXTRA}"),
+        (environ.get(IDLE_TIMEOUT_ENV) or None, IDLE_TIMEOUT_ENV),
+    )
+    chosen, source = next(((v, s) for v, s in candidates if v is not None), (None, ""))
+    if chosen is None:
+        return DEFAULT_IDLE_TIMEOUT
     try:
         seconds = float(chosen)
     except (TypeError, ValueError):
-        raise ConfigurationError(f"warm idle timeout {chosen!r} is not a number") from None
-    if seconds <= 0:
-        raise ConfigurationError(f"warm idle timeout {seconds} must be positive")
+        raise ConfigurationError(f"{source}={chosen!r}: not a number of seconds") from None
+    if not 0 < seconds < float("inf"):
+        raise ConfigurationError(f"{source}={chosen!r}: must be a positive number of seconds")
     return seconds
 
 

@@ -28,7 +28,7 @@ from airflow.sdk import BaseHook
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.reports import WriteReport
-from airflow_provider_ct.engine import client
+from airflow_provider_ct.engine import choice, client
 from airflow_provider_ct.exceptions import ConfigurationError, SparkJobError
 from airflow_provider_ct.spark import job_main
 from airflow_provider_ct.spark.conf import JarSettings, spark_conf, spark_jars
@@ -100,7 +100,8 @@ class SparkJobHook(BaseHook):
     :param spark_conn_id: Spark connection (standalone, YARN, k8s); ``None``
         runs locally with ``spark_master``.
     :param engine: ``spark-submit`` or ``warm``; ``None``: the connection's
-        ``ct_engine`` extra, else ``spark-submit``.
+        ``ct_engine`` extra, else warm where a warm driver can run and be
+        reused, spark-submit elsewhere (:mod:`airflow_provider_ct.engine.choice`).
     :param warm_idle_timeout: seconds a warm driver stays up without jobs.
     """
 
@@ -118,9 +119,9 @@ class SparkJobHook(BaseHook):
         warm_idle_timeout: float | None = None,
     ) -> None:
         super().__init__()
-        if engine is not None and engine not in client.ENGINES:
+        if engine is not None and engine not in choice.ENGINES:
             raise ConfigurationError(
-                f"engine={engine!r}: expected one of {', '.join(client.ENGINES)}"
+                f"engine={engine!r}: expected one of {', '.join(choice.ENGINES)}"
             )
         self.spark_conn_id = spark_conn_id
         self.spark_master = spark_master
@@ -139,15 +140,36 @@ class SparkJobHook(BaseHook):
         extra = dict(conn.extra_dejson or {})
         return SparkTarget(spark_master_of(conn), extra.get("deploy-mode"), extra)
 
+    @functools.cached_property
+    def engine_choice(self) -> choice.EngineChoice:
+        """The engine this hook runs jobs on and why; decided (and logged) once per hook.
+
+        A hook serves one task, so the task's log says once which engine ran
+        its job and why: with no engine configured the answer depends on the
+        master, the deploy mode and Airflow's executor, which a reader of a
+        slow task's log should not have to guess.
+        """
+        configured, task_executor = airflow_executor()
+        chosen = choice.choose_engine(
+            self.engine,
+            self.target.extra,
+            self.target.deploy_mode,
+            master=self.target.master,
+            executor=configured,
+            task_executor=task_executor,
+        )
+        log.info("Spark engine: %s (%s)", chosen.engine, chosen.reason)
+        return chosen
+
     def engine_for(self) -> str:
         """The engine this hook runs jobs on."""
-        return client.choose_engine(self.engine, self.target.extra, self.target.deploy_mode)
+        return self.engine_choice.engine
 
     def run(
         self, spec: JobSpec, description: BatchDescription, config: CatalogConfig, *, what: str
     ) -> WriteReport:
         """Run ``spec`` for ``description``; the job's report, or the job's own exception."""
-        if self.engine_for() == client.ENGINE_WARM:
+        if self.engine_for() == choice.ENGINE_WARM:
             raw = self._run_warm(spec, description, config, what)
         else:
             raw = self._submit(spec, description, config, what)
@@ -287,6 +309,29 @@ class SparkJobHook(BaseHook):
             return inline(json.dumps(asdict(config.without_secrets())))
         _write_private(folder / "catalog.json", json.dumps(asdict(config)))
         return f"@{folder / 'catalog.json'}"
+
+
+def airflow_executor() -> tuple[str, str | None]:
+    """Airflow's ``[core] executor`` setting, and the running task's own ``executor=`` if any.
+
+    Read where the task runs (a worker, a pod): that is where a warm driver
+    would live. Outside a task (an operator executed by hand) there is no
+    task executor; without a readable setting the executor is unknown ("").
+    """
+    try:
+        from airflow.sdk.configuration import conf
+
+        configured = str(conf.get("core", "executor", fallback="") or "")
+    except Exception as exc:  # a broken or missing configuration must not fail the task
+        log.debug("could not read [core] executor: %s", exc)
+        configured = ""
+    try:
+        from airflow.sdk import get_current_context
+
+        task_executor = get_current_context()["ti"].task.executor
+    except Exception:  # no task is running (RuntimeError), or a context without a task
+        task_executor = None
+    return configured, str(task_executor) if task_executor else None
 
 
 def _python_env() -> dict[str, str]:

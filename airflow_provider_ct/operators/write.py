@@ -72,7 +72,8 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
     :param engine: ``spark-submit`` (a new Spark application per task) or
         ``warm`` (a long-lived driver on this worker shared by consecutive
         tasks, see docs/engines.md); ``None``: the Spark connection's extra
-        ``ct_engine``, else ``spark-submit``.
+        ``ct_engine``, else warm where a warm driver can run and be reused and
+        ``spark-submit`` elsewhere (``engine/choice.py``, logged once per task).
     :param warm_idle_timeout: seconds a warm driver stays up without jobs
         (``None``: the connection's extra ``ct_warm_idle_timeout``, else 900).
     """
