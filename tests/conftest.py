@@ -7,6 +7,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 # Airflow reads its configuration at import: give the test run its own home
 # before anything imports Airflow.
@@ -154,3 +155,24 @@ def spark(spark_catalog_config: CatalogConfig):  # type: ignore[no-untyped-def]
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def spark_lake(
+    airflow_db: None,
+    spark: Any,
+    spark_catalog_config: CatalogConfig,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[CatalogConfig]:
+    """The test Spark session's catalog as Airflow's default, so Spark-made tables are inputs.
+
+    Writable, with a private warm-driver folder stopped afterwards.
+    """
+    from tests.warm import private_warm_dir
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT", connection_json(spark_catalog_config)
+    )
+    monkeypatch.delenv("CT_READ_ONLY", raising=False)
+    with private_warm_dir():
+        yield spark_catalog_config

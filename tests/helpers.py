@@ -279,3 +279,22 @@ class XComTI:
 
     def xcom_pull(self, task_ids: str, **_: Any) -> Any:
         return self.values.get(task_ids)
+
+
+def run_at_sealed_time(dag: Any, last_commit_ms: int) -> int:
+    """Run ``dag`` at a tick time its wall-clock inputs have sealed, after their last commit.
+
+    Plain Iceberg inputs are sealed up to the wall clock minus the default
+    1 s allowance for late commits: wait until that passes the last commit,
+    then run with ``dag_run.conf["time"]`` just after it. Returns the time.
+    """
+    import time as _time
+
+    from airflow_provider_ct.core.frontier import now_ms
+
+    while now_ms() < last_commit_ms + 1_100:
+        _time.sleep(0.05)
+    time = now_ms() - 1_050
+    run = dag.test(run_conf={"time": time})
+    assert run.state == "success", run.state
+    return time

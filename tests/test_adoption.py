@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-import time as _time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +25,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.frontier import Frontier, now_ms
+from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.timeline import Timeline
-from tests.conftest import connection_json
-from tests.helpers import rows_of
-from tests.warm import private_warm_dir
+from tests.helpers import rows_of, run_at_sealed_time
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
@@ -41,17 +37,8 @@ Event = tuple[dt.datetime, str, int]
 
 
 @pytest.fixture
-def lake(
-    airflow_db: None,
-    spark: Any,
-    spark_catalog_config: CatalogConfig,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Any]:
-    """The test Spark session's catalog as Airflow's default; fresh ``lake`` tables."""
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT", connection_json(spark_catalog_config)
-    )
-    monkeypatch.delenv("CT_READ_ONLY", raising=False)
+def lake(spark: Any, spark_lake: CatalogConfig) -> Any:
+    """Fresh ``lake`` tables in the Spark session's catalog, Airflow's default."""
     spark.sql("CREATE NAMESPACE IF NOT EXISTS ct.lake")
     for name in ("events", "daily", "big_orders"):
         spark.sql(f"DROP TABLE IF EXISTS ct.lake.{name} PURGE")
@@ -60,8 +47,7 @@ def lake(
         "PARTITIONED BY (days(ts), country) TBLPROPERTIES ('format-version'='2', "
         "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')"
     )
-    with private_warm_dir():
-        yield spark_catalog_config.load()
+    return spark_lake.load()
 
 
 def _insert(spark: Any, events: list[Event], rows: list[Event]) -> None:
@@ -72,16 +58,8 @@ def _insert(spark: Any, events: list[Event], rows: list[Event]) -> None:
 
 def _tick(dag: Any, catalog: Any, names: list[str]) -> int:
     """A run at a time every input's wall-clock upper has sealed, after its last commit."""
-    last = 0
-    for name in names:
-        head = catalog.load_table(name).metadata.current_snapshot()
-        last = max(last, 0 if head is None else head.timestamp_ms)
-    while now_ms() < last + 1_100:  # the default allowance for late commits is 1 s
-        _time.sleep(0.05)
-    time = now_ms() - 1_050
-    run = dag.test(run_conf={"time": time})
-    assert run.state == "success", run.state
-    return time
+    heads = [catalog.load_table(name).metadata.current_snapshot() for name in names]
+    return run_at_sealed_time(dag, max(h.timestamp_ms if h else 0 for h in heads))
 
 
 def _daily(events: list[Event]) -> Counter[tuple[Any, ...]]:

@@ -140,7 +140,10 @@ def position_delete(table: Any, positions: list[tuple[str, int]], data_file: Any
 
     path = f"{table.location()}/data/pos-{uuid.uuid4().hex}.parquet"
     write_position_deletes(table.io, path, positions)
-    described = position_delete_data_file(table.io, path, table.metadata.default_spec_id)
+    from pyiceberg.typedef import Record
+
+    spec_id = table.metadata.default_spec_id
+    described = position_delete_data_file(table.io, path, lambda _path: (spec_id, Record()))
     if data_file is None:
         return described
     fields = {

@@ -194,7 +194,8 @@ def test_maintain_operator_honours_the_sweep_settings(default_catalog: CatalogCo
     with AppendOnlyCollection.open(catalog, "sw.log", batch_interval_ms=0) as writer:
         writer.blind_write([(1, "kept")])
     data = pa.table({"k": [2], "v": ["lost"]}, schema=SCHEMA)
-    leftover = local_path(write_parquet(table, "blind-died", data))
+    [written] = write_parquet(table, "blind-died", data)
+    leftover = local_path(written)
     ten_minutes_ago = time.time() - 600
     os.utime(leftover, (ten_minutes_ago, ten_minutes_ago))
 

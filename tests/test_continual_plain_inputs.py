@@ -18,7 +18,6 @@ from __future__ import annotations
 import sys
 import time as _time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,7 @@ import pytest
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.timeline import Timeline
-from tests.conftest import connection_json
-from tests.helpers import rows_of
-from tests.warm import private_warm_dir
+from tests.helpers import rows_of, run_at_sealed_time
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
@@ -174,12 +171,7 @@ class World:
 
     def tick(self) -> int:
         """One run at a time the inputs' wall-clock uppers have sealed, after every commit."""
-        last = self.inputs.last_commit_ms()
-        while now_ms() < last + 1_100:  # the default allowance for late commits is 1 s
-            _time.sleep(0.05)
-        time = now_ms() - 1_050
-        run = self.dag.test(run_conf={"time": time})
-        assert run.state == "success", run.state
+        time = run_at_sealed_time(self.dag, self.inputs.last_commit_ms())
         self.model.tick()
         self.ticks.append(time)
         output = self.output()
@@ -194,19 +186,8 @@ class World:
 
 
 @pytest.fixture
-def lake(
-    airflow_db: None,
-    spark: Any,
-    spark_catalog_config: CatalogConfig,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[CatalogConfig]:
-    """The Airflow default catalog is the test Spark session's, so Spark-made tables are inputs."""
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT", connection_json(spark_catalog_config)
-    )
-    monkeypatch.delenv("CT_READ_ONLY", raising=False)
-    with private_warm_dir():
-        yield spark_catalog_config
+def lake(spark_lake: CatalogConfig) -> CatalogConfig:
+    return spark_lake
 
 
 def _world(kind: str, spark: Any, config: CatalogConfig) -> World:
