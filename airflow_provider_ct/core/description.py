@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow_provider_ct.core.frontier import Frontier, check_timestamp
 from airflow_provider_ct.core.ids import check_id, id_part
+from airflow_provider_ct.core.reports import json_object
 from airflow_provider_ct.exceptions import DescriptionError, FrontierError
 
 FIELDS = ("id", "target", "lower", "upper", "time", "base_snapshot_id", "inputs")
@@ -89,15 +90,7 @@ class BatchDescription:
     @classmethod
     def from_json(cls, data: Any) -> BatchDescription:
         """Parse a description, naming what is wrong with a malformed one."""
-        if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                raise DescriptionError(f"batch description is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise DescriptionError(
-                f"batch description must be a JSON object, got {type(data).__name__}: {data!r:.200}"
-            )
+        data = json_object(data, "batch description")
         missing = [k for k in FIELDS if k not in data]
         if missing:
             raise DescriptionError(f"batch description lacks {missing}: {data!r:.200}")

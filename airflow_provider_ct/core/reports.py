@@ -75,7 +75,7 @@ class WriteReport:
     @classmethod
     def from_json(cls, value: Any) -> WriteReport:
         """A report whose fields are all present and well-typed, or :class:`DescriptionError`."""
-        data = _object(value, "write report")
+        data = json_object(value, "write report")
         try:
             status = WriteStatus(str(data.get("status")))
         except ValueError:
@@ -158,7 +158,7 @@ class AppendOutcome:
         }
 
 
-def _object(value: Any, what: str) -> dict[str, Any]:
+def json_object(value: Any, what: str) -> dict[str, Any]:
     """``value`` as a JSON object (a dict, or its JSON text), or a clear error."""
     if isinstance(value, str):
         try:
