@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import TaskGroup
 
 from airflow_provider_ct._groups import Step, tick_group
 from airflow_provider_ct.core.continual import parse_continual_task
+from airflow_provider_ct.core.layout import TableLayout, TargetSettings
 from airflow_provider_ct.factory_settings import SparkSettings, WaitSettings
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import catalog_name_of
@@ -40,6 +41,9 @@ def continual_task(
     read_only: bool | None = None,
     catalog_name: str | None = None,
     quiet_ticks: bool = True,
+    partition_by: Sequence[str] | str | None = None,
+    sort_by: Sequence[str] | str | None = None,
+    table_properties: Mapping[str, str] | None = None,
     **group_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that runs a continual task for every input time up to each tick.
@@ -63,10 +67,16 @@ def continual_task(
         keyword given next to ``spark=``/``wait=`` must agree with it.
     :param quiet_ticks: a tick in which the input did not change commits the
         output's frontier without starting Spark (see ``core/quiet.py``).
+    :param partition_by: the output's partitioning when its first tick creates
+        it, as Spark SQL spells it: ``["day(ts)", "country", "bucket(16, id)"]``
+        (docs/views.md, "Partitioning"); an existing output keeps its own.
+    :param sort_by: its sort order: ``["ts DESC", "country"]``.
+    :param table_properties: more Iceberg table properties for it.
     """
     catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
     task = parse_continual_task(definition, default_namespace=namespace, catalog_name=catalog_name)
     ct = {"definition": definition, "namespace": namespace}
+    target = TargetSettings(TableLayout.parse(partition_by, sort_by, table_properties), "fail")
     return tick_group(
         group_id=group_id or f"ct_{task.name.replace('.', '_')}",
         output=task.name,
@@ -90,8 +100,11 @@ def continual_task(
             sensor_mode=sensor_mode,
         ),
         waits_on={"tables": [task.input, *task.references]},
-        mint=Step(ContinualMintOperator, ct),
-        write=Step(ContinualWriteOperator, {**ct, "quiet_ticks": quiet_ticks}),
+        mint=Step(ContinualMintOperator, {**ct, "quiet_ticks": quiet_ticks}),
+        write=Step(
+            ContinualWriteOperator,
+            {**ct, "quiet_ticks": quiet_ticks, "target_settings": target.to_json()},
+        ),
         append=Step(ContinualAppendOperator, {**ct, "writer_kind": "continual-task"}),
         group_kwargs=group_kwargs,
     )

@@ -18,6 +18,7 @@ our refusals apart from bugs in libraries underneath::
     ├── DescriptionError          a batch description (XCom) is malformed
     ├── QueryError                SQL is unusable (syntax, not a SELECT, tables)
     ├── SchemaMismatchError       a query's schema no longer matches its table
+    ├── OwnershipError            a second definition points at a table another maintains
     ├── SparkJobError             a Spark job failed without one of these errors
     ├── ChangesUnavailableError   a table's changes between two snapshots cannot be read
     └── CollectionError           a managed-collection operation is refused
@@ -111,6 +112,10 @@ class QueryError(CTError):
 
 class SchemaMismatchError(CTError):
     """A query's result schema no longer matches its target table."""
+
+
+class OwnershipError(CTError):
+    """A view or task would maintain a table that another definition already maintains."""
 
 
 class IncrementalMismatchError(CTError):

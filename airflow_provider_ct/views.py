@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import Asset, TaskGroup
 
 from airflow_provider_ct._groups import Step, tick_group
 from airflow_provider_ct.assets import table_asset
+from airflow_provider_ct.core.layout import TableLayout, TargetSettings
 from airflow_provider_ct.core.planner import choose_plan
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
@@ -52,6 +53,10 @@ def materialized_view(
     refresh: str = "auto",
     verify_every: int = 0,
     fuse_steps: bool = False,
+    partition_by: Sequence[str] | str | None = None,
+    sort_by: Sequence[str] | str | None = None,
+    table_properties: Mapping[str, str] | None = None,
+    on_schema_change: str = "evolve",
     **group_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that keeps ``target`` equal to ``sql`` at every tick.
@@ -83,13 +88,25 @@ def materialized_view(
     :param input_upper_policies: per external input (``ns.t`` or
         ``<catalog>.ns.t``), ``wallclock[:<ms>]`` or ``summary:<key>``.
     :param quiet_ticks: a tick that provably changes nothing (no input changed,
-        see ``core/quiet.py``) commits its frontier without starting Spark.
+        see ``core/quiet.py``) commits its frontier without starting Spark;
+        in the three-task layout ``mint`` stages that empty batch itself and
+        skips ``write`` (the grid shows which ticks ran a Spark job).
     :param refresh: ``auto`` | ``incremental`` | ``full`` (see docs/views.md).
     :param verify_every: every N-th tick runs the full correction (0: never).
     :param fuse_steps: mint, write and append as one task ``tick``
         (:class:`~airflow_provider_ct.operators.tick.ViewTickOperator`):
         a third of the task instances per tick, at the price of per-step
         durations and retries in the UI (docs/engines.md).
+    :param partition_by: the target's partitioning when the first tick creates
+        it, as Spark SQL spells it: ``["day(ts)", "country", "bucket(16, id)",
+        "truncate(4, name)"]`` (docs/views.md, "Partitioning"). A target that
+        exists (created by the user first) keeps its own spec.
+    :param sort_by: its sort order: ``["day DESC", "country ASC NULLS LAST"]``.
+    :param table_properties: more Iceberg table properties for it.
+    :param on_schema_change: when the query's columns no longer match the
+        target's: ``"evolve"`` (add new columns, widen types), ``"fail"``, or
+        ``"recreate"`` (also drop and replace columns Iceberg cannot evolve);
+        see docs/views.md, "Definitions that change".
     """
     catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
     if not is_templated_sql(sql):  # a template is checked when rendered (RenderedSqlMixin)
@@ -98,7 +115,15 @@ def materialized_view(
         choose_plan(parsed, refresh)  # refresh="incremental" fails here for a query it cannot do
     name = normalize_table_name(target, catalog_name)
     view = {"target": target, "sql": sql}
-    write = {"report_only": report_only, "quiet_ticks": quiet_ticks, "refresh": refresh}
+    settings = TargetSettings(
+        TableLayout.parse(partition_by, sort_by, table_properties), on_schema_change
+    )
+    write = {
+        "report_only": report_only,
+        "quiet_ticks": quiet_ticks,
+        "refresh": refresh,
+        "target_settings": settings.to_json(),
+    }
     return tick_group(
         group_id=group_id or f"view_{name.replace('.', '_')}",
         output=name,
@@ -122,7 +147,14 @@ def materialized_view(
             sensor_mode=sensor_mode,
         ),
         waits_on={"sql": sql, "input_upper_policies": input_upper_policies},
-        mint=Step(MintOperator, {**view, "input_upper_policies": input_upper_policies}),
+        mint=Step(
+            MintOperator,
+            {
+                **view,
+                "input_upper_policies": input_upper_policies,
+                "quiet_ticks": quiet_ticks and not report_only,
+            },
+        ),
         write=Step(WriteOperator, {**view, **write, "verify_every": verify_every}),
         append=None if report_only else Step(AppendOperator, {"lineage_sql": sql}),
         fused=ViewTickOperator if fuse_steps else None,

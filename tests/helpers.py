@@ -281,12 +281,15 @@ class XComTI:
         return self.values.get(task_ids)
 
 
-def run_at_sealed_time(dag: Any, last_commit_ms: int) -> int:
+def run_at_sealed_time(
+    dag: Any, last_commit_ms: int, conf: dict[str, Any] | None = None, *, state: str = "success"
+) -> int:
     """Run ``dag`` at a tick time its wall-clock inputs have sealed, after their last commit.
 
     Plain Iceberg inputs are sealed up to the wall clock minus the default
     1 s allowance for late commits: wait until that passes the last commit,
-    then run with ``dag_run.conf["time"]`` just after it. Returns the time.
+    then run with ``dag_run.conf["time"]`` just after it (and ``conf``).
+    The run must end in ``state``. Returns the time.
     """
     import time as _time
 
@@ -295,6 +298,6 @@ def run_at_sealed_time(dag: Any, last_commit_ms: int) -> int:
     while now_ms() < last_commit_ms + 1_100:
         _time.sleep(0.05)
     time = now_ms() - 1_050
-    run = dag.test(run_conf={"time": time})
-    assert run.state == "success", run.state
+    run = dag.test(run_conf={"time": time, **(conf or {})})
+    assert run.state == state, run.state
     return time

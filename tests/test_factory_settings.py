@@ -64,6 +64,7 @@ COMPARED = (
     "read_only",
     "description_task_id",
     "write_task_id",
+    "trigger_rule",
     "lineage_sql",
     "writer_kind",
     "asset",
@@ -202,13 +203,16 @@ def test_the_shared_builder_keeps_each_groups_shape() -> None:
     assert {k: (v["class"], v["upstream"]) for k, v in view.items()} == {
         "view_shop_v.mint": ("MintOperator", ["view_shop_v.wait_for_inputs"]),
         "view_shop_v.write": ("WriteOperator", ["view_shop_v.mint"]),
-        "view_shop_v.append": ("AppendOperator", ["view_shop_v.write"]),
+        "view_shop_v.append": ("AppendOperator", ["view_shop_v.mint", "view_shop_v.write"]),
         "view_shop_v.wait_for_inputs": ("FrontierSensor", []),
     }
     assert view["view_shop_v.append"]["lineage_sql"] == SQL
     assert view["view_shop_v.append"]["outlets"] == ["ct-frontier:ct.shop.v"]
     assert view["view_shop_v.write"]["description_task_id"] == "view_shop_v.mint"
     assert view["view_shop_v.wait_for_inputs"]["sql"] == SQL
+    # A quiet tick's mint skips the write: the append still runs on the mint's batch.
+    assert view["view_shop_v.append"]["trigger_rule"] == "none_failed_min_one_success"
+    assert view["view_shop_v.mint"]["quiet_ticks"] is True
     fused = _build(_fused_view, time="sealed")
     assert {k: (v["class"], v["upstream"]) for k, v in fused.items()} == {
         "view_shop_v.tick": ("ViewTickOperator", []),
@@ -216,14 +220,20 @@ def test_the_shared_builder_keeps_each_groups_shape() -> None:
     assert fused["view_shop_v.tick"]["outlets"] == ["ct-frontier:ct.shop.v"]
     dry = _build(_view, report_only=True)
     assert sorted(dry) == ["view_shop_v.mint", "view_shop_v.wait_for_inputs", "view_shop_v.write"]
+    assert dry["view_shop_v.mint"]["quiet_ticks"] is False  # a dry run stages nothing
     ct = _build(_continual, namespace="ev")
     assert {k: (v["class"], v["upstream"]) for k, v in ct.items()} == {
         "ct_ev_latest.mint": ("ContinualMintOperator", ["ct_ev_latest.wait_for_inputs"]),
         "ct_ev_latest.write": ("ContinualWriteOperator", ["ct_ev_latest.mint"]),
-        "ct_ev_latest.append": ("ContinualAppendOperator", ["ct_ev_latest.write"]),
+        "ct_ev_latest.append": (
+            "ContinualAppendOperator",
+            ["ct_ev_latest.mint", "ct_ev_latest.write"],
+        ),
         "ct_ev_latest.wait_for_inputs": ("FrontierSensor", []),
     }
     append = ct["ct_ev_latest.append"]
+    assert append["trigger_rule"] == "none_failed_min_one_success"
+    assert ct["ct_ev_latest.mint"]["quiet_ticks"] is True
     assert (append["writer_kind"], append["namespace"], append["lineage_sql"]) == (
         "continual-task",
         "ev",

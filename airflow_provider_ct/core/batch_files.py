@@ -62,7 +62,11 @@ class BatchFiles:
             chunk = data if len(rows) == data.num_rows else data.take(pa.array(rows))
             path = self._path(prefix)
             with self.table.io.new_output(path).create(overwrite=False) as out:
-                pq.write_table(chunk, out, **parquet_codec(self.table.properties).arrow_kwargs())
+                pq.write_table(
+                    with_field_ids(self.table, chunk),
+                    out,
+                    **parquet_codec(self.table.properties).arrow_kwargs(),
+                )
             self._written[path] = key
             staged = StagedFile(path, chunk.num_rows, len(self.table.io.new_input(path)))
             parts.append(StagedPart(staged, tuple(rows)))
@@ -98,6 +102,28 @@ class BatchFiles:
         with input_file.open() as stream:
             rows = pq.read_metadata(stream).num_rows
         return StagedFile(path=path, record_count=rows, size_bytes=len(input_file))
+
+
+def with_field_ids(table: Table, data: pa.Table) -> pa.Table:
+    """``data`` with the table's Iceberg field ids on its columns (matched by name).
+
+    Why: a staged file without ids is read through the table's name mapping,
+    which can name only one field per column name; once a column is replaced
+    (``on_schema_change="recreate"``), old files and new ones must resolve
+    the same name to different fields, and only ids can say which.
+    """
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    schema = schema_to_pyarrow(table.schema())
+    by_name = {f.name.lower(): f for f in schema}
+    try:
+        fields = [by_name[name.lower()].with_name(name) for name in data.column_names]
+        return data.cast(pa.schema(fields))
+    except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise StagingError(
+            f"rows staged for {'.'.join(table.name())} do not fit its schema "
+            f"{table.schema()}: {exc}"
+        ) from None
 
 
 def partition_rows(table: Table, data: pa.Table) -> dict[tuple[Any, ...], list[int]]:

@@ -48,3 +48,6 @@ class TableKeys:
     UPPER_HIGH_WATER = "ct.upper-high-water"
     #: A continual task's output: the time of its first tick (its as-of).
     AS_OF = "ct.as-of"
+    #: Who maintains the table: the DAG and the task group of its definition.
+    OWNER_DAG = "ct.owner-dag"
+    OWNER_GROUP = "ct.owner-group"

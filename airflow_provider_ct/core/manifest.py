@@ -21,6 +21,7 @@ from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.producers import TimedChange
+from airflow_provider_ct.core.refresh_state import REFRESH_STATE
 from airflow_provider_ct.core.storage import filesystem
 from airflow_provider_ct.exceptions import FrontierError, ManifestMissingError, StagingError
 
@@ -198,9 +199,11 @@ def _frontier(value: Any, what: str) -> Frontier:
 #: Summary keys a manifest may ask the append to record: never the frontier
 #: keys, the batch id or the attempt, which the append writes itself.
 MANIFEST_SUMMARY_KEYS = frozenset(
-    {SummaryKeys.QUERY_HASH, SummaryKeys.REFRESH, SummaryKeys.INCREMENTAL_TICKS}
+    {SummaryKeys.QUERY_HASH, SummaryKeys.REFRESH, SummaryKeys.INCREMENTAL_TICKS, REFRESH_STATE}
 )
 _MAX_SUMMARY_VALUE = 200
+#: The refresh state lists every source table: longer, still bounded.
+_MAX_SUMMARY_VALUES = {REFRESH_STATE: 65_536}
 
 
 def manifest_summary(value: Any) -> dict[str, str]:
@@ -213,8 +216,9 @@ def manifest_summary(value: Any) -> dict[str, str]:
                 f"summary key {key!r:.80} is not one a manifest may set "
                 f"({sorted(MANIFEST_SUMMARY_KEYS)})"
             )
-        if not isinstance(item, str) or len(item) > _MAX_SUMMARY_VALUE:
-            raise ValueError(f"summary {key} must be a string of at most 200 characters")
+        limit = _MAX_SUMMARY_VALUES.get(key, _MAX_SUMMARY_VALUE)
+        if not isinstance(item, str) or len(item) > limit:
+            raise ValueError(f"summary {key} must be a string of at most {limit} characters")
     return dict(value)
 
 

@@ -92,16 +92,82 @@ def _data_files_by_path(
 
 
 def _staged_data_files(table: Table, paths: Sequence[str]) -> list[DataFile]:
+    """The staged Parquet files as Iceberg data files, each with its partition.
+
+    PyIceberg infers a file's partition from its column bounds, which only
+    works for order-preserving transforms; under ``bucket`` (or any other)
+    the partition is computed from the file's own rows, which the staging
+    wrote one partition to a file.
+    """
     from pyiceberg.io.pyarrow import parquet_files_to_data_files
 
+    spec = table.metadata.spec()
     try:
-        return list(parquet_files_to_data_files(table.io, table.metadata, iter(paths)))
+        if all(f.transform.preserves_order for f in spec.fields):
+            return list(parquet_files_to_data_files(table.io, table.metadata, iter(paths)))
+        return [_data_file_of_one_partition(table, path) for path in paths]
     except FileNotFoundError as exc:
         raise CommitError(f"a staged file to add is missing: {exc}") from None
     except ValueError as exc:
         raise CommitError(
             f"a staged file does not match table {'.'.join(table.name())}'s schema: {exc}"
         ) from None
+
+
+def _data_file_of_one_partition(table: Table, path: str) -> DataFile:
+    """A data file whose partition is that of all its rows (else ``ValueError``)."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile as IcebergDataFile
+    from pyiceberg.manifest import DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    metadata, schema, spec = table.metadata, table.metadata.schema(), table.metadata.spec()
+    stream = table.io.new_input(path)
+    with stream.open() as handle:
+        parquet = pq.ParquetFile(handle)
+        _check_pyarrow_schema_compatible(
+            schema, parquet.schema_arrow, format_version=metadata.format_version
+        )
+        sources = sorted({schema.find_field(f.source_id).name for f in spec.fields})
+        rows = parquet.read(columns=sources).to_pylist()
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=parquet.metadata,
+            stats_columns=compute_statistics_plan(schema, metadata.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        )
+    keys = {_partition_key(spec, schema, row) for row in rows}
+    if len(keys) != 1:
+        raise ValueError(f"{path} holds rows of {len(keys)} partitions, not one")
+    return IcebergDataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(*keys.pop()),
+        file_size_in_bytes=len(stream),
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
+
+
+def _partition_key(spec: Any, schema: Any, row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A row's partition values under ``spec``, as Iceberg's transforms compute them."""
+    from pyiceberg.partitioning import partition_record_value
+
+    key = []
+    for field in spec.fields:
+        source = schema.find_field(field.source_id)
+        value = partition_record_value(field, row[source.name], schema)
+        key.append(field.transform.transform(source.field_type)(value))
+    return tuple(key)
 
 
 def stage_snapshots(

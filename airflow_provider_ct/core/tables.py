@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from airflow_provider_ct.core.keys import TableKeys
+from airflow_provider_ct.core.layout import TableLayout
 from airflow_provider_ct.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -48,23 +49,41 @@ def create_managed_table(
     *,
     location: str | None = None,
     properties: dict[str, str] | None = None,
+    layout: TableLayout | None = None,
 ) -> Table:
     """Create a managed table, or return it if it already exists.
 
     The table gets a default name mapping, so Parquet files written without
     Iceberg field ids (e.g. staged by plain Spark) are read by column name.
+    ``layout`` (partitioning, sort order, the user's properties) applies to
+    a table created here only: one that exists keeps its own.
     """
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+    from pyiceberg.exceptions import (
+        CommitFailedException,
+        NamespaceAlreadyExistsError,
+        TableAlreadyExistsError,
+    )
 
     namespace, _ = split_identifier(identifier)
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(namespace)
-    props = {**MANAGED_TABLE_PROPERTIES, **(properties or {})}
+    layout = layout or TableLayout()
+    props = {**layout.properties, **MANAGED_TABLE_PROPERTIES, **(properties or {})}
     try:
-        table = catalog.create_table(identifier, schema=schema, location=location, properties=props)
-        log.info("created managed table %s at %s", identifier, table.location())
-    except TableAlreadyExistsError:
+        if catalog.table_exists(identifier):
+            raise TableAlreadyExistsError(identifier)
+        with catalog.create_table_transaction(
+            identifier, schema=schema, location=location, properties=props
+        ) as tx:
+            created = tx.table_metadata.schema()
+            layout.check(created, identifier)
+            layout.apply(tx, created)
         table = catalog.load_table(identifier)
+        log.info("created managed table %s at %s", identifier, table.location())
+    except (TableAlreadyExistsError, CommitFailedException):
+        if not catalog.table_exists(identifier):
+            raise  # a failed commit of a table that does not exist: not a lost race
+        table = catalog.load_table(identifier)  # created concurrently: theirs is ours too
     ensure_name_mapping(table)
     return table
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.catalog import DEFAULT_CATALOG_NAME
 from airflow_provider_ct.core.frontier import parse_timestamp, timestamp_from_datetime
+from airflow_provider_ct.core.owner import Owner
 from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.core.settings import read_only as deployment_read_only
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError, QueryError
@@ -19,6 +20,13 @@ if TYPE_CHECKING:
     pass
 
 log = logging.getLogger(__name__)
+
+#: The XCom key of the fused tick's write report.
+WRITE_REPORT_KEY = "write_report"
+#: The field of a mint's XCom holding the write report of the quiet batch it
+#: staged (it then skipped the write task): beside the description, so the
+#: append gets both in one XCom read.
+QUIET_REPORT_FIELD = "quiet_report"
 
 #: Deployment-wide read-only switch (0dt upgrades, incident response).
 
@@ -72,6 +80,19 @@ def load_json_object(value: Any, what: str) -> dict[str, Any]:
     raise DescriptionError(
         f"{what} must be a JSON object, got {type(value).__name__}: {value!r:.200}"
     )
+
+
+def owner_of(context: Any) -> Owner | None:
+    """The definition a task belongs to: its DAG and task group.
+
+    ``None`` outside a task group (an operator used on its own has no
+    definition to own a table) or outside a DAG run.
+    """
+    ti = context.get("ti")
+    dag_id, task_id = getattr(ti, "dag_id", None), getattr(ti, "task_id", None)
+    if not isinstance(dag_id, str) or not isinstance(task_id, str) or "." not in task_id:
+        return None
+    return Owner(dag_id, task_id.rsplit(".", 1)[0])
 
 
 def is_templated_sql(sql: str) -> bool:

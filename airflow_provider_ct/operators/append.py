@@ -14,6 +14,7 @@ from airflow_provider_ct.core.commit import catalog_transport_errors
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.landing import landing_of
+from airflow_provider_ct.core.owner import Owner, claim
 from airflow_provider_ct.core.reports import AppendOutcome, WriteReport, WriteStatus
 from airflow_provider_ct.core.sealed import frontier_event_extra
 from airflow_provider_ct.core.staging import batch_files_live
@@ -22,7 +23,7 @@ from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError, DescriptionError, ManifestMissingError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
-from airflow_provider_ct.operators._common import load_json_object
+from airflow_provider_ct.operators._common import QUIET_REPORT_FIELD, load_json_object, owner_of
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -78,6 +79,9 @@ class AppendStep:
         self._lineage_result = result.to_json()
         if result.appended:
             self._announce(context, result, report, description)
+            owner = owner_of(context)
+            if owner is not None and Owner.of(table) is None:
+                claim(table, owner)  # a target this tick created: the mint could not yet
         return result.to_json()
 
     def _allowed_times(
@@ -213,24 +217,38 @@ class AppendOperator(AppendStep, BaseOperator):
         self.description_task_id = description_task_id
         self.iceberg_conn_id = iceberg_conn_id
 
-    def _description(self, context: Any) -> BatchDescription | None:
+    def _minted(self, context: Any) -> dict[str, Any] | None:
+        """The mint's XCom (the description), or ``None`` without ``description_task_id``."""
         if self.description_task_id is None:
             return None
         value = context["ti"].xcom_pull(task_ids=self.description_task_id)
         if value is None:
             raise DescriptionError(f"task {self.description_task_id} returned no description")
-        description = BatchDescription.from_json(load_json_object(value, "batch description"))
-        self._lineage_description = description
-        return description
+        return load_json_object(value, "batch description")
+
+    def _report_value(self, context: Any, minted: dict[str, Any] | None) -> Any:
+        """The write report: given, the write task's, or (a quiet tick) the one the mint staged.
+
+        A mint that found the tick quiet staged its empty batch, put the
+        report beside its description (``quiet_report``) and skipped the write.
+        """
+        if self.report is not None:
+            return self.report
+        value = context["ti"].xcom_pull(task_ids=self.write_task_id)
+        if value is None and minted is not None:
+            value = minted.get(QUIET_REPORT_FIELD)
+        if value is None:
+            raise DescriptionError(
+                f"task {self.write_task_id} returned no write report"
+                + (f" and {self.description_task_id} staged no quiet batch" if minted else "")
+            )
+        return value
 
     def execute(self, context: Any) -> dict[str, Any]:
-        value = self.report
-        if value is None:
-            value = context["ti"].xcom_pull(task_ids=self.write_task_id)
-            if value is None:
-                raise DescriptionError(f"task {self.write_task_id} returned no write report")
-        report = checked_report(value)
-        description = self._description(context)
+        minted = self._minted(context)
+        report = checked_report(self._report_value(context, minted))
+        description = None if minted is None else BatchDescription.from_json(minted)
+        self._lineage_description = description
         if description is not None and report.description_id != description.id:
             raise DescriptionError(
                 f"write report is for description {report.description_id}, not for "

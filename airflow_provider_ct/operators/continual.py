@@ -11,20 +11,18 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.continual import (
-    CONTINUAL_TASK_KIND,
-    ContinualTaskDef,
     as_of_of,
     batch_times,
     parse_continual_task,
 )
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.quiet import Quiet, continual_tick_is_quiet
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.operators._quiet import ContinualQuiet, QuietRule
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
-from airflow_provider_ct.operators.write import Loaded, WriteOperator
+from airflow_provider_ct.operators.write import WriteOperator
 from airflow_provider_ct.spark.jobs import ContinualWrite, JobSpec
 
 if TYPE_CHECKING:
@@ -60,6 +58,10 @@ class ContinualMintOperator(MintOperator):
         """None: sqlglot cannot trace columns through a continual-task definition."""
         return None
 
+    def quiet_rule(self) -> QuietRule:
+        """Quiet when the job would process no input time (the write task asks the same)."""
+        return ContinualQuiet(self.definition, self.namespace)
+
 
 class ContinualWriteOperator(WriteOperator):
     """Run the continual-task Spark job for a description (stages every input time).
@@ -70,8 +72,6 @@ class ContinualWriteOperator(WriteOperator):
 
     template_fields = ("definition", "namespace", "description")
     job_kind = "continual-task job"
-    query_kind = CONTINUAL_TASK_KIND
-    quiet_records_time = False
 
     def __init__(self, *, definition: str, namespace: str | None = None, **kwargs: Any) -> None:
         self.definition = definition
@@ -79,29 +79,20 @@ class ContinualWriteOperator(WriteOperator):
         task = parse_continual_task(definition, default_namespace=namespace)
         super().__init__(target=task.name, sql=definition, **kwargs)
 
-    def _tables_read(self, hook: IcebergCatalogHook, target: str) -> list[str]:
-        task = self._task(hook)
-        return [task.input, *task.references]
-
-    def _quiet(self, hook: IcebergCatalogHook, desc: BatchDescription, loaded: Loaded) -> Quiet:
+    def quiet_rule(self) -> QuietRule:
         """Quiet when the job would process no input time (the input did not change)."""
-        task = self._task(hook)
-        table = loaded.inputs[task.input]
-        return continual_tick_is_quiet(
-            loaded.target, desc, input_name=task.input, input_table=table, snapshot=task.snapshot
-        )
-
-    def _task(self, hook: IcebergCatalogHook) -> ContinualTaskDef:
-        return parse_continual_task(
-            self.definition, default_namespace=self.namespace, catalog_name=hook.get_config().name
-        )
+        return ContinualQuiet(self.definition, self.namespace)
 
     def _lineage_sql(self) -> str | None:
         """None: sqlglot cannot trace columns through a continual-task definition."""
         return None
 
     def job_spec(self) -> JobSpec:
-        return JobSpec(ContinualWrite(task=self.definition, namespace=self.namespace))
+        return JobSpec(
+            ContinualWrite(
+                task=self.definition, namespace=self.namespace, target=self.target_settings
+            )
+        )
 
 
 class ContinualAppendOperator(AppendOperator):

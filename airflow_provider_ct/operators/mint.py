@@ -6,19 +6,28 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, SkipMixin
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_ct.assets import SEALED, sealed_tick_time
 from airflow_provider_ct.collections.holds import hold_collection_inputs
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.mint import mint
+from airflow_provider_ct.core.owner import claim
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
-from airflow_provider_ct.operators._common import RenderedSqlMixin, read_only_default, tick_time
+from airflow_provider_ct.operators._common import (
+    QUIET_REPORT_FIELD,
+    RenderedSqlMixin,
+    owner_of,
+    read_only_default,
+    tick_time,
+)
+from airflow_provider_ct.operators._quiet import QuietRule, ViewQuiet, load_inputs, quiet_batch
+from airflow_provider_ct.operators.write import WriteOperator
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +35,7 @@ log = logging.getLogger(__name__)
 XCOM_RETURN_KEY = "return_value"
 
 
-class MintOperator(RenderedSqlMixin, BaseOperator):
+class MintOperator(RenderedSqlMixin, BaseOperator, SkipMixin):
     """Mint the batch description ``{id, target, lower, upper, time, base_snapshot_id, inputs}``.
 
     Skips (with the reason in the log) when T is already sealed, the target
@@ -43,6 +52,12 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
     :param read_only: mint nothing; default from the ``CT_READ_ONLY`` environment variable.
     :param input_upper_policies: per external input, ``wallclock[:<ms>]`` or ``summary:<key>``.
     :param iceberg_conn_id: catalog connection (default: embedded catalog).
+    :param quiet_ticks: when the minted tick provably changes nothing (no
+        input changed, see ``core/quiet.py``), stage its empty batch here and
+        skip the downstream write task: the append lands it as usual, and a
+        quiet tick costs one task instance less (the write would only repeat
+        this check). The write report is in this task's XCom, beside the
+        description, as ``quiet_report``.
     """
 
     template_fields: Sequence[str] = ("target", "sql", "time")
@@ -58,9 +73,11 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
         read_only: bool | None = None,
         input_upper_policies: Mapping[str, str] | None = None,
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+        quiet_ticks: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.quiet_ticks = quiet_ticks
         self.target = target
         self.sql = sql
         self.time = time
@@ -69,11 +86,35 @@ class MintOperator(RenderedSqlMixin, BaseOperator):
         self.iceberg_conn_id = iceberg_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
         description = mint_description(
-            context, self, previous=self._previous(context), inputs_of=self._inputs
+            context, self, previous=self._previous(context), inputs_of=self._inputs, hook=hook
         )
         self._minted = description
+        if self.quiet_ticks:
+            self._skip_write_if_quiet(context, hook, description)
         return description.to_json()
+
+    def quiet_rule(self) -> QuietRule:
+        """What "quiet" means for this tick (the write task asks the same rule)."""
+        return ViewQuiet(self.sql)
+
+    def _skip_write_if_quiet(
+        self, context: Any, hook: IcebergCatalogHook, description: BatchDescription
+    ) -> None:
+        """On a quiet tick, stage its empty batch and skip the write task (see ``quiet_ticks``)."""
+        writes = [t for t in self.downstream_list if isinstance(t, WriteOperator)]
+        if not writes:
+            return
+        rule = self.quiet_rule()
+        staged = quiet_batch(hook, description, rule, load_inputs(hook, description, rule))
+        if staged is None:
+            return
+        ti = context["ti"]
+        # Skipping ends execute() with an exception: the XCom is pushed here.
+        minted = {**description.to_json(), QUIET_REPORT_FIELD: staged}
+        ti.xcom_push(key=XCOM_RETURN_KEY, value=minted)
+        self.skip(ti, writes)
 
     def _inputs(self, target: str, catalog_name: str) -> list[str]:
         """Tables the target is computed from (parsing fails before any Spark job)."""
@@ -145,6 +186,7 @@ def mint_description(
     *,
     previous: BatchDescription | None,
     inputs_of: Callable[[str, str], list[str]],
+    hook: IcebergCatalogHook | None = None,
 ) -> BatchDescription:
     """Mint one tick's description, or skip the task (with the reason) if there is none.
 
@@ -152,18 +194,23 @@ def mint_description(
     as the first of its three steps.
 
     :param inputs_of: ``(target, catalog_name) -> input table names``.
+    :param hook: the catalog hook of ``settings.iceberg_conn_id``, if the caller has one open.
     """
-    iceberg_conn_id, time = settings.iceberg_conn_id, settings.time
+    time = settings.time
     read_only, input_upper_policies = settings.read_only, settings.input_upper_policies
-    hook = IcebergCatalogHook(iceberg_conn_id)
+    hook = hook or IcebergCatalogHook(settings.iceberg_conn_id)
     catalog_name = hook.get_config().name
     target = normalize_table_name(settings.target, catalog_name)
     names = inputs_of(target, catalog_name)  # a query that does not parse fails here
     inputs = hook.timelines(names, input_upper_policies)  # all exist
     t = _tick_time(context, time, inputs, catalog_name)
+    table = hook.load_table_or_none(target)
+    owner = owner_of(context)
+    if table is not None and owner is not None:
+        table = claim(table, owner, record=not read_only_default(read_only))
     decision = mint(
         target=target,
-        target_timeline=hook.target_timeline(target),
+        target_timeline=None if table is None else Timeline.of(table),
         time=t,
         inputs=inputs,
         read_only=read_only_default(read_only),

@@ -27,13 +27,14 @@ from typing import Any
 from airflow.sdk import Asset
 
 from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.operators._common import WRITE_REPORT_KEY
 from airflow_provider_ct.operators.append import AppendStep, checked_report
 from airflow_provider_ct.operators.mint import mint_description, previous_description, view_inputs
 from airflow_provider_ct.operators.write import WriteOperator
 
 #: XCom keys of the fused task's intermediate results (its return value is the append's).
 DESCRIPTION_KEY = "description"
-WRITE_REPORT_KEY = "write_report"
+__all__ = ["DESCRIPTION_KEY", "WRITE_REPORT_KEY", "ViewTickOperator"]
 
 
 class ViewTickOperator(AppendStep, WriteOperator):

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.layout import TargetSettings
 from airflow_provider_ct.core.planner import REFRESH_MODES
-from airflow_provider_ct.core.query import normalize_table_name, parse_query, query_hash
-from airflow_provider_ct.core.quiet import Quiet, stage_empty_batch, view_tick_is_quiet
-from airflow_provider_ct.core.reports import WriteReport, WriteStatus
+from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.engine.client import ENGINES
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
@@ -28,22 +26,17 @@ from airflow_provider_ct.operators._common import (
     RenderedSqlMixin,
     load_json_object,
 )
+from airflow_provider_ct.operators._quiet import (
+    QuietRule,
+    ViewQuiet,
+    load_inputs,
+    quiet_batch,
+)
 from airflow_provider_ct.spark.jobs import JobSpec, ViewWrite
-
-if TYPE_CHECKING:
-    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_LOCAL_MASTER", "Loaded", "WriteOperator"]
-
-
-class Loaded(NamedTuple):
-    """The tables a quiet check reads, loaded once per task."""
-
-    #: The target, ``None`` before its first tick.
-    target: Table | None
-    inputs: dict[str, Table]
+__all__ = ["DEFAULT_LOCAL_MASTER", "WriteOperator"]
 
 
 class WriteOperator(RenderedSqlMixin, BaseOperator):
@@ -76,6 +69,9 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         ``spark-submit`` elsewhere (``engine/choice.py``, logged once per task).
     :param warm_idle_timeout: seconds a warm driver stays up without jobs
         (``None``: the connection's extra ``ct_warm_idle_timeout``, else 900).
+    :param target_settings: the target's layout when the job creates it and
+        what to do when the query's schema changed
+        (:class:`~airflow_provider_ct.core.layout.TargetSettings` as JSON).
     """
 
     template_fields: Sequence[str] = ("target", "sql", "description")
@@ -83,11 +79,6 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
     ui_color = "#f7e6c4"
     #: The job, as messages name it.
     job_kind = "write job"
-    #: ``kind`` of this job's :func:`~airflow_provider_ct.core.query.query_hash`.
-    query_kind = "view"
-    #: Whether a quiet batch records the tick's time (a view) or only advances
-    #: the upper (a continual task whose input did not change).
-    quiet_records_time = True
     #: Whether the description comes from ``description``/``description_task_id``
     #: (not for a task that mints its own, :class:`~.tick.ViewTickOperator`).
     reads_description = True
@@ -110,9 +101,12 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         verify_every: int = 0,
         engine: str | None = None,
         warm_idle_timeout: float | None = None,
+        target_settings: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        TargetSettings.from_json(target_settings)  # a bad one breaks the DAG import
+        self.target_settings = target_settings
         if description is None and description_task_id is None and self.reads_description:
             raise ValueError("pass description= or description_task_id=")
         self.target = target
@@ -148,45 +142,9 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
                 raise DescriptionError(f"task {self.description_task_id} returned no description")
         return BatchDescription.from_json(load_json_object(value, "batch description"))
 
-    def _tables_read(self, hook: IcebergCatalogHook, target: str) -> list[str]:
-        """The tables the job reads (a query that does not parse fails here, before Spark)."""
-        catalog_name = hook.get_config().name
-        return list(parse_query(self.sql, target=target, catalog_name=catalog_name).inputs)
-
-    def _check_before_spark(
-        self, hook: IcebergCatalogHook, desc: BatchDescription, target: str
-    ) -> dict[str, Table]:
-        """Check what needs no JVM; returns the inputs, loaded (the quiet check reads them)."""
-        names = self._tables_read(hook, target)
-        inputs = {name: hook.load_table(name) for name in names}  # all exist
-        missing = [t for t in names if t not in desc.inputs]
-        if missing:
-            raise DescriptionError(f"description {desc.id} does not pin inputs {missing}")
-        return inputs
-
-    def _quiet(self, hook: IcebergCatalogHook, desc: BatchDescription, loaded: Loaded) -> Quiet:
-        """Whether the tick provably changes nothing (metadata reads only, no JVM)."""
-        return view_tick_is_quiet(
-            loaded.target,
-            desc,
-            sql=self.sql,
-            inputs=loaded.inputs,
-            catalog_name=hook.get_config().name,
-        )
-
-    def _stage_quiet(self, target: Table, desc: BatchDescription, reason: str) -> dict[str, Any]:
-        """Stage the quiet tick's empty batch; the append commits it like any other."""
-        _, manifest = stage_empty_batch(
-            target,
-            desc,
-            record_time=self.quiet_records_time,
-            summary={SummaryKeys.QUERY_HASH: query_hash(self.sql, self.query_kind)},
-        )
-        log.info("quiet tick for %s (no Spark job): %s", desc.target, reason)
-        report = WriteReport(
-            WriteStatus.STAGED, desc.id, desc.target, manifest=manifest, reason=reason, quiet=True
-        )
-        return report.to_json()
+    def quiet_rule(self) -> QuietRule:
+        """What "quiet" means for this task's kind (shared with the mint, see ``_quiet``)."""
+        return ViewQuiet(self.sql)
 
     def job_spec(self) -> JobSpec:
         """The job to run: what this operator differs in from the continual one."""
@@ -196,6 +154,7 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
                 refresh=self.refresh,
                 verify_every=self.verify_every,
                 dry_run=self.report_only,
+                target=self.target_settings,
             )
         )
 
@@ -229,17 +188,14 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
                 f"description {desc.id} is for {desc.target}, not for this task's target {target}"
             )
         # Everything checkable without a JVM is checked before Spark starts.
-        inputs = self._check_before_spark(hook, desc, target)
+        rule = self.quiet_rule()
+        inputs = load_inputs(hook, desc, rule)
         self._lineage_state: tuple[BatchDescription, dict[str, Any] | None] = (desc, None)
         if self.quiet_ticks and not self.report_only:
-            table = hook.load_table_or_none(target)
-            quiet = self._quiet(hook, desc, Loaded(table, inputs))
-            if quiet.quiet:
-                assert table is not None  # a quiet tick has a head to stay equal to
-                staged = self._stage_quiet(table, desc, quiet.reason)
+            staged = quiet_batch(hook, desc, rule, inputs)
+            if staged is not None:
                 self._lineage_state = (desc, staged)
                 return staged
-            log.info("not a quiet tick, running Spark: %s", quiet.reason)
         self._job_hook = self.job_hook()
         what = f"the {self.job_kind} for {target}"
         report = self._job_hook.run(self.job_spec(), desc, hook.get_config(), what=what)

@@ -45,6 +45,7 @@ from airflow_provider_ct.core.continual import (
 )
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.layout import TableLayout, TargetSettings
 from airflow_provider_ct.core.manifest import StagedFile, StagedTime
 from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
@@ -252,8 +253,15 @@ def run_continual(
     task_sql: str,
     default_namespace: str | None,
     description: BatchDescription,
+    *,
+    target: TargetSettings | None = None,
 ) -> WriteReport:
-    """Compute and stage one batch of a continual task."""
+    """Compute and stage one batch of a continual task.
+
+    :param target: the output's layout when this tick creates it (its
+        columns are the definition's: a changed definition is refused, as an
+        append-only history cannot be recomputed under new columns).
+    """
     task = parse_continual_task(
         task_sql, default_namespace=default_namespace, catalog_name=config.name
     )
@@ -261,7 +269,7 @@ def run_continual(
     if desc.target != task.name:
         raise CTError(f"description {desc.id} is for {desc.target}, not for task {task.name}")
     catalog = config.load()
-    table = _open_output(spark, catalog, task, desc)
+    table = _open_output(spark, catalog, task, desc, (target or TargetSettings()).layout)
     if isinstance(table, WriteReport):
         return table
     source = catalog.load_table(task.input)
@@ -309,9 +317,13 @@ def run_continual(
 
 
 def _open_output(
-    spark: SparkSession, catalog: Any, task: ContinualTaskDef, desc: BatchDescription
+    spark: SparkSession,
+    catalog: Any,
+    task: ContinualTaskDef,
+    desc: BatchDescription,
+    layout: TableLayout,
 ) -> Table | WriteReport:
-    """The output, created on the first tick; an ``outdated`` report if its head moved on."""
+    """The output, created on the first tick (with ``layout``); ``outdated`` if it moved on."""
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
@@ -325,7 +337,7 @@ def _open_output(
         return _adopted(table, task, desc)
     schema = pa.schema([pa.field(c, _arrow_type(spark, t)) for c, t in task.columns])
     table = create_managed_table(
-        catalog, task.name, schema, properties={TableKeys.AS_OF: str(desc.time)}
+        catalog, task.name, schema, properties={TableKeys.AS_OF: str(desc.time)}, layout=layout
     )
     if table.metadata.current_snapshot() is not None:
         reason = "output was created and written concurrently"

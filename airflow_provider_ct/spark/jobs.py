@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from airflow_provider_ct.core.layout import TargetSettings
 from airflow_provider_ct.core.planner import REFRESH_MODES
 from airflow_provider_ct.exceptions import ConfigurationError
 
@@ -45,6 +46,8 @@ class ViewWrite:
     refresh: str = "auto"
     verify_every: int = 0
     dry_run: bool = False
+    #: :class:`~airflow_provider_ct.core.layout.TargetSettings` as JSON.
+    target: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.refresh not in REFRESH_MODES:
@@ -53,6 +56,7 @@ class ViewWrite:
             )
         if self.verify_every < 0:
             raise ConfigurationError(f"verify_every={self.verify_every!r}: expected >= 0")
+        TargetSettings.from_json(self.target)  # a bad one fails where the spec is built
 
     def run(
         self, spark: SparkSession, config: CatalogConfig, description: BatchDescription
@@ -67,6 +71,7 @@ class ViewWrite:
             dry_run=self.dry_run,
             refresh=self.refresh,
             verify_every=self.verify_every,
+            target=TargetSettings.from_json(self.target),
         )
 
 
@@ -77,13 +82,25 @@ class ContinualWrite:
     kind: ClassVar[str] = "continual"
     task: str
     namespace: str | None = None
+    #: :class:`~airflow_provider_ct.core.layout.TargetSettings` as JSON.
+    target: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        TargetSettings.from_json(self.target)  # a bad one fails where the spec is built
 
     def run(
         self, spark: SparkSession, config: CatalogConfig, description: BatchDescription
     ) -> WriteReport:
         from airflow_provider_ct.spark.continual_job import run_continual
 
-        return run_continual(spark, config, self.task, self.namespace, description)
+        return run_continual(
+            spark,
+            config,
+            self.task,
+            self.namespace,
+            description,
+            target=TargetSettings.from_json(self.target),
+        )
 
 
 #: Every job kind, by the name its specs carry.
@@ -157,4 +174,5 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,),
     "bool": (bool,),
     "str | None": (str, type(None)),
+    "dict[str, Any] | None": (dict, type(None)),
 }

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -26,6 +26,9 @@ from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import begin_batch, finish_batch
 from airflow_provider_ct.spark.fingerprints import Correction
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 #: Corrections up to this many inserted rows are written by pyarrow on the driver.
 ROWS_COLLECTED = 200_000
@@ -84,8 +87,33 @@ def _write_inserts(table: Any, correction: Correction, folder: str) -> None:
             return
     files = max(1, -(-correction.insert_count // ROWS_PER_FILE))
     codec = parquet_codec(table.properties).name  # Spark's level: its own setting
-    writer = correction.inserts.repartition(files).write.mode("errorifexists")
+    inserts = _with_field_ids(table, correction.inserts)
+    writer = inserts.repartition(files).write.mode("errorifexists")
     writer.option("compression", codec).parquet(folder)
+
+
+def _with_field_ids(table: Any, frame: DataFrame) -> DataFrame:
+    """``frame`` with the table's field ids as Spark's Parquet writer records them.
+
+    Spark writes a column's ``parquet.field.id`` metadata as its Parquet
+    field id (``spark.sql.parquet.fieldId.write.enabled``, on by default), so
+    these files resolve by id like Iceberg's own (see
+    :func:`~airflow_provider_ct.core.batch_files.with_field_ids` for why).
+    Nested columns would need ids at every level: their files keep
+    resolving by name.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if any(isinstance(f.dataType, ArrayType | MapType | StructType) for f in frame.schema.fields):
+        return frame
+    ids = {f.name.lower(): f.field_id for f in table.schema().fields}
+    return frame.select(
+        *[
+            F.col(f"`{f.name}`").alias(f.name, metadata={"parquet.field.id": ids[f.name.lower()]})
+            for f in frame.schema.fields
+        ]
+    )
 
 
 def stage_correction(

@@ -39,6 +39,7 @@ from airflow_provider_ct.core.changes import estimated_change_rows
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.layout import TargetSettings
 from airflow_provider_ct.core.planner import FULL, Plan, choose_plan
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
 from airflow_provider_ct.core.refresh import (
@@ -46,7 +47,9 @@ from airflow_provider_ct.core.refresh import (
     large_change_reason,
     small_inputs_reason,
 )
+from airflow_provider_ct.core.refresh_state import refresh_state
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
+from airflow_provider_ct.core.schema_change import change_schema, diff_schemas, schema_error
 from airflow_provider_ct.core.settings import (
     full_rows_on_driver,
     large_change_share,
@@ -136,6 +139,7 @@ def run_write(
     dry_run: bool = False,
     refresh: str = "auto",
     verify_every: int = 0,
+    target: TargetSettings | None = None,
 ) -> WriteReport:
     """Compute and stage one batch. See the module docstring.
 
@@ -144,6 +148,8 @@ def run_write(
         than fall back for a query that cannot be maintained incrementally)
         or ``full`` (always the full correction).
     :param verify_every: run the full correction every N ticks (0: never).
+    :param target: how to create the target, what to do when the query's
+        schema changed, who owns it (:class:`~airflow_provider_ct.core.layout.TargetSettings`).
     """
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -172,18 +178,20 @@ def run_write(
             reason="target does not exist yet",
             extra={"strategy": FULL, "plan": plan.explain()},
         )
-    target = _prepare_target(spark, config, catalog, desc, table, desired)
-    if target is None:
+    prepared = _prepare_target(
+        spark, config, catalog, desc, table, desired, target or TargetSettings(), dry_run=dry_run
+    )
+    if prepared is None:
         reason = "target was created and written concurrently"
         return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
-    scratch = Scratch(spark, target.table)
+    scratch = Scratch(spark, prepared.table)
     small, large = small_input_rows(refresh), large_change_share(refresh)
     tick = _Tick(
         spark, config, catalog, sql, desc, plan, verify_every, small, large, scratch, clock
     )
     try:
-        return _compute_and_stage(tick, target, dry_run)
+        return _compute_and_stage(tick, prepared, dry_run)
     finally:
         tick.scratch.remove()
 
@@ -206,6 +214,8 @@ class _Tick:
     #: Holds the inputs' changes the correction's frames read: removed after staging.
     scratch: Scratch
     clock: _PhaseClock
+    #: When the job started (the draft materialized-view spec's refresh start).
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
 
 def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteReport:
@@ -255,12 +265,17 @@ def _batch_summary(tick: _Tick, computed: _Computed) -> dict[str, str]:
     """What the batch's snapshot summary records of how it was computed.
 
     The query's hash lands with the batch: a later tick can then prove
-    itself quiet (core/quiet.py) or incremental (core/incremental.py).
+    itself quiet (core/quiet.py) or incremental (core/incremental.py). The
+    draft Iceberg materialized-view ``refresh-state`` says the same for
+    other engines (core/refresh_state.py).
     """
+    digest = query_hash(tick.sql)
+    sources = {n: (tick.catalog.load_table(n), s) for n, s in tick.desc.inputs.items()}
     return {
-        SummaryKeys.QUERY_HASH: query_hash(tick.sql),
+        SummaryKeys.QUERY_HASH: digest,
         SummaryKeys.REFRESH: computed.strategy,
         SummaryKeys.INCREMENTAL_TICKS: str(computed.incremental_ticks),
+        **refresh_state(digest, sources, tick.started_ms),
     }
 
 
@@ -271,24 +286,36 @@ def _prepare_target(
     desc: BatchDescription,
     table: Any,
     desired: DataFrame,
+    settings: TargetSettings,
+    *,
+    dry_run: bool = False,
 ) -> _Target | None:
-    """Create the target on first use; check the query's schema; read the head."""
+    """Create the target on first use; fit its schema to the query's; read the head."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     columns = [f.name for f in desired.schema.fields]
     if len({c.lower() for c in columns}) != len(columns):
         raise CTError(f"the query for {desc.target} has duplicate column names: {columns}")
+    # Every column optional: Spark's nullability flags shift with plans
+    # (joins, explode), and a required column would reject staged files.
+    arrow_schema = to_arrow_schema(desired.schema)
+    arrow_schema = pa.schema([f.with_nullable(True) for f in arrow_schema])
     if table is None:
-        # Every column optional: Spark's nullability flags shift with plans
-        # (joins, explode), and a required column would reject staged files.
-        arrow_schema = to_arrow_schema(desired.schema)
-        arrow_schema = pa.schema([f.with_nullable(True) for f in arrow_schema])
-        table = create_managed_table(catalog, desc.target, arrow_schema)
+        table = create_managed_table(catalog, desc.target, arrow_schema, layout=settings.layout)
         if table.metadata.current_snapshot() is not None:
             return None
+    diff = diff_schemas(table.schema(), arrow_schema)
+    if diff:
+        if dry_run:
+            raise schema_error(diff, desc.target, "fail")
+        table = change_schema(
+            table, diff, arrow_schema, settings.on_schema_change, desc.base_snapshot_id
+        )
+        log.info("schema of %s changed to fit the query: %s", desc.target, diff.problems())
     current = spark.table(_qualified(config, desc.target))
-    check_schema(desired, current, desc.target)
     columns = [f.name for f in current.schema.fields]
+    desired = desired.select(*[f"`{c}`" for c in columns])  # rows compare by name, not position
+    check_schema(desired, current, desc.target)
     persisted = None
     if desc.base_snapshot_id is not None:
         persisted = (

@@ -1,0 +1,271 @@
+"""Views' tables as lakehouse users have them: laid out, owned once, following their definitions.
+
+Through ``dag.test()`` on the warm engine, over an input ``vt.events`` the
+test creates with Spark SQL (partitioned by ``days(ts)``, merge-on-read).
+The oracle is a Python model over the events the test wrote; layouts are
+read back from the table's metadata and its files, never from what the
+product recorded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.keys import TableKeys
+from airflow_provider_ct.core.timeline import Timeline
+from tests.helpers import rows_of, run_at_sealed_time
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
+EPOCH = dt.date(1970, 1, 1)
+DAY = dt.datetime(2026, 3, 1, 8)
+
+Event = tuple[dt.datetime, str, int]
+
+
+@pytest.fixture
+def lake(spark: Any, spark_lake: CatalogConfig) -> Any:
+    """A fresh ``vt`` namespace with the input, in the Spark session's catalog."""
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS ct.vt")
+    for (name,) in spark.sql("SHOW TABLES IN ct.vt").select("tableName").collect():
+        spark.sql(f"DROP TABLE IF EXISTS ct.vt.{name} PURGE")
+    spark.sql(
+        "CREATE TABLE ct.vt.events (ts TIMESTAMP, country STRING, amount BIGINT) USING iceberg "
+        "PARTITIONED BY (days(ts)) TBLPROPERTIES ('format-version'='2', "
+        "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')"
+    )
+    sys.path.insert(0, str(ROOT / "tests" / "dags"))
+    return spark_lake.load()
+
+
+def _insert(spark: Any, events: list[Event], rows: list[Event]) -> None:
+    values = ", ".join(f"(TIMESTAMP '{ts:%Y-%m-%d %H:%M:%S}', '{c}', {a})" for ts, c, a in rows)
+    spark.sql(f"INSERT INTO ct.vt.events VALUES {values}")
+    events.extend(rows)
+
+
+def _tick(
+    dag: Any, catalog: Any, conf: dict[str, Any] | None = None, state: str = "success"
+) -> int:
+    head = catalog.load_table("vt.events").metadata.current_snapshot()
+    return run_at_sealed_time(dag, head.timestamp_ms, conf, state=state)
+
+
+def _groups(events: list[Event]) -> dict[tuple[dt.date, str], list[int]]:
+    groups: dict[tuple[dt.date, str], list[int]] = {}
+    for ts, country, amount in events:
+        groups.setdefault((ts.date(), country), []).append(amount)
+    return groups
+
+
+def _daily(events: list[Event]) -> Counter[tuple[Any, ...]]:
+    return Counter((d, c, len(a), sum(a)) for (d, c), a in _groups(events).items())
+
+
+def _partition_of_rows(day: dt.date, country: str) -> tuple[int, int]:
+    """``(month(day), bucket(2, country))`` as Iceberg's transforms compute them."""
+    from pyiceberg.transforms import BucketTransform, MonthTransform
+    from pyiceberg.types import DateType, StringType
+
+    month = MonthTransform().transform(DateType())((day - EPOCH).days)
+    return month, BucketTransform(2).transform(StringType())(country)
+
+
+def _check_partitions(table: Any) -> int:
+    """Each data file holds one partition (from its rows); deletes stay in theirs. Files seen."""
+    partition_of: dict[str, tuple[Any, ...]] = {}
+    deletes = []
+    for task in table.scan().plan_files():
+        data = task.file
+        with table.io.new_input(data.file_path).open() as stream:
+            rows = pq.read_table(stream, columns=["day", "country"]).to_pylist()
+        seen = {_partition_of_rows(r["day"], r["country"]) for r in rows}
+        assert seen == {tuple(data.partition)}, data.file_path
+        partition_of[data.file_path] = tuple(data.partition)
+        deletes += list(task.delete_files)
+    for delete in deletes:
+        with table.io.new_input(delete.file_path).open() as stream:
+            targets = set(pq.read_table(stream, columns=["file_path"]).column(0).to_pylist())
+        assert {partition_of[t] for t in targets if t in partition_of} == {tuple(delete.partition)}
+    return len(partition_of)
+
+
+def _check_refresh_state(view: Any, source: Any) -> int:
+    """The draft MV spec's refresh state names the source's uuid and the snapshot read."""
+    summary = view.metadata.current_snapshot().summary.additional_properties
+    state = json.loads(summary["refresh-state"])
+    assert state["source-states"] == [
+        {
+            "type": "table",
+            "namespace": ["vt"],
+            "name": "events",
+            "uuid": str(source.metadata.table_uuid),
+            "snapshot-id": source.metadata.current_snapshot_id,
+        }
+    ]
+    assert state["refresh-start-timestamp-ms"] <= view.metadata.current_snapshot().timestamp_ms
+    return int(state["view-version-id"])
+
+
+def test_partition_by_sort_by_and_properties_shape_the_created_target(
+    lake: Any, spark: Any
+) -> None:
+    import view_tables
+
+    events: list[Event] = []
+    rows = [(DAY, "DE", 10), (DAY, "DE", 30), (DAY, "FR", 5), (DAY, "US", 7)]
+    _insert(spark, events, [*rows, (DAY + dt.timedelta(days=40), "FR", 7)])
+    _tick(view_tables.partitioned, lake)
+    daily = lake.load_table("vt.daily")
+    _check_refresh_state(daily, lake.load_table("vt.events"))
+    spec = [(f.name, str(f.transform)) for f in daily.spec().fields]
+    assert spec == [("day_month", "month"), ("country_bucket", "bucket[2]")]
+    order = [
+        (daily.schema().find_column_name(f.source_id), f.direction.name)
+        for f in daily.sort_order().fields
+    ]
+    assert order == [("day", "DESC"), ("country", "ASC")]
+    assert daily.properties["comment"] == "daily totals per country"
+    assert rows_of(daily) == _daily(events)
+    assert _check_partitions(daily) >= 3  # two months, two buckets: the check could fail
+
+    spark.sql("UPDATE ct.vt.events SET amount = amount + 1 WHERE country = 'DE'")
+    spark.sql("DELETE FROM ct.vt.events WHERE country = 'US'")
+    events = [(t, c, a + 1 if c == "DE" else a) for t, c, a in events if c != "US"]
+    _tick(view_tables.partitioned, lake)
+    daily = lake.load_table("vt.daily")
+    assert rows_of(daily) == _daily(events)
+    assert any(t.delete_files for t in daily.scan().plan_files())  # retractions happened
+    _check_partitions(daily)
+    spark.sql("REFRESH TABLE ct.vt.daily")
+    month = spark.sql("SELECT * FROM ct.vt.daily WHERE day < DATE '2026-04-01'").collect()
+    assert Counter(tuple(r) for r in month) == Counter(
+        r for r in _daily(events).elements() if r[0] < dt.date(2026, 4, 1)
+    )
+
+
+def test_a_second_definition_of_a_table_is_refused_and_writes_nothing(
+    lake: Any, spark: Any
+) -> None:
+    import view_tables
+
+    events: list[Event] = []
+    _insert(spark, events, [(DAY, "DE", 10)])
+    _tick(view_tables.partitioned, lake)
+    daily = lake.load_table("vt.daily")
+    props = daily.properties
+    assert (props[TableKeys.OWNER_DAG], props[TableKeys.OWNER_GROUP]) == ("vt_partitioned", "daily")
+    head = daily.metadata.current_snapshot_id
+    _insert(spark, events, [(DAY, "FR", 3)])
+    _tick(view_tables.rival, lake, state="failed")
+    daily = lake.load_table("vt.daily")
+    assert daily.metadata.current_snapshot_id == head  # nothing written
+    assert daily.properties[TableKeys.OWNER_DAG] == "vt_partitioned"
+    _tick(view_tables.partitioned, lake)  # the owner goes on
+    assert rows_of(lake.load_table("vt.daily")) == _daily(events)
+
+
+V1 = (
+    "SELECT CAST(ts AS DATE) AS day, country, CAST(COUNT(*) AS INT) AS n, SUM(amount) AS total "
+    "FROM vt.events GROUP BY CAST(ts AS DATE), country"
+)
+#: ``n`` widened to BIGINT, a column added (and the column order changed).
+V2 = (
+    "SELECT country, CAST(ts AS DATE) AS day, COUNT(*) AS n, SUM(amount) AS total, "
+    "MAX(amount) AS biggest FROM vt.events GROUP BY CAST(ts AS DATE), country"
+)
+#: ``total`` dropped, ``n`` narrowed to a STRING.
+V3 = (
+    "SELECT CAST(ts AS DATE) AS day, country, CAST(COUNT(*) AS STRING) AS n, "
+    "MAX(amount) AS biggest FROM vt.events GROUP BY CAST(ts AS DATE), country"
+)
+
+
+def _v2(events: list[Event]) -> Counter[tuple[Any, ...]]:
+    """Rows of V2 in the table's column order (day, country, n, total, biggest)."""
+    return Counter((d, c, len(a), sum(a), max(a)) for (d, c), a in _groups(events).items())
+
+
+def _v3(events: list[Event]) -> Counter[tuple[Any, ...]]:
+    return Counter((d, c, str(len(a)), max(a)) for (d, c), a in _groups(events).items())
+
+
+def _columns(table: Any) -> list[tuple[str, str]]:
+    return [(f.name, str(f.field_type)) for f in table.schema().fields]
+
+
+def test_on_schema_change_evolve_adds_and_widens_then_refuses_a_drop(lake: Any, spark: Any) -> None:
+    import view_tables
+
+    events: list[Event] = []
+    _insert(spark, events, [(DAY, "DE", 10), (DAY, "DE", 30), (DAY, "FR", 5)])
+    _tick(view_tables.vt_evolve, lake, {"sql": V1})
+    version = _check_refresh_state(lake.load_table("vt.shape_evolve"), lake.load_table("vt.events"))
+    _insert(spark, events, [(DAY, "FR", 50)])
+    time = _tick(view_tables.vt_evolve, lake, {"sql": V2})
+    table = lake.load_table("vt.shape_evolve")
+    assert _columns(table) == [
+        ("day", "date"),
+        ("country", "string"),
+        ("n", "long"),
+        ("total", "long"),
+        ("biggest", "long"),
+    ]
+    assert rows_of(table) == _v2(events)
+    assert Timeline.of(table).upper == Frontier.sealing(time)
+    summary = table.metadata.current_snapshot().summary.additional_properties
+    assert summary["ct.refresh"] == "full"  # a changed query is corrected in full
+    assert _check_refresh_state(table, lake.load_table("vt.events")) != version
+    head = table.metadata.current_snapshot_id
+    _tick(view_tables.vt_evolve, lake, {"sql": V3}, state="failed")
+    table = lake.load_table("vt.shape_evolve")
+    assert table.metadata.current_snapshot_id == head and rows_of(table) == _v2(events)
+
+
+def test_on_schema_change_fail_leaves_the_table_untouched(lake: Any, spark: Any) -> None:
+    import view_tables
+
+    events: list[Event] = []
+    _insert(spark, events, [(DAY, "DE", 10)])
+    _tick(view_tables.vt_fail, lake, {"sql": V1})
+    table = lake.load_table("vt.shape_fail")
+    before = (table.metadata.current_snapshot_id, _columns(table))
+    _tick(view_tables.vt_fail, lake, {"sql": V2}, state="failed")
+    table = lake.load_table("vt.shape_fail")
+    assert (table.metadata.current_snapshot_id, _columns(table)) == before
+
+
+def test_on_schema_change_recreate_replaces_columns_and_keeps_history(
+    lake: Any, spark: Any
+) -> None:
+    import view_tables
+
+    events: list[Event] = []
+    _insert(spark, events, [(DAY, "DE", 10), (DAY, "DE", 30), (DAY, "FR", 5)])
+    _tick(view_tables.vt_recreate, lake, {"sql": V1})
+    old = lake.load_table("vt.shape_recreate").metadata.current_snapshot_id
+    old_rows = Counter((d, c, len(a), sum(a)) for (d, c), a in _groups(events).items())
+    _insert(spark, events, [(DAY + dt.timedelta(days=1), "DE", 8)])
+    time = _tick(view_tables.vt_recreate, lake, {"sql": V3})
+    table = lake.load_table("vt.shape_recreate")
+    assert _columns(table) == [
+        ("day", "date"),
+        ("country", "string"),
+        ("n", "string"),
+        ("biggest", "long"),
+    ]
+    assert rows_of(table) == _v3(events)
+    assert Timeline.of(table).upper == Frontier.sealing(time)
+    spark.sql("REFRESH TABLE ct.vt.shape_recreate")
+    then = spark.sql(f"SELECT day, country, n, total FROM ct.vt.shape_recreate VERSION AS OF {old}")
+    assert Counter(tuple(r) for r in then.collect()) == old_rows  # time travel: the old rows
