@@ -61,6 +61,7 @@ from airflow_provider_ct.collections.rows import (
 from airflow_provider_ct.core.commit import AppendResult
 from airflow_provider_ct.core.frontier import Frontier, is_ascii_digits, now_ms
 from airflow_provider_ct.core.landing import landing_of
+from airflow_provider_ct.core.storage import filesystem, io_properties
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
     CollectionClosedError,
@@ -135,7 +136,7 @@ def _desired_root(table: Table) -> str:
 def list_pending(table: Table) -> list[PendingDesired]:
     """Pending desired states of ``table``, oldest first."""
     root = _desired_root(table)
-    fs, local = pafs.FileSystem.from_uri(root)
+    fs, local = filesystem(root, io_properties(table))
     prefix = root[: len(root) - len(local)] if root.endswith(local) else ""
     out: list[PendingDesired] = []
     for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True)):
@@ -151,7 +152,7 @@ def list_pending(table: Table) -> list[PendingDesired]:
 def write_pending(table: Table, data: pa.Table, stated_at_ms: int) -> PendingDesired:
     """Keep ``data`` as the newest pending desired state (temp file, then rename)."""
     root = _desired_root(table)
-    fs, local = pafs.FileSystem.from_uri(root)
+    fs, local = filesystem(root, io_properties(table))
     fs.create_dir(local, recursive=True)
     name = f"{stated_at_ms:013d}-{uuid.uuid4().hex}.parquet"
     tmp = posixpath.join(local, f".{name}.tmp")
@@ -161,7 +162,7 @@ def write_pending(table: Table, data: pa.Table, stated_at_ms: int) -> PendingDes
 
 
 def read_pending(table: Table, pending: PendingDesired) -> pa.Table:
-    fs, local = pafs.FileSystem.from_uri(pending.path)
+    fs, local = filesystem(pending.path, io_properties(table))
     return to_arrow(pq.read_table(local, filesystem=fs), arrow_schema(table), what="pending state")
 
 

@@ -29,6 +29,7 @@ from airflow_provider_ct.core.staging import (
     referenced_files,
     staging_root,
 )
+from airflow_provider_ct.core.storage import io_properties
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import StagingError
 
@@ -180,7 +181,8 @@ def land_staged(
     An unknown commit outcome raises and deletes nothing.
     """
     _check_manifest_path(table, manifest)
-    batch = read_manifest(manifest)
+    io = io_properties(table)
+    batch = read_manifest(manifest, io)
     check_appendable(
         batch, table, manifest=manifest, description=description, allowed_times=allowed_times
     )
@@ -193,12 +195,12 @@ def land_staged(
         files_live=lambda: live.any_of(batch.staged_files),
     )
     if landed.landing is Landing.MINE:
-        forget(manifest)
+        forget(manifest, io)
         return LandResult(result, batch, 0, landed.attempt)
     if landed.landing is Landing.FILES_LIVE:
         # This attempt landed earlier and its snapshot has since been
         # expired: its files are the table's. Never delete them.
-        forget(manifest)
+        forget(manifest, io)
         again = dataclasses.replace(
             result, landed=True, already_landed=True, reason="files already live"
         )
@@ -206,7 +208,9 @@ def land_staged(
     # Lost, or another attempt's files are on the table (ours are in a folder
     # of their own): delete ours, each checked against every kept snapshot.
     location, props = table.location(), table.metadata.properties
-    deleted = discard(batch, manifest, table_location=location, properties=props, live=live.files)
+    deleted = discard(
+        batch, manifest, table_location=location, properties=props, live=live.files, io=io
+    )
     if landed.landing is Landing.OTHER_ATTEMPT:
         log.info(
             "batch %s was landed by attempt %s; removed attempt %s's %d staged file(s)",

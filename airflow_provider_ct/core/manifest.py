@@ -21,7 +21,7 @@ from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.producers import TimedChange
-from airflow_provider_ct.core.storage import filesystem
+from airflow_provider_ct.core.storage import Properties, filesystem
 from airflow_provider_ct.exceptions import FrontierError, ManifestMissingError, StagingError
 
 MANIFEST_FORMAT = 1
@@ -228,15 +228,17 @@ def _int(value: Any, what: str) -> int:
 _WRITE_TRIES = 3
 
 
-def write_manifest(batch: StagedBatch, path: str) -> None:
+def write_manifest(batch: StagedBatch, path: str, io: Properties | None = None) -> None:
     """Write the manifest atomically enough for one writer (temp file + move).
 
     A sweep with a short grace may take the temporary file for a crashed
     writer's debris and delete it between the write and the rename; the
     rename then fails with ``FileNotFoundError`` and the write is simply
     done again (the content is the same).
+
+    :param io: the catalog's FileIO properties (:mod:`.storage`).
     """
-    fs, local = filesystem(path)
+    fs, local = filesystem(path, io)
     fs.create_dir(posixpath.dirname(local), recursive=True)
     text = json.dumps(batch.to_json(), indent=1, sort_keys=True).encode()
     for attempt in range(1, _WRITE_TRIES + 1):
@@ -255,8 +257,8 @@ def write_manifest(batch: StagedBatch, path: str) -> None:
                 ) from None
 
 
-def read_manifest(path: str) -> StagedBatch:
-    fs, local = filesystem(path)
+def read_manifest(path: str, io: Properties | None = None) -> StagedBatch:
+    fs, local = filesystem(path, io)
     try:
         with fs.open_input_stream(local) as stream:
             raw = stream.read()

@@ -50,7 +50,13 @@ from airflow_provider_ct.core.manifest import (
     manifest_summary,
     write_manifest,
 )
-from airflow_provider_ct.core.storage import files_under, filesystem, uri_prefix
+from airflow_provider_ct.core.storage import (
+    Properties,
+    files_under,
+    filesystem,
+    io_properties,
+    uri_prefix,
+)
 from airflow_provider_ct.exceptions import StagingError
 
 if TYPE_CHECKING:
@@ -160,10 +166,10 @@ def check_batch_paths(
 
 
 def list_manifests(
-    table_location: str, properties: Mapping[str, str] | None = None
+    table_location: str, properties: Mapping[str, str] | None = None, io: Properties | None = None
 ) -> Iterator[str]:
     root = staging_root(table_location, properties)
-    fs, local = filesystem(root)
+    fs, local = filesystem(root, io)
     selector = pafs.FileSelector(local, allow_not_found=True, recursive=False)
     scheme_prefix = root[: len(root) - len(local)] if root.endswith(local) else ""
     for info in fs.get_file_info(selector):
@@ -178,6 +184,7 @@ def discard(
     table_location: str,
     properties: Mapping[str, str] | None = None,
     live: set[str] | None = None,
+    io: Properties | None = None,
 ) -> int:
     """Delete one attempt's staged files (and its manifest). Returns files deleted.
 
@@ -185,12 +192,14 @@ def discard(
     checked to lie in its own folder under ``table_location`` first. Files in
     ``live`` (referenced by a snapshot) are never deleted, which matters for
     manifests written before attempts had folders of their own.
+
+    :param io: the catalog's FileIO properties (:mod:`.storage`).
     """
     check_batch_paths(batch, table_location, properties, manifest)
-    fs, _ = filesystem(batch.data_dir)
-    prefix = uri_prefix(batch.data_dir)
+    fs, _ = filesystem(batch.data_dir, io)
+    prefix = uri_prefix(batch.data_dir, io)
     deleted = 0
-    for info in files_under(batch.data_dir):
+    for info in files_under(batch.data_dir, io):
         if not batch.attempt and "/attempt=" in info.path[len(batch.data_dir) - len(prefix) :]:
             continue  # an old-style manifest: its folder holds newer attempts' folders
         if live is not None and prefix + info.path in live:
@@ -201,11 +210,11 @@ def discard(
             continue  # a concurrent sweep got there first
         deleted += 1
     if batch.attempt and live is None:
-        _delete_if_exists(batch.data_dir, directory=True)
+        _delete_if_exists(batch.data_dir, directory=True, io=io)
     else:
-        prune_empty_dirs(batch.data_dir)
+        prune_empty_dirs(batch.data_dir, io)
     if manifest is not None:
-        _delete_if_exists(manifest)
+        _delete_if_exists(manifest, io=io)
     log.info(
         "discarded staged batch %s attempt %s (%d file(s))",
         batch.batch_id,
@@ -215,14 +224,14 @@ def discard(
     return deleted
 
 
-def prune_empty_dirs(uri: str) -> None:
+def prune_empty_dirs(uri: str, io: Properties | None = None) -> None:
     """Remove empty folders at and below ``uri`` on a local filesystem.
 
     ``rmdir`` only ever removes an empty folder, so a writer that puts a file
     into one meanwhile keeps it (a recursive delete could take its file).
     Object stores have no folders: nothing to do there.
     """
-    fs, local = filesystem(uri)
+    fs, local = filesystem(uri, io)
     if not isinstance(fs, pafs.LocalFileSystem):
         return
     infos = fs.get_file_info(pafs.FileSelector(local, allow_not_found=True, recursive=True))
@@ -234,8 +243,8 @@ def prune_empty_dirs(uri: str) -> None:
             continue  # not empty (or gone): keep it
 
 
-def _delete_if_exists(uri: str, *, directory: bool = False) -> None:
-    fs, local = filesystem(uri)
+def _delete_if_exists(uri: str, *, directory: bool = False, io: Properties | None = None) -> None:
+    fs, local = filesystem(uri, io)
     kind = fs.get_file_info(local).type
     try:
         if directory and kind == pafs.FileType.Directory:
@@ -246,9 +255,9 @@ def _delete_if_exists(uri: str, *, directory: bool = False) -> None:
         pass  # deleted concurrently: the outcome wanted
 
 
-def forget(manifest: str) -> None:
+def forget(manifest: str, io: Properties | None = None) -> None:
     """Drop the manifest of a batch that landed (its data files now belong to the table)."""
-    _delete_if_exists(manifest)
+    _delete_if_exists(manifest, io=io)
 
 
 def batch_files_live(table: Table, batch_id: str) -> bool:
@@ -328,14 +337,19 @@ def begin_batch(
         summary=checked,
     )
     path = manifest_path(table.location(), description.id, table.metadata.properties, attempt)
-    write_manifest(batch, path)
+    write_manifest(batch, path, io_properties(table))
     failpoint("staging.after-begin")
     return batch, path
 
 
-def finish_batch(batch: StagedBatch, path: str, times: Iterable[StagedTime]) -> StagedBatch:
-    """Record the batch's staged files; from now on it can be appended."""
+def finish_batch(
+    batch: StagedBatch, path: str, times: Iterable[StagedTime], *, io: Properties | None = None
+) -> StagedBatch:
+    """Record the batch's staged files; from now on it can be appended.
+
+    :param io: the table's FileIO properties (:func:`~.storage.io_properties`).
+    """
     staged = dataclasses.replace(batch, times=tuple(times), state=STATE_STAGED)
     failpoint("staging.before-finish")
-    write_manifest(staged, path)
+    write_manifest(staged, path, io)
     return staged
