@@ -34,6 +34,8 @@ SECRET_KEY_ENV = "CT_TEST_S3_SECRET_KEY"
 #: The plain S3 bucket (exchange folders, SQL-catalog warehouses) and the table bucket.
 BUCKET = "warehouse"
 TABLE_BUCKET = "lakehouse"
+#: Where REST tables' manifests go: the table bucket refuses them (docs/deployment.md).
+STAGING_ROOT = f"s3://{BUCKET}/ct-staging"
 REGION = "us-east-1"
 #: The ports ``weed mini`` opens, each given explicitly (its defaults are fixed numbers).
 _PORTS = (
@@ -110,8 +112,13 @@ class ObjectStore:
             "s3.path-style-access": "true",
         }
 
-    def rest_config(self, name: str = "ct") -> CatalogConfig:
-        """A REST catalog on this store, warehouse = the table bucket."""
+    def rest_config(self, name: str = "ct", *, staging_root: bool = True) -> CatalogConfig:
+        """A REST catalog on this store, warehouse = the table bucket.
+
+        :param staging_root: with ``ct.staging-root`` in the plain bucket
+            (without it, the table bucket refuses the manifests).
+        """
+        staging = {"ct.staging-root": STAGING_ROOT} if staging_root else {}
         return CatalogConfig(
             name=name,
             kind="rest",
@@ -121,6 +128,7 @@ class ObjectStore:
                 "credential": f"{self.access_key}:{self.secret_key}",
                 "oauth2-server-uri": f"{self.rest_uri}/v1/oauth/tokens",
                 **self.io_properties(),
+                **staging,
             },
         )
 

@@ -5,12 +5,12 @@ package lists, writes and deletes outside Iceberg, and compare-and-append
 through the REST catalog's commit requirements refuses the loser of a race
 and a second attempt of a landed batch.
 
-SeaweedFS's REST catalog keeps tables in an S3 *table bucket*, which refuses
-object keys outside Iceberg's own layout (``data/ct-batch=...``: a partition
-folder whose name is no identifier; ``ct-staging/*.json``). So the REST
-tests write their data files where Iceberg would (``data/*.parquet``), and
-staging, manifests and the sweep run on a SQL catalog whose warehouse is a
-plain bucket of the same server (docs/deployment.md).
+SeaweedFS's REST catalog keeps tables in an S3 *table bucket*, which accepts
+only Iceberg's own layout: the staged files go to ``data/ct_batch=<id>/...``
+inside the table as everywhere, the manifests to ``ct.staging-root``, a
+folder of the server's plain bucket (docs/deployment.md, "Table buckets").
+Staging, landing and the sweep run on both catalogs: the REST one over the
+table bucket and a SQL one whose warehouse is the plain bucket.
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.manifest import StagedTime
-from airflow_provider_ct.core.staging import begin_batch, finish_batch, list_manifests
+from airflow_provider_ct.core.staging import (
+    batch_data_dir,
+    begin_batch,
+    finish_batch,
+    list_manifests,
+    new_attempt_id,
+)
 from airflow_provider_ct.core.storage import files_under, filesystem, io_properties
 from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.tables import create_managed_table
@@ -53,14 +59,12 @@ def _namespace(prefix: str) -> str:
 
 
 def _data_file(table: Any, name: str, rows: list[tuple[int, str]]) -> list[str]:
-    """One Parquet data file where Iceberg puts them (``data/``), through the table's FileIO."""
-    import pyarrow.parquet as pq
+    """Batch ``name``'s rows staged by the product's writer in its folder (``data/ct_batch=``)."""
+    from airflow_provider_ct.core.batch_files import BatchFiles
 
-    path = f"{table.location()}/data/{name}-{uuid.uuid4().hex}.parquet"
     data = pa.Table.from_pylist([{"k": k, "v": v} for k, v in rows], schema=SCHEMA)
-    with table.io.new_output(path).create() as out:
-        pq.write_table(data, out)
-    return [path]
+    folder = batch_data_dir(table.location(), name, new_attempt_id())
+    return [part.file.path for part in BatchFiles(table, folder).write_rows(data)]
 
 
 def _rest_table(store: ObjectStore, ident: str, schema: pa.Schema = SCHEMA) -> Any:
@@ -176,17 +180,26 @@ def _stage_attempt(table: Any, description: Any, rows: list[tuple[int, str]]) ->
     return manifest
 
 
+def _catalog(store: ObjectStore, kind: str, tmp_path: Path, ns: str) -> Any:
+    """The REST catalog over the table bucket, or a SQLite one over the plain bucket."""
+    config = store.rest_config() if kind == "rest" else store.sql_config(tmp_path, ns)
+    catalog = config.load()
+    catalog.create_namespace_if_not_exists(ns)
+    return catalog
+
+
+@pytest.mark.parametrize("kind", ["rest", "sql"])
 def test_duplicate_attempts_land_once_and_the_loser_is_removed_from_s3(
-    object_store: ObjectStore, tmp_path: Path
+    object_store: ObjectStore, tmp_path: Path, kind: str
 ) -> None:
     """Two attempts of one minted batch: the first lands, the second finds it landed.
 
     The second attempt's files and manifest are deleted from the bucket (the
     catalog's keys, not the environment's, reach them); the sweep finds nothing left.
+    On REST the data files are in the table bucket, the manifests in the plain one.
     """
-    ns = _namespace("attempts")
-    catalog = object_store.sql_config(tmp_path, ns).load()
-    catalog.create_namespace_if_not_exists(ns)
+    ns = _namespace(f"attempts_{kind}")
+    catalog = _catalog(object_store, kind, tmp_path, ns)
     events = create_managed_table(catalog, f"{ns}.events", EVENTS)
     replace_contents(events, T1, pa.table({"id": [1], "kind": ["a"]}, schema=EVENTS))
     advance(events, T1)
@@ -197,6 +210,8 @@ def test_duplicate_attempts_land_once_and_the_loser_is_removed_from_s3(
         _stage_attempt(target, tick.description, [(1, "a")]),
     ]
     io = io_properties(target)
+    if kind == "rest":
+        assert all(m.startswith(f"s3://{BUCKET}/ct-staging/lakehouse/") for m in manifests)
     assert len(list(list_manifests(target.location(), target.metadata.properties, io))) == 2
     first = land_staged(target, manifests[0])
     second = land_staged(target, manifests[1])
@@ -209,6 +224,51 @@ def test_duplicate_attempts_land_once_and_the_loser_is_removed_from_s3(
     assert staged == {f.file_path for f in _data_files(target)}
     report = sweep_staged(target, grace_ms=0)
     assert report.files_deleted == 0 and report.orphans_deleted == 0
+
+
+def test_the_sweep_on_a_table_bucket(object_store: ObjectStore, tmp_path: Path) -> None:
+    """REST + table bucket: a crashed attempt (manifest in the plain bucket) and an orphan go.
+
+    A lost writer's manifest stays ``writing`` and names its folder; once the
+    head moved on, the sweep deletes its files from the table bucket and its
+    manifest from the plain one; a file no manifest names goes after the grace.
+    """
+    ns = _namespace("sweep")
+    catalog = _catalog(object_store, "rest", tmp_path, ns)
+    events = create_managed_table(catalog, f"{ns}.events", EVENTS)
+    replace_contents(events, T1, pa.table({"id": [1], "kind": ["a"]}, schema=EVENTS))
+    advance(events, T1)
+    target = create_managed_table(catalog, f"{ns}.view", SCHEMA)
+    tick = mint_view_tick(catalog, f"{ns}.view", f"SELECT id AS k, kind AS v FROM {ns}.events", T1)
+    crashed, crashed_manifest = begin_batch(target, tick.description)
+    _data_file(target, "orphan", [(9, "z")])
+    landed = _stage_attempt(target, tick.description, [(1, "a")])
+    assert land_staged(target, landed).result.landed
+    io = io_properties(target)
+    report = sweep_staged(target, grace_ms=0)
+    assert report.discarded == (crashed.batch_id,) and report.orphans_deleted == 1
+    assert list(list_manifests(target.location(), target.metadata.properties, io)) == []
+    target.refresh()
+    staged = {f"s3://{i.path}" for i in files_under(f"{target.location()}/data", io)}
+    assert staged == {f.file_path for f in _data_files(target)}
+    assert rows_of(target) == Counter({(1, "a"): 1})
+    assert crashed_manifest.startswith(f"s3://{BUCKET}/")
+
+
+def test_a_table_bucket_without_a_staging_root_is_a_clear_error(
+    object_store: ObjectStore, tmp_path: Path
+) -> None:
+    """Manifests beside a table in a table bucket are refused: the error names the setting."""
+    ns = _namespace("noroot")
+    catalog = object_store.rest_config(staging_root=False).load()
+    catalog.create_namespace_if_not_exists(ns)
+    events = create_managed_table(catalog, f"{ns}.events", EVENTS)
+    replace_contents(events, T1, pa.table({"id": [1], "kind": ["a"]}, schema=EVENTS))
+    advance(events, T1)
+    target = create_managed_table(catalog, f"{ns}.view", SCHEMA)
+    tick = mint_view_tick(catalog, f"{ns}.view", f"SELECT id AS k, kind AS v FROM {ns}.events", T1)
+    with pytest.raises(StagingError, match="ct.staging-root"):
+        begin_batch(target, tick.description)
 
 
 def _data_files(table: Any) -> list[Any]:

@@ -7,9 +7,9 @@ input is a plain merge-on-read Iceberg table changed by appends and a
 position-delete file; the oracle is a Python model of the rows the test
 wrote. Staging, manifests and the exchange folder are on the bucket too.
 
-The catalog is SQL (SQLite) with an ``s3://`` warehouse in a plain bucket:
-SeaweedFS's REST catalog keeps tables in a table bucket that refuses the
-staging layout (see ``tests/test_objectstore.py``).
+The catalog is SQL (SQLite) with an ``s3://`` warehouse in a plain bucket;
+the same view on the REST catalog and its table bucket, through
+``spark-submit`` and the warm engine, is in ``tests/test_objectstore_rest.py``.
 """
 
 from __future__ import annotations

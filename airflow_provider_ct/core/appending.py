@@ -27,7 +27,7 @@ from airflow_provider_ct.core.staging import (
     forget,
     inside,
     referenced_files,
-    staging_root,
+    staging_roots,
 )
 from airflow_provider_ct.core.storage import io_properties
 from airflow_provider_ct.core.timeline import Timeline
@@ -70,7 +70,9 @@ def check_appendable(
         )
     if batch.target != name:
         raise StagingError(f"staged batch {batch.batch_id} is for {batch.target}, not {name}")
-    check_batch_paths(batch, table.location(), table.metadata.properties, manifest)
+    check_batch_paths(
+        batch, table.location(), table.metadata.properties, manifest, io_properties(table)
+    )
     if description is None:
         return
     if batch.batch_id != description.id or dict(batch.description) != description.to_json():
@@ -225,10 +227,10 @@ def land_staged(
 
 def _check_manifest_path(table: Table, manifest: str) -> None:
     """Refuse a manifest path (from an XCom) outside the table's staging folder, before reading."""
-    root = staging_root(table.location(), table.metadata.properties)
-    if not inside(manifest, root) or not manifest.endswith(".json"):
+    roots = staging_roots(table.location(), table.metadata.properties, io_properties(table))
+    if not any(inside(manifest, root) for root in roots) or not manifest.endswith(".json"):
         raise StagingError(
-            f"manifest path {manifest!r:.200} is not a manifest in {root}, the staging folder "
+            f"manifest path {manifest!r:.200} is not a manifest in {roots[0]}, the staging folder "
             f"of {'.'.join(table.name())}"
         )
 

@@ -1,7 +1,8 @@
 """Sweep what staged batches leave behind, without ever touching a live file.
 
-Writers stage files under ``data/ct-batch=<id>/attempt=<attempt>/`` and a
-manifest under the staging folder (see :mod:`.staging`). Losers of a race
+Writers stage files under ``data/ct_batch=<id>/attempt=<attempt>/`` (before:
+``data/ct-batch=<id>/...``, still swept) and a manifest under the staging
+root (see :mod:`.staging`). Losers of a race
 delete their own files at once; what remains after crashes, killed jobs,
 lost appends and retried tasks is removed here, by the maintenance path.
 
@@ -18,7 +19,7 @@ The rules, per manifest (the table refreshed *after* everything was listed):
 * otherwise it can never land (the upper or the head moved on, and neither
   moves back: rollbacks are refused): its files go.
 
-Files under ``data/ct-batch=*`` that no manifest accounts for (a crash
+Files under ``data/ct_batch=*`` (and ``ct-batch=*``) that no manifest accounts for (a crash
 before the manifest existed, an unreadable manifest, a collection write that
 died before its commit) and half-written manifests go once they are older
 than the grace period and no kept snapshot references them.
@@ -45,12 +46,13 @@ from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.landing import Landing, landing_of
 from airflow_provider_ct.core.manifest import StagedBatch, read_manifest
 from airflow_provider_ct.core.staging import (
+    BATCH_FOLDERS,
     check_batch_paths,
     discard,
     forget,
     list_manifests,
     referenced_files,
-    staging_root,
+    staging_roots,
 )
 from airflow_provider_ct.core.storage import (
     Properties,
@@ -85,7 +87,7 @@ class SweepReport:
 
 @dataclass
 class _Listing:
-    #: ``(uri, info)`` of every file under ``data/ct-batch=*``.
+    #: ``(uri, info)`` of every file under ``data/ct_batch=*`` and ``data/ct-batch=*``.
     files: list[tuple[str, pafs.FileInfo]]
     manifests: list[str]
     #: ``(uri, info)`` of manifests whose writer died before renaming them.
@@ -127,13 +129,17 @@ def _list_once(table: Table) -> _Listing:
     batch_dirs = [
         prefix + info.path
         for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True))
-        if info.type == pafs.FileType.Directory and info.base_name.startswith("ct-batch=")
+        if info.type == pafs.FileType.Directory
+        and info.base_name.startswith(tuple(f"{f}=" for f in BATCH_FOLDERS))
     ]
     files = [(prefix + info.path, info) for d in batch_dirs for info in files_under(d, io)]
     props = table.metadata.properties
-    root = staging_root(location, props)
-    root_prefix = uri_prefix(root, io)
-    half = [(root_prefix + i.path, i) for i in files_under(root, io) if ".json.tmp-" in i.base_name]
+    half = [
+        (uri_prefix(root, io) + i.path, i)
+        for root in staging_roots(location, props, io)
+        for i in files_under(root, io)
+        if ".json.tmp-" in i.base_name
+    ]
     return _Listing(files, list(list_manifests(location, props, io)), half, io)
 
 
@@ -209,7 +215,7 @@ def _readable(
 ) -> StagedBatch | None:
     try:
         batch = read_manifest(path, io)
-        check_batch_paths(batch, location, props, path)
+        check_batch_paths(batch, location, props, path, io)
     except StagingError as exc:
         log.warning("skipping staged-batch manifest %s: %s", path, exc)
         return None
