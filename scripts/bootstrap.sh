@@ -9,7 +9,8 @@
 #         SQLite JDBC driver), so the demo's set-up stays short;
 #   test: everything, adding what only the tests use: the PostgreSQL server
 #         and its JDBC driver, Chromium and its driver, DuckDB, selenium,
-#         pytest and its plugins, ruff and mypy (the `dev` extra).
+#         pytest and its plugins, ruff and mypy (the `dev` extra), SeaweedFS
+#         (an S3 server and REST catalog) and Hadoop's S3A jars.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,12 +21,13 @@ VENV="${VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 UV_VERSION="0.13.8"
 PYSPARK_VERSION="3.5.9"
-DEBS=(default-jre-headless zip unzip libjarjar-java libxerial-sqlite-jdbc-java)
+DEBS=(default-jre-headless zip unzip libxerial-sqlite-jdbc-java)
 case "$PROFILE" in
-  demo) EXTRAS="spark" ;;
+  demo) EXTRAS="spark"; JARS="" ;;
   # postgresql: the suite's throwaway server; chromium + chromium-driver: the
   # end-to-end test clicks through the Airflow UI.
-  test) EXTRAS="dev"; DEBS+=(libpostgresql-jdbc-java postgresql chromium chromium-driver) ;;
+  # s3a: the object-store tests run Spark on S3 through Hadoop's S3A jars.
+  test) EXTRAS="dev"; JARS="s3a"; DEBS+=(libpostgresql-jdbc-java postgresql chromium chromium-driver) ;;
   *) echo "bootstrap: unknown profile '$PROFILE' (demo or test)" >&2; exit 2 ;;
 esac
 
@@ -65,5 +67,5 @@ fi
 "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" \
   --find-links "$CACHE/wheels" -c constraints.txt -e ".[$EXTRAS]"
 
-CT_CACHE_DIR="$CACHE" VENV="$VENV" scripts/assemble_jars.sh
+CT_CACHE_DIR="$CACHE" VENV="$VENV" scripts/assemble_jars.sh $JARS
 echo "bootstrap: ready for $PROFILE ($VENV, jars in $CACHE/jars)"

@@ -38,6 +38,7 @@ import pyarrow as pa  # noqa: E402
 import pytest  # noqa: E402
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
+from tests.objectstore import ObjectStore, running_object_store  # noqa: E402
 from tests.pgserver import PgServer, running_postgres  # noqa: E402
 from tests.warm import private_warm_dir  # noqa: E402
 
@@ -67,6 +68,13 @@ def sqlite_config(root: Path) -> CatalogConfig:
 def pg_server() -> Iterator[PgServer]:
     with running_postgres() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    """One S3 server and REST catalog for the session (tests keep to namespaces of their own)."""
+    with running_object_store(tmp_path_factory.mktemp("objectstore")) as store:
+        yield store
 
 
 def _pg_config(server: PgServer, root: Path) -> CatalogConfig:

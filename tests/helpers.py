@@ -14,6 +14,7 @@ import sqlglot
 from sqlglot import exp
 
 from airflow_provider_ct.core.staging import batch_data_dir
+from airflow_provider_ct.core.storage import is_s3
 
 
 def local_path(uri: str) -> Path:
@@ -22,18 +23,13 @@ def local_path(uri: str) -> Path:
 
 def stage_rows(table: Any, batch_id: str, rows: list[tuple[int, str | None]]) -> list[str]:
     """Write ``rows`` as one Parquet file in the batch's staging folder (no field ids)."""
-    folder = local_path(batch_data_dir(table.location(), batch_id))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"part-{uuid.uuid4().hex}.parquet"
     data = pa.table(
         {
             "k": pa.array([r[0] for r in rows], pa.int64()),
             "v": pa.array([r[1] for r in rows], pa.string()),
         }
     )
-    pq.write_table(data, path)
-    prefix = "file://" if table.location().startswith("file:") else ""
-    return [prefix + str(path)]
+    return stage_arrow(table, batch_id, data)
 
 
 def rows_of(table: Any, snapshot_id: int | None = None) -> Counter[tuple[Any, ...]]:
@@ -45,7 +41,15 @@ def rows_of(table: Any, snapshot_id: int | None = None) -> Counter[tuple[Any, ..
 
 
 def stage_arrow(table: Any, batch_id: str, data: pa.Table) -> list[str]:
-    """Write an Arrow table as one Parquet file in the batch's staging folder."""
+    """Write an Arrow table as one Parquet file in the batch's staging folder.
+
+    On object storage through the table's own FileIO (its catalog's S3 settings).
+    """
+    if is_s3(table.location()):
+        path = f"{batch_data_dir(table.location(), batch_id)}/part-{uuid.uuid4().hex}.parquet"
+        with table.io.new_output(path).create() as out:
+            pq.write_table(data, out)
+        return [path]
     folder = local_path(batch_data_dir(table.location(), batch_id))
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"part-{uuid.uuid4().hex}.parquet"

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -144,12 +145,20 @@ def test_iceberg_connection_rest_catalog_for_pyiceberg_and_spark() -> None:
     assert "s3cret-value" not in repr(config)
 
 
-def test_rest_catalog_with_the_local_runtime_names_what_is_missing() -> None:
+def test_rest_catalog_runs_on_the_local_runtime_and_a_runtime_without_its_client_is_named(
+    tmp_path: Path,
+) -> None:
+    """The assembled runtime carries Iceberg's relocated HTTP client; a jar without it fails."""
     config = CatalogConfig(name="r", kind="rest", uri="http://127.0.0.1:1/catalog")
+    jars = spark_jars(config)
+    assert any(":iceberg-spark-runtime-" in j or "iceberg-spark-runtime" in j for j in jars)
+    stripped = tmp_path / "iceberg-spark-runtime-3.5_2.12-stripped.jar"
+    with zipfile.ZipFile(stripped, "w") as archive:
+        archive.writestr("org/apache/iceberg/Table.class", b"")
     with pytest.raises(
         ConfigurationError, match=r"HttpClients.*'iceberg_jars'.*spark.jars.packages"
     ):
-        spark_jars(config)
+        spark_jars(config, settings=JarSettings(iceberg_jars=(str(stripped),)))
     coords = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
     assert spark_jars(config, settings=JarSettings(packages=(coords,))) == []
 

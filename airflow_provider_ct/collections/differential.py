@@ -18,7 +18,8 @@ Two operations state the desired contents:
   separate tasks compose instead of overwriting each other.
 
 **Read-only mode.** The desired state is still accepted: it is kept as a
-*pending desired* Parquet file under ``<table>/ct-desired/`` (an unlinked
+*pending desired* Parquet file under ``<table>/ct-desired/`` (or beside
+the manifests when ``ct.staging-root`` puts those elsewhere; an unlinked
 file, like a staged batch; nothing is committed) and lands when writes are
 allowed again, through :meth:`DifferentialCollection.sync`, which every
 tick calls for collections with pending desired state. The newest pending
@@ -61,6 +62,8 @@ from airflow_provider_ct.collections.rows import (
 from airflow_provider_ct.core.commit import AppendResult
 from airflow_provider_ct.core.frontier import Frontier, is_ascii_digits, now_ms
 from airflow_provider_ct.core.landing import landing_of
+from airflow_provider_ct.core.staging import inside, staging_root
+from airflow_provider_ct.core.storage import filesystem, io_properties, is_s3
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
     CollectionClosedError,
@@ -128,32 +131,51 @@ class PendingDesired:
     stated_at_ms: int
 
 
-def _desired_root(table: Table) -> str:
-    return posixpath.join(table.location().rstrip("/"), DESIRED_DIR)
+def _desired_roots(table: Table) -> list[str]:
+    """Where pending desired states live: beside the manifests when those leave the table.
+
+    ``<table>/ct-desired/`` by default; a table whose staging root is
+    elsewhere (``ct.staging-root``: a table bucket refuses files outside
+    Iceberg's layout) keeps them under ``<staging root>/desired/``, and
+    states kept in the table before are still found (listed second).
+    """
+    location = table.location().rstrip("/")
+    default = posixpath.join(location, DESIRED_DIR)
+    root = staging_root(location, table.metadata.properties, io_properties(table))
+    if inside(root, location):
+        return [default]
+    return [posixpath.join(root, "desired"), default]
 
 
 def list_pending(table: Table) -> list[PendingDesired]:
     """Pending desired states of ``table``, oldest first."""
-    root = _desired_root(table)
-    fs, local = pafs.FileSystem.from_uri(root)
-    prefix = root[: len(root) - len(local)] if root.endswith(local) else ""
     out: list[PendingDesired] = []
-    for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True)):
-        base = posixpath.basename(info.path)
-        if info.type != pafs.FileType.File or not base.endswith(".parquet"):
-            continue
-        stamp = base.split("-", 1)[0]
-        if is_ascii_digits(stamp) and len(stamp) <= 19:  # else not one of ours
-            out.append(PendingDesired(prefix + info.path, int(stamp)))
+    for root in _desired_roots(table):
+        fs, local = filesystem(root, io_properties(table))
+        prefix = root[: len(root) - len(local)] if root.endswith(local) else ""
+        for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True)):
+            base = posixpath.basename(info.path)
+            if info.type != pafs.FileType.File or not base.endswith(".parquet"):
+                continue
+            stamp = base.split("-", 1)[0]
+            if is_ascii_digits(stamp) and len(stamp) <= 19:  # else not one of ours
+                out.append(PendingDesired(prefix + info.path, int(stamp)))
     return sorted(out, key=lambda p: (p.stated_at_ms, p.path))
 
 
 def write_pending(table: Table, data: pa.Table, stated_at_ms: int) -> PendingDesired:
-    """Keep ``data`` as the newest pending desired state (temp file, then rename)."""
-    root = _desired_root(table)
-    fs, local = pafs.FileSystem.from_uri(root)
-    fs.create_dir(local, recursive=True)
+    """Keep ``data`` as the newest pending desired state, seen whole or not at all.
+
+    On a filesystem a temporary file, then a rename; on an object store one
+    upload (an object appears when complete, and a rename is a copy there).
+    """
+    root = _desired_roots(table)[0]
+    fs, local = filesystem(root, io_properties(table))
     name = f"{stated_at_ms:013d}-{uuid.uuid4().hex}.parquet"
+    if is_s3(root):
+        pq.write_table(data, posixpath.join(local, name), filesystem=fs)
+        return PendingDesired(f"{root}/{name}", stated_at_ms)
+    fs.create_dir(local, recursive=True)
     tmp = posixpath.join(local, f".{name}.tmp")
     pq.write_table(data, tmp, filesystem=fs)
     fs.move(tmp, posixpath.join(local, name))
@@ -161,7 +183,7 @@ def write_pending(table: Table, data: pa.Table, stated_at_ms: int) -> PendingDes
 
 
 def read_pending(table: Table, pending: PendingDesired) -> pa.Table:
-    fs, local = pafs.FileSystem.from_uri(pending.path)
+    fs, local = filesystem(pending.path, io_properties(table))
     return to_arrow(pq.read_table(local, filesystem=fs), arrow_schema(table), what="pending state")
 
 

@@ -27,8 +27,9 @@ from airflow_provider_ct.core.staging import (
     forget,
     inside,
     referenced_files,
-    staging_root,
+    staging_roots,
 )
+from airflow_provider_ct.core.storage import io_properties
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import StagingError
 
@@ -69,7 +70,9 @@ def check_appendable(
         )
     if batch.target != name:
         raise StagingError(f"staged batch {batch.batch_id} is for {batch.target}, not {name}")
-    check_batch_paths(batch, table.location(), table.metadata.properties, manifest)
+    check_batch_paths(
+        batch, table.location(), table.metadata.properties, manifest, io_properties(table)
+    )
     if description is None:
         return
     if batch.batch_id != description.id or dict(batch.description) != description.to_json():
@@ -180,7 +183,8 @@ def land_staged(
     An unknown commit outcome raises and deletes nothing.
     """
     _check_manifest_path(table, manifest)
-    batch = read_manifest(manifest)
+    io = io_properties(table)
+    batch = read_manifest(manifest, io)
     check_appendable(
         batch, table, manifest=manifest, description=description, allowed_times=allowed_times
     )
@@ -193,12 +197,12 @@ def land_staged(
         files_live=lambda: live.any_of(batch.staged_files),
     )
     if landed.landing is Landing.MINE:
-        forget(manifest)
+        forget(manifest, io)
         return LandResult(result, batch, 0, landed.attempt)
     if landed.landing is Landing.FILES_LIVE:
         # This attempt landed earlier and its snapshot has since been
         # expired: its files are the table's. Never delete them.
-        forget(manifest)
+        forget(manifest, io)
         again = dataclasses.replace(
             result, landed=True, already_landed=True, reason="files already live"
         )
@@ -206,7 +210,9 @@ def land_staged(
     # Lost, or another attempt's files are on the table (ours are in a folder
     # of their own): delete ours, each checked against every kept snapshot.
     location, props = table.location(), table.metadata.properties
-    deleted = discard(batch, manifest, table_location=location, properties=props, live=live.files)
+    deleted = discard(
+        batch, manifest, table_location=location, properties=props, live=live.files, io=io
+    )
     if landed.landing is Landing.OTHER_ATTEMPT:
         log.info(
             "batch %s was landed by attempt %s; removed attempt %s's %d staged file(s)",
@@ -221,10 +227,10 @@ def land_staged(
 
 def _check_manifest_path(table: Table, manifest: str) -> None:
     """Refuse a manifest path (from an XCom) outside the table's staging folder, before reading."""
-    root = staging_root(table.location(), table.metadata.properties)
-    if not inside(manifest, root) or not manifest.endswith(".json"):
+    roots = staging_roots(table.location(), table.metadata.properties, io_properties(table))
+    if not any(inside(manifest, root) for root in roots) or not manifest.endswith(".json"):
         raise StagingError(
-            f"manifest path {manifest!r:.200} is not a manifest in {root}, the staging folder "
+            f"manifest path {manifest!r:.200} is not a manifest in {roots[0]}, the staging folder "
             f"of {'.'.join(table.name())}"
         )
 

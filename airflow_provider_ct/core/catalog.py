@@ -7,8 +7,12 @@ database and warehouse. Supported:
 
 * ``sql`` on SQLite: the zero-config embedded default;
 * ``sql`` on PostgreSQL: for more than one machine;
-* ``rest``: PyIceberg only here (the assembled Spark runtime lacks the REST
-  client's relocated HTTP classes; with Maven access use the upstream jar).
+* ``rest``: any Iceberg REST catalog, on both sides.
+
+Storage settings (the S3 endpoint, region, path-style addressing, keys) are
+``properties`` named as PyIceberg's FileIO names them (``s3.endpoint``, ...):
+PyIceberg reads them, :mod:`.storage` opens staging folders with them and
+the Spark side translates them into Hadoop S3A settings.
 """
 
 from __future__ import annotations

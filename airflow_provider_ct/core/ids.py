@@ -1,6 +1,6 @@
 """The one rule for batch and attempt ids: each becomes a folder and a file name.
 
-A batch id names its staging folder (``data/ct-batch=<id>/``) and manifest
+A batch id names its staging folder (``data/ct_batch=<id>/``) and manifest
 (``<id>.attempt-<attempt>.json``) on every filesystem and object store a
 table can live on, so it is a single ASCII path segment that no store treats
 specially: letters, digits, ``_ . = -``, no ``..``, at most 200 characters

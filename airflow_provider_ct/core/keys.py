@@ -43,6 +43,10 @@ class TableKeys:
     #: Folder (relative to the table location) that holds staged batches.
     STAGING_DIR = "ct.staging-dir"
     STAGING_DIR_DEFAULT = "ct-staging"
+    #: Absolute location (``s3://bucket/folder``) under which staged batches'
+    #: manifests live, one folder per table; a catalog connection setting (or
+    #: a table property) for stores that refuse them beside the table.
+    STAGING_ROOT = "ct.staging-root"
     #: The highest upper ``main`` ever reached (epoch ms or ``empty``), set by
     #: every compare-and-append: a head below it means ``main`` was rolled back.
     UPPER_HIGH_WATER = "ct.upper-high-water"

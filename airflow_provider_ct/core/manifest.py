@@ -19,10 +19,10 @@ from typing import Any
 
 from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.frontier import Frontier
-from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.producers import TimedChange
 from airflow_provider_ct.core.refresh_state import REFRESH_STATE
-from airflow_provider_ct.core.storage import filesystem
+from airflow_provider_ct.core.storage import Properties, filesystem, is_s3
 from airflow_provider_ct.exceptions import FrontierError, ManifestMissingError, StagingError
 
 MANIFEST_FORMAT = 1
@@ -232,17 +232,26 @@ def _int(value: Any, what: str) -> int:
 _WRITE_TRIES = 3
 
 
-def write_manifest(batch: StagedBatch, path: str) -> None:
-    """Write the manifest atomically enough for one writer (temp file + move).
+def write_manifest(batch: StagedBatch, path: str, io: Properties | None = None) -> None:
+    """Write the manifest so a reader sees all of it or nothing.
 
-    A sweep with a short grace may take the temporary file for a crashed
-    writer's debris and delete it between the write and the rename; the
-    rename then fails with ``FileNotFoundError`` and the write is simply
-    done again (the content is the same).
+    On an object store one PUT is that already (an object appears whole when
+    its upload completes; a crashed writer leaves none), and a rename is a
+    copy that stores keeping only Iceberg's layout may refuse: written in
+    place. On a filesystem: a temporary file, then a rename. A sweep with a
+    short grace may take the temporary file for a crashed writer's debris
+    and delete it between the write and the rename; the rename then fails
+    with ``FileNotFoundError`` and the write is simply done again (the
+    content is the same).
+
+    :param io: the catalog's FileIO properties (:mod:`.storage`).
     """
-    fs, local = filesystem(path)
-    fs.create_dir(posixpath.dirname(local), recursive=True)
     text = json.dumps(batch.to_json(), indent=1, sort_keys=True).encode()
+    if is_s3(path):
+        _put_object(path, text, io)
+        return
+    fs, local = filesystem(path, io)
+    fs.create_dir(posixpath.dirname(local), recursive=True)
     for attempt in range(1, _WRITE_TRIES + 1):
         tmp = f"{local}.tmp-{uuid.uuid4().hex}"
         with fs.open_output_stream(tmp) as out:
@@ -259,8 +268,26 @@ def write_manifest(batch: StagedBatch, path: str) -> None:
                 ) from None
 
 
-def read_manifest(path: str) -> StagedBatch:
-    fs, local = filesystem(path)
+def _put_object(path: str, text: bytes, io: Properties | None) -> None:
+    """One object at ``path``; a refusal names the setting that moves manifests elsewhere."""
+    fs, local = filesystem(path, io)
+    try:
+        with fs.open_output_stream(local) as out:
+            out.write(text)
+    except OSError as exc:
+        hint = ""
+        if "ACCESS_DENIED" in str(exc) or "AccessDenied" in str(exc):
+            hint = (
+                f"; a table bucket (S3 Tables, a REST catalog's managed storage) accepts only "
+                f"Iceberg's own files: set {TableKeys.STAGING_ROOT} in the catalog connection to "
+                "a folder of an ordinary bucket (docs/deployment.md)"
+            )
+        raise StagingError(f"cannot write the staged-batch manifest {path}: {exc}{hint}") from None
+    failpoint("staging.manifest-written")
+
+
+def read_manifest(path: str, io: Properties | None = None) -> StagedBatch:
+    fs, local = filesystem(path, io)
     try:
         with fs.open_input_stream(local) as stream:
             raw = stream.read()

@@ -48,6 +48,7 @@ from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.manifest import StagedBatch, StagedTime
 from airflow_provider_ct.core.query import nondeterministic_calls, parse_query, query_hash
 from airflow_provider_ct.core.staging import begin_batch, finish_batch
+from airflow_provider_ct.core.storage import io_properties
 from airflow_provider_ct.core.timeline import Timeline, TimelineEntry, highest_upper
 from airflow_provider_ct.exceptions import CTError
 
@@ -328,4 +329,4 @@ def stage_empty_batch(
     """
     batch, manifest = begin_batch(table, description, summary=summary)
     times: Any = (StagedTime(description.time),) if record_time else ()
-    return finish_batch(batch, manifest, times), manifest
+    return finish_batch(batch, manifest, times, io=io_properties(table)), manifest

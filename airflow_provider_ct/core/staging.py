@@ -4,10 +4,19 @@ A writer (the Spark job, or a PyArrow writer for small collections) puts the
 Parquet files of one batch under the table location, in a folder of their
 own, and describes them in a JSON manifest. Nothing is visible to readers
 until :func:`~airflow_provider_ct.core.commit.compare_and_append` registers the
-files. Layout, relative to the table location::
+files. Layout::
 
-    data/ct-batch=<batch_id>/attempt=<attempt>/...   one write attempt's files
-    ct-staging/<batch_id>.attempt-<attempt>.json      that attempt's manifest
+    <table>/data/ct_batch=<batch_id>/attempt=<attempt>/...   one write attempt's files
+    <staging root>/<batch_id>.attempt-<attempt>.json          that attempt's manifest
+
+The staging root is ``<table>/ct-staging`` unless the table's
+``ct.staging-dir`` names another folder inside the table, or the catalog
+connection's ``ct.staging-root`` names a location elsewhere (an ordinary
+bucket beside a *table bucket* that only accepts Iceberg's own layout:
+:func:`staging_root`). Folder names under ``data/`` are identifiers or
+``identifier=value`` (what table buckets accept); tables staged before that
+used ``data/ct-batch=<id>/``, which is still read, swept and landed
+(:data:`LEGACY_BATCH_FOLDER`).
 
 Every *attempt* at a batch (a retried task, a zombie worker, a Spark job that
 outlived its Airflow task) stages under a folder of its own. Two attempts of
@@ -50,7 +59,13 @@ from airflow_provider_ct.core.manifest import (
     manifest_summary,
     write_manifest,
 )
-from airflow_provider_ct.core.storage import files_under, filesystem, uri_prefix
+from airflow_provider_ct.core.storage import (
+    Properties,
+    files_under,
+    filesystem,
+    io_properties,
+    uri_prefix,
+)
 from airflow_provider_ct.exceptions import StagingError
 
 if TYPE_CHECKING:
@@ -84,9 +99,60 @@ def _relative_folder(value: str) -> str:
     return value
 
 
-def staging_root(table_location: str, properties: Mapping[str, str] | None = None) -> str:
-    folder = (properties or {}).get(TableKeys.STAGING_DIR, TableKeys.STAGING_DIR_DEFAULT)
-    return posixpath.join(table_location.rstrip("/"), _relative_folder(folder))
+def _absolute_root(value: str) -> str:
+    """The ``ct.staging-root`` setting: an absolute path or a URI with a scheme, no ``..``."""
+    scheme_less = value.split("://", 1)[-1]
+    if (
+        not ("://" in value or value.startswith("/"))
+        or "\\" in value
+        or any(p in (".", "..") for p in scheme_less.split("/"))
+        or not scheme_less.strip("/")
+    ):
+        raise StagingError(
+            f"{TableKeys.STAGING_ROOT}={value!r} must be an absolute location (s3://bucket/folder "
+            "or /path), without '.' or '..' segments"
+        )
+    return value.rstrip("/")
+
+
+def staging_root(
+    table_location: str,
+    properties: Mapping[str, str] | None = None,
+    io: Properties | None = None,
+) -> str:
+    """Where the manifests of a table's staged batches live.
+
+    In order: the table's ``ct.staging-dir`` (a folder inside the table);
+    else the ``ct.staging-root`` of the catalog connection (``io``, the
+    table's FileIO properties) or of the table, followed by the table's
+    location without its scheme (so tables never share a folder); else
+    ``<table>/ct-staging``. A *table bucket* (SeaweedFS's or S3 Tables'
+    REST catalog) refuses JSON beside the table, so deployments on one point
+    ``ct.staging-root`` at an ordinary bucket (docs/deployment.md).
+    """
+    props = properties or {}
+    location = table_location.rstrip("/")
+    if TableKeys.STAGING_DIR in props:
+        return posixpath.join(location, _relative_folder(props[TableKeys.STAGING_DIR]))
+    root = (io or {}).get(TableKeys.STAGING_ROOT) or props.get(TableKeys.STAGING_ROOT)
+    if root:
+        return posixpath.join(_absolute_root(root), location.split("://", 1)[-1].lstrip("/"))
+    return posixpath.join(location, TableKeys.STAGING_DIR_DEFAULT)
+
+
+def staging_roots(
+    table_location: str,
+    properties: Mapping[str, str] | None = None,
+    io: Properties | None = None,
+) -> list[str]:
+    """The staging root, then the table's default one if that differs.
+
+    Manifests written before ``ct.staging-root`` was set stay under
+    ``<table>/ct-staging``: they are still appended and swept.
+    """
+    root = staging_root(table_location, properties, io)
+    default = posixpath.join(table_location.rstrip("/"), TableKeys.STAGING_DIR_DEFAULT)
+    return [root] if root == default else [root, default]
 
 
 def manifest_path(
@@ -94,21 +160,36 @@ def manifest_path(
     batch_id: str,
     properties: Mapping[str, str] | None = None,
     attempt: str = "",
+    io: Properties | None = None,
 ) -> str:
     name = check_id(batch_id, "batch id")
     if attempt:
         name = f"{name}.attempt-{check_id(attempt, 'attempt id')}"
-    return posixpath.join(staging_root(table_location, properties), f"{name}.json")
+    return posixpath.join(staging_root(table_location, properties, io), f"{name}.json")
 
 
-def batch_data_dir(table_location: str, batch_id: str, attempt: str = "") -> str:
-    """The folder a batch's files go to; with ``attempt``, that attempt's own folder."""
-    folder = posixpath.join(
-        table_location.rstrip("/"), "data", f"ct-batch={check_id(batch_id, 'batch id')}"
+#: The folder under ``data/`` of one batch's attempts: ``ct_batch=<id>``, an
+#: identifier-named partition-style folder, as table buckets require.
+BATCH_FOLDER = "ct_batch"
+#: Its name before: still read, swept and landed (refused by table buckets).
+LEGACY_BATCH_FOLDER = "ct-batch"
+BATCH_FOLDERS = (BATCH_FOLDER, LEGACY_BATCH_FOLDER)
+
+
+def batch_data_dir(
+    table_location: str, batch_id: str, attempt: str = "", *, folder: str = BATCH_FOLDER
+) -> str:
+    """The folder a batch's files go to; with ``attempt``, that attempt's own folder.
+
+    :param folder: :data:`BATCH_FOLDER`, or :data:`LEGACY_BATCH_FOLDER` for
+        batches staged before (checking and sweeping them).
+    """
+    path = posixpath.join(
+        table_location.rstrip("/"), "data", f"{folder}={check_id(batch_id, 'batch id')}"
     )
     if not attempt:
-        return folder
-    return posixpath.join(folder, f"attempt={check_id(attempt, 'attempt id')}")
+        return path
+    return posixpath.join(path, f"attempt={check_id(attempt, 'attempt id')}")
 
 
 def new_attempt_id() -> str:
@@ -128,6 +209,7 @@ def check_batch_paths(
     table_location: str,
     properties: Mapping[str, str] | None = None,
     manifest: str | None = None,
+    io: Properties | None = None,
 ) -> None:
     """Refuse a manifest whose paths leave the table's location (before any delete or commit).
 
@@ -138,37 +220,43 @@ def check_batch_paths(
     files from outside the table.
     """
     check_id(batch.batch_id, "batch id")
-    expected_dir = batch_data_dir(table_location, batch.batch_id, batch.attempt)
-    if batch.data_dir.rstrip("/") != expected_dir:
+    data_dir = batch.data_dir.rstrip("/")
+    dirs = [
+        batch_data_dir(table_location, batch.batch_id, batch.attempt, folder=f)
+        for f in BATCH_FOLDERS
+    ]
+    if data_dir not in dirs:
         raise StagingError(
             f"staged batch {batch.batch_id}: data_dir {batch.data_dir!r} is not its folder "
-            f"{expected_dir!r} under the table location"
+            f"{dirs[0]!r} under the table location"
         )
-    outside = [f for f in batch.staged_files if not inside(f, expected_dir)]
+    outside = [f for f in batch.staged_files if not inside(f, data_dir)]
     if outside:
         raise StagingError(
             f"staged batch {batch.batch_id}: {len(outside)} staged file(s) lie outside its "
-            f"folder {expected_dir}, e.g. {outside[0]!r}"
+            f"folder {data_dir}, e.g. {outside[0]!r}"
         )
     if manifest is not None:
-        expected = manifest_path(table_location, batch.batch_id, properties, batch.attempt)
-        if manifest != expected:
+        name = posixpath.basename(manifest_path(table_location, batch.batch_id, {}, batch.attempt))
+        roots = staging_roots(table_location, properties, io)
+        if manifest not in [posixpath.join(root, name) for root in roots]:
             raise StagingError(
                 f"manifest path {manifest!r} is not where batch {batch.batch_id} keeps its "
-                f"manifest ({expected!r})"
+                f"manifest ({posixpath.join(roots[0], name)!r})"
             )
 
 
 def list_manifests(
-    table_location: str, properties: Mapping[str, str] | None = None
+    table_location: str, properties: Mapping[str, str] | None = None, io: Properties | None = None
 ) -> Iterator[str]:
-    root = staging_root(table_location, properties)
-    fs, local = filesystem(root)
-    selector = pafs.FileSelector(local, allow_not_found=True, recursive=False)
-    scheme_prefix = root[: len(root) - len(local)] if root.endswith(local) else ""
-    for info in fs.get_file_info(selector):
-        if info.type == pafs.FileType.File and info.path.endswith(".json"):
-            yield scheme_prefix + info.path
+    """Every manifest of the table, in each of its staging roots (:func:`staging_roots`)."""
+    for root in staging_roots(table_location, properties, io):
+        fs, local = filesystem(root, io)
+        selector = pafs.FileSelector(local, allow_not_found=True, recursive=False)
+        prefix = uri_prefix(root, io)
+        for info in fs.get_file_info(selector):
+            if info.type == pafs.FileType.File and info.path.endswith(".json"):
+                yield prefix + info.path
 
 
 def discard(
@@ -178,6 +266,7 @@ def discard(
     table_location: str,
     properties: Mapping[str, str] | None = None,
     live: set[str] | None = None,
+    io: Properties | None = None,
 ) -> int:
     """Delete one attempt's staged files (and its manifest). Returns files deleted.
 
@@ -185,12 +274,14 @@ def discard(
     checked to lie in its own folder under ``table_location`` first. Files in
     ``live`` (referenced by a snapshot) are never deleted, which matters for
     manifests written before attempts had folders of their own.
+
+    :param io: the catalog's FileIO properties (:mod:`.storage`).
     """
-    check_batch_paths(batch, table_location, properties, manifest)
-    fs, _ = filesystem(batch.data_dir)
-    prefix = uri_prefix(batch.data_dir)
+    check_batch_paths(batch, table_location, properties, manifest, io)
+    fs, _ = filesystem(batch.data_dir, io)
+    prefix = uri_prefix(batch.data_dir, io)
     deleted = 0
-    for info in files_under(batch.data_dir):
+    for info in files_under(batch.data_dir, io):
         if not batch.attempt and "/attempt=" in info.path[len(batch.data_dir) - len(prefix) :]:
             continue  # an old-style manifest: its folder holds newer attempts' folders
         if live is not None and prefix + info.path in live:
@@ -201,11 +292,11 @@ def discard(
             continue  # a concurrent sweep got there first
         deleted += 1
     if batch.attempt and live is None:
-        _delete_if_exists(batch.data_dir, directory=True)
+        _delete_if_exists(batch.data_dir, directory=True, io=io)
     else:
-        prune_empty_dirs(batch.data_dir)
+        prune_empty_dirs(batch.data_dir, io)
     if manifest is not None:
-        _delete_if_exists(manifest)
+        _delete_if_exists(manifest, io=io)
     log.info(
         "discarded staged batch %s attempt %s (%d file(s))",
         batch.batch_id,
@@ -215,14 +306,14 @@ def discard(
     return deleted
 
 
-def prune_empty_dirs(uri: str) -> None:
+def prune_empty_dirs(uri: str, io: Properties | None = None) -> None:
     """Remove empty folders at and below ``uri`` on a local filesystem.
 
     ``rmdir`` only ever removes an empty folder, so a writer that puts a file
     into one meanwhile keeps it (a recursive delete could take its file).
     Object stores have no folders: nothing to do there.
     """
-    fs, local = filesystem(uri)
+    fs, local = filesystem(uri, io)
     if not isinstance(fs, pafs.LocalFileSystem):
         return
     infos = fs.get_file_info(pafs.FileSelector(local, allow_not_found=True, recursive=True))
@@ -234,8 +325,8 @@ def prune_empty_dirs(uri: str) -> None:
             continue  # not empty (or gone): keep it
 
 
-def _delete_if_exists(uri: str, *, directory: bool = False) -> None:
-    fs, local = filesystem(uri)
+def _delete_if_exists(uri: str, *, directory: bool = False, io: Properties | None = None) -> None:
+    fs, local = filesystem(uri, io)
     kind = fs.get_file_info(local).type
     try:
         if directory and kind == pafs.FileType.Directory:
@@ -246,9 +337,9 @@ def _delete_if_exists(uri: str, *, directory: bool = False) -> None:
         pass  # deleted concurrently: the outcome wanted
 
 
-def forget(manifest: str) -> None:
+def forget(manifest: str, io: Properties | None = None) -> None:
     """Drop the manifest of a batch that landed (its data files now belong to the table)."""
-    _delete_if_exists(manifest)
+    _delete_if_exists(manifest, io=io)
 
 
 def batch_files_live(table: Table, batch_id: str) -> bool:
@@ -258,8 +349,10 @@ def batch_files_live(table: Table, batch_id: str) -> bool:
     stay live in later ones: the batch is still on the table, and a retried
     append must say so. (A batch that staged no file leaves no such trace.)
     """
-    folder = batch_data_dir(table.location(), batch_id) + "/"
-    return any(path.startswith(folder) for path in referenced_files(table))
+    folders = tuple(
+        batch_data_dir(table.location(), batch_id, folder=f) + "/" for f in BATCH_FOLDERS
+    )
+    return any(path.startswith(folders) for path in referenced_files(table))
 
 
 def referenced_files(table: Table, snapshots: Iterable[Any] | None = None) -> set[str]:
@@ -327,15 +420,21 @@ def begin_batch(
         attempt=attempt,
         summary=checked,
     )
-    path = manifest_path(table.location(), description.id, table.metadata.properties, attempt)
-    write_manifest(batch, path)
+    io = io_properties(table)
+    path = manifest_path(table.location(), description.id, table.metadata.properties, attempt, io)
+    write_manifest(batch, path, io)
     failpoint("staging.after-begin")
     return batch, path
 
 
-def finish_batch(batch: StagedBatch, path: str, times: Iterable[StagedTime]) -> StagedBatch:
-    """Record the batch's staged files; from now on it can be appended."""
+def finish_batch(
+    batch: StagedBatch, path: str, times: Iterable[StagedTime], *, io: Properties | None = None
+) -> StagedBatch:
+    """Record the batch's staged files; from now on it can be appended.
+
+    :param io: the table's FileIO properties (:func:`~.storage.io_properties`).
+    """
     staged = dataclasses.replace(batch, times=tuple(times), state=STATE_STAGED)
     failpoint("staging.before-finish")
-    write_manifest(staged, path)
+    write_manifest(staged, path, io)
     return staged

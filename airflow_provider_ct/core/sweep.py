@@ -1,7 +1,8 @@
 """Sweep what staged batches leave behind, without ever touching a live file.
 
-Writers stage files under ``data/ct-batch=<id>/attempt=<attempt>/`` and a
-manifest under the staging folder (see :mod:`.staging`). Losers of a race
+Writers stage files under ``data/ct_batch=<id>/attempt=<attempt>/`` (before:
+``data/ct-batch=<id>/...``, still swept) and a manifest under the staging
+root (see :mod:`.staging`). Losers of a race
 delete their own files at once; what remains after crashes, killed jobs,
 lost appends and retried tasks is removed here, by the maintenance path.
 
@@ -18,7 +19,7 @@ The rules, per manifest (the table refreshed *after* everything was listed):
 * otherwise it can never land (the upper or the head moved on, and neither
   moves back: rollbacks are refused): its files go.
 
-Files under ``data/ct-batch=*`` that no manifest accounts for (a crash
+Files under ``data/ct_batch=*`` (and ``ct-batch=*``) that no manifest accounts for (a crash
 before the manifest existed, an unreadable manifest, a collection write that
 died before its commit) and half-written manifests go once they are older
 than the grace period and no kept snapshot references them.
@@ -45,14 +46,21 @@ from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.landing import Landing, landing_of
 from airflow_provider_ct.core.manifest import StagedBatch, read_manifest
 from airflow_provider_ct.core.staging import (
+    BATCH_FOLDERS,
     check_batch_paths,
     discard,
     forget,
     list_manifests,
     referenced_files,
-    staging_root,
+    staging_roots,
 )
-from airflow_provider_ct.core.storage import files_under, filesystem, uri_prefix
+from airflow_provider_ct.core.storage import (
+    Properties,
+    files_under,
+    filesystem,
+    io_properties,
+    uri_prefix,
+)
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import StagingError
 
@@ -79,11 +87,13 @@ class SweepReport:
 
 @dataclass
 class _Listing:
-    #: ``(uri, info)`` of every file under ``data/ct-batch=*``.
+    #: ``(uri, info)`` of every file under ``data/ct_batch=*`` and ``data/ct-batch=*``.
     files: list[tuple[str, pafs.FileInfo]]
     manifests: list[str]
     #: ``(uri, info)`` of manifests whose writer died before renaming them.
     half_written: list[tuple[str, pafs.FileInfo]]
+    #: The table's FileIO properties (:mod:`.storage`).
+    io: dict[str, str]
 
 
 #: Listings retried when a folder vanishes while it is read (a concurrent discard).
@@ -113,20 +123,24 @@ def _list(table: Table) -> _Listing:
 def _list_once(table: Table) -> _Listing:
     location = table.location().rstrip("/")
     data = posixpath.join(location, "data")
-    fs, local = filesystem(data)
-    prefix = uri_prefix(data)
+    io = io_properties(table)
+    fs, local = filesystem(data, io)
+    prefix = uri_prefix(data, io)
     batch_dirs = [
         prefix + info.path
         for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True))
-        if info.type == pafs.FileType.Directory and info.base_name.startswith("ct-batch=")
+        if info.type == pafs.FileType.Directory
+        and info.base_name.startswith(tuple(f"{f}=" for f in BATCH_FOLDERS))
     ]
-    files = [(prefix + info.path, info) for d in batch_dirs for info in files_under(d)]
+    files = [(prefix + info.path, info) for d in batch_dirs for info in files_under(d, io)]
     props = table.metadata.properties
-    root = staging_root(location, props)
     half = [
-        (uri_prefix(root) + i.path, i) for i in files_under(root) if ".json.tmp-" in i.base_name
+        (uri_prefix(root, io) + i.path, i)
+        for root in staging_roots(location, props, io)
+        for i in files_under(root, io)
+        if ".json.tmp-" in i.base_name
     ]
-    return _Listing(files, list(list_manifests(location, props)), half)
+    return _Listing(files, list(list_manifests(location, props, io)), half, io)
 
 
 def _older_than(info: pafs.FileInfo, cutoff_ms: int) -> bool:
@@ -153,7 +167,7 @@ def sweep_staged(
     listing = _list(table)
     # Read every manifest before the refresh: one that lands (and is dropped)
     # after this point is then seen as live or as "may still land".
-    read = [(path, _readable(path, location, props)) for path in listing.manifests]
+    read = [(path, _readable(path, location, props, listing.io)) for path in listing.manifests]
     table.refresh()
     timeline = Timeline.of(table)
     live = referenced_files(table)
@@ -172,10 +186,12 @@ def sweep_staged(
             kept.append(batch.batch_id)
             protected.append(batch.data_dir.rstrip("/") + "/")
         elif outcome == "landed":
-            forget(path)
+            forget(path, listing.io)
             landed.append(batch.batch_id)
         else:
-            deleted += discard(batch, path, table_location=location, properties=props, live=live)
+            deleted += discard(
+                batch, path, table_location=location, properties=props, live=live, io=listing.io
+            )
             discarded.append(batch.batch_id)
     orphans = _sweep_orphans(listing, live, protected, cutoff)
     report = SweepReport(
@@ -194,10 +210,12 @@ def sweep_staged(
     return report
 
 
-def _readable(path: str, location: str, props: dict[str, str]) -> StagedBatch | None:
+def _readable(
+    path: str, location: str, props: dict[str, str], io: Properties
+) -> StagedBatch | None:
     try:
-        batch = read_manifest(path)
-        check_batch_paths(batch, location, props, path)
+        batch = read_manifest(path, io)
+        check_batch_paths(batch, location, props, path, io)
     except StagingError as exc:
         log.warning("skipping staged-batch manifest %s: %s", path, exc)
         return None
@@ -236,7 +254,7 @@ def _sweep_orphans(listing: _Listing, live: set[str], protected: list[str], cuto
             continue
         if not _older_than(info, cutoff_ms):
             continue
-        fs, local = filesystem(uri)
+        fs, local = filesystem(uri, listing.io)
         try:
             fs.delete_file(local)
         except FileNotFoundError:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import hmac
 import json
 import logging
@@ -122,6 +123,8 @@ class Driver:
         self._last = time.monotonic()
         self._stopping = False
         self._mutex = threading.Lock()
+        #: Digest of the storage keys jobs use (:meth:`check_storage_keys`).
+        self._storage_keys: str | None = None
 
     def authentic(self, token: object) -> bool:
         return isinstance(token, str) and hmac.compare_digest(token.encode(), self.token.encode())
@@ -194,6 +197,30 @@ class Driver:
                     f"asks for {value!r}: a different catalog gets a driver of its own"
                 )
 
+    def check_storage_keys(self, secret: dict[str, str]) -> None:
+        """Refuse a job whose storage keys differ from those of this driver's first job.
+
+        Hadoop caches one filesystem per bucket for the JVM's life, built
+        with the keys of the first job that touched it; a job with other keys
+        (rotated ones) would silently use the old. The driver stops taking
+        jobs instead, so the retry starts a fresh one. Only a digest is kept.
+        """
+        from airflow_provider_ct.exceptions import ConfigurationError
+
+        keys = {k: v for k, v in secret.items() if k.startswith("fs.")}
+        digest = hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()
+        with self._mutex:
+            if self._storage_keys is None:
+                self._storage_keys = digest
+                return
+            if hmac.compare_digest(digest, self._storage_keys):
+                return
+            self._stopping = True
+        raise ConfigurationError(
+            "this warm driver reached object storage with other keys (Hadoop keeps one "
+            "filesystem per bucket for the driver's life); it stops taking jobs: retry the task"
+        )
+
     @contextlib.contextmanager
     def session(
         self, config: CatalogConfig, session_conf: dict[str, str], group: str
@@ -207,7 +234,9 @@ class Driver:
         assert jvm is not None
         jvm.SparkSession.setActiveSession(session._jsparkSession)
         try:
-            for key, value in {**secret_spark_conf(config), **session_conf}.items():
+            secret = hadoop_session_conf(secret_spark_conf(config))
+            self.check_storage_keys(secret)
+            for key, value in {**secret, **session_conf}.items():
                 _set_conf(session, key, value)
             self.spark.sparkContext.setJobGroup(group, f"ct warm job {group}", True)
             yield session
@@ -247,6 +276,19 @@ class Driver:
             return {"type": p.ERROR, "error": failure_payload(exc, found)}
         finally:
             self.router.detach()
+
+
+def hadoop_session_conf(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with ``spark.hadoop.X`` settings spelled ``X``, as a running session needs.
+
+    ``spark.hadoop.*`` is read once, when the SparkContext starts (and on a
+    command line then, where keys must not go); a session's SQL settings
+    are copied into every Hadoop configuration the session makes (its file
+    reads, Iceberg's ``HadoopFileIO``) under their own names. So a warm
+    driver's job sets ``fs.s3a.secret.key``, not ``spark.hadoop.fs.s3a.secret.key``.
+    """
+    prefix = "spark.hadoop."
+    return {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in conf.items()}
 
 
 def _set_conf(session: SparkSession, key: str, value: str) -> None:

@@ -216,11 +216,11 @@ class SparkJobHook(BaseHook):
             log.info("submitting %s (%s)", what, description.id)
             self._running = submit
             try:
-                return _wait(submit, outputs, what)
+                return _wait(submit, outputs, what, config.properties)
             finally:
                 self._running = None
                 if outputs.remote:
-                    remove_folder(outputs.folder)
+                    remove_folder(outputs.folder, config.properties)
 
     def outputs(self, config: CatalogConfig, folder: Path) -> JobOutputs:
         """Where the job returns its report: the exchange folder, else the local ``folder``."""
@@ -344,7 +344,9 @@ def _python_env() -> dict[str, str]:
     }
 
 
-def _wait(submit: Any, outputs: JobOutputs, what: str) -> dict[str, Any]:
+def _wait(
+    submit: Any, outputs: JobOutputs, what: str, io: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Submit and wait; the job's report, or the job's own exception.
 
     ``SparkSubmitHook`` reports any failure as a bare ``AirflowException``;
@@ -356,8 +358,8 @@ def _wait(submit: Any, outputs: JobOutputs, what: str) -> dict[str, Any]:
     try:
         submit.submit(application=APPLICATION)
     except AirflowException as exc:
-        raise job_error(outputs.error, what) from exc
-    text = read_text(outputs.report)
+        raise job_error(outputs.error, what, io) from exc
+    text = read_text(outputs.report, io)
     if text is None:
         raise SparkJobError(f"{what} finished without a report at {outputs.report}")
     report: dict[str, Any] = json.loads(text)

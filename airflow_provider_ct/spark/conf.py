@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_ct.core import storage
 from airflow_provider_ct.core.catalog import SENSITIVE_KEY, CatalogConfig
 from airflow_provider_ct.exceptions import ConfigurationError
 
@@ -30,7 +31,9 @@ JARS_DIR_ENV = "CT_SPARK_JARS_DIR"
 #: Environment variable with Maven coordinates to use instead of local jars.
 JARS_PACKAGES_ENV = "CT_SPARK_PACKAGES"
 ICEBERG_RUNTIME_GLOB = "iceberg-spark-runtime-3.5_2.12-*.jar"
-SHADED_JACKSON_GLOB = "iceberg-shaded-jackson-*.jar"
+#: Folder (under the jars folder) and names of Hadoop's S3A jars.
+S3A_SUBDIR = "s3a"
+S3A_JAR_GLOBS = ("hadoop-aws-*.jar", "aws-java-sdk-bundle-*.jar")
 #: Debian's JDBC drivers (libxerial-sqlite-jdbc-java, libpostgresql-jdbc-java).
 JDBC_DRIVER_JARS = {
     "sqlite": Path("/usr/share/java/sqlite-jdbc.jar"),
@@ -44,17 +47,31 @@ def default_jars_dir() -> Path:
 
 
 def iceberg_jars(jars_dir: Path | None = None) -> list[str]:
-    """The Iceberg runtime jar plus its relocated Jackson jars (see scripts/assemble_jars.sh)."""
+    """The Iceberg runtime jar (see scripts/assemble_jars.sh).
+
+    Jackson jars relocated by an older assembly, if still beside it, are not
+    shipped: the runtime carries its own relocated Jackson.
+    """
     folder = jars_dir or default_jars_dir()
     runtime = sorted(folder.glob(ICEBERG_RUNTIME_GLOB))
-    jackson = sorted(folder.glob(SHADED_JACKSON_GLOB))
-    if not runtime or len(jackson) < 3:
+    if not runtime:
         raise ConfigurationError(
-            f"the Iceberg Spark runtime is not assembled in {folder} (want {ICEBERG_RUNTIME_GLOB} "
-            f"and 3 {SHADED_JACKSON_GLOB}); run `make setup`, set {JARS_DIR_ENV}, or set "
+            f"the Iceberg Spark runtime is not assembled in {folder} (want "
+            f"{ICEBERG_RUNTIME_GLOB}); run `make setup`, set {JARS_DIR_ENV}, or set "
             f"{JARS_PACKAGES_ENV} to Maven coordinates"
         )
-    return [str(p) for p in runtime + jackson]
+    return [str(runtime[-1])]
+
+
+def s3a_jars(jars_dir: Path | None = None) -> list[str]:
+    """Hadoop's S3A jars if assembled (``make setup`` fetches them for the tests), else none.
+
+    Spark distributions built for a cloud (EMR, Dataproc, most Kubernetes
+    images) carry S3A already; pip's pyspark does not, so a local run on S3
+    needs these beside the Iceberg runtime.
+    """
+    folder = (jars_dir or default_jars_dir()) / S3A_SUBDIR
+    return [str(jar) for pattern in S3A_JAR_GLOBS for jar in sorted(folder.glob(pattern))[-1:]]
 
 
 @dataclass(frozen=True)
@@ -182,7 +199,72 @@ def spark_jars(
             jars.append(jdbc_driver_jar(config))
     else:
         check_rest_support(jars)
+    if on_s3(config):
+        jars += s3a_jars(jars_dir)
     return jars
+
+
+# -- S3 through Hadoop's S3A ---------------------------------------------------------
+#: Iceberg's FileIO on the Spark side for S3 warehouses: Hadoop's, through S3A.
+#: (Iceberg's S3FileIO needs the AWS SDK v2, which pip's pyspark lacks; a
+#: deployment that has it sets ``io-impl`` in the catalog's properties.)
+HADOOP_FILE_IO = "org.apache.iceberg.hadoop.HadoopFileIO"
+S3A_PREFIX = "spark.hadoop.fs.s3a."
+
+
+def on_s3(config: CatalogConfig) -> bool:
+    """Whether the catalog keeps its tables on S3 (its warehouse, or S3 settings given)."""
+    return storage.is_s3(config.warehouse) or bool(storage.s3_settings(config.properties))
+
+
+def s3a_conf(config: CatalogConfig) -> dict[str, str]:
+    """Hadoop S3A settings from the catalog's FileIO properties, without the keys.
+
+    The same endpoint, region and addressing PyIceberg uses (:mod:`.core.storage`),
+    so Spark and PyIceberg reach the same store; ``s3://`` locations (what
+    most catalogs write) go through S3A too.
+    """
+    if not on_s3(config):
+        return {}
+    props = config.properties
+    conf = {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3n.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    }
+    endpoint = props.get(storage.S3_ENDPOINT)
+    if endpoint:
+        conf[S3A_PREFIX + "endpoint"] = endpoint
+        if endpoint.lower().startswith("http://"):
+            conf[S3A_PREFIX + "connection.ssl.enabled"] = "false"
+    style = storage.path_style(props)
+    if style is not None:
+        conf[S3A_PREFIX + "path.style.access"] = str(style).lower()
+    region = next((props[k] for k in storage.S3_REGION if props.get(k)), None)
+    if region:
+        conf[S3A_PREFIX + "endpoint.region"] = region
+    return conf
+
+
+def s3a_secret_conf(config: CatalogConfig) -> dict[str, str]:
+    """The S3A keys from the catalog's FileIO properties (never on a command line)."""
+    if not on_s3(config):
+        return {}
+    props = config.properties
+    names = {
+        "access.key": storage.S3_ACCESS_KEY_ID,
+        "secret.key": storage.S3_SECRET_ACCESS_KEY,
+        "session.token": storage.S3_SESSION_TOKEN,
+    }
+    conf = {
+        S3A_PREFIX + name: value
+        for name, keys in names.items()
+        if (value := next((props[k] for k in keys if props.get(k)), None))
+    }
+    if S3A_PREFIX + "session.token" in conf:
+        conf[S3A_PREFIX + "aws.credentials.provider"] = (
+            "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        )
+    return conf
 
 
 def spark_conf(
@@ -235,6 +317,9 @@ def spark_conf(
         for key, value in config.properties.items():
             if not SENSITIVE_KEY.search(key):
                 conf[f"{prefix}.{key}"] = value
+    if on_s3(config) and "io-impl" not in config.properties:
+        conf[f"{prefix}.io-impl"] = HADOOP_FILE_IO
+    conf.update(s3a_conf(config))
     settings = jar_settings or JarSettings.from_env()
     if settings.packages:
         conf["spark.jars.packages"] = ",".join(settings.packages)
@@ -247,15 +332,23 @@ def spark_conf(
 
 
 def secret_spark_conf(config: CatalogConfig) -> dict[str, str]:
-    """The Spark properties of ``config`` that are secrets (never on a command line)."""
+    """The Spark properties of ``config`` that are secrets (never on a command line).
+
+    The catalog's own (the JDBC password; a REST catalog's credential or
+    token) and the S3A keys of its storage.
+    """
+    conf = s3a_secret_conf(config)
     if config.kind != "sql":
-        return {
-            f"spark.sql.catalog.{config.name}.{key}": value
+        conf.update(
+            (f"spark.sql.catalog.{config.name}.{key}", value)
             for key, value in config.properties.items()
             if value and SENSITIVE_KEY.search(key)
-        }
+        )
+        return conf
     _, password = config.jdbc_credentials()
-    return {f"spark.sql.catalog.{config.name}.jdbc.password": password} if password else {}
+    if password:
+        conf[f"spark.sql.catalog.{config.name}.jdbc.password"] = password
+    return conf
 
 
 def job_session(config: CatalogConfig, app_name: str) -> SparkSession:

@@ -50,6 +50,7 @@ from airflow_provider_ct.core.manifest import StagedFile, StagedTime
 from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import begin_batch, finish_batch, outdated_reason
+from airflow_provider_ct.core.storage import io_properties
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError, SchemaMismatchError
@@ -292,7 +293,7 @@ def run_continual(
         as_of if task.snapshot and times[:1] == [as_of] else None,
     )
     staged = [t for t in (_process_time(run, time) for time in times) if t is not None]
-    final = finish_batch(batch, manifest, staged)
+    final = finish_batch(batch, manifest, staged, io=io_properties(table))
     total_in, total_out = final.added_record_count, final.deleted_record_count
     lower, upper = window(desc)
     log.info(

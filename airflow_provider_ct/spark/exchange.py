@@ -11,8 +11,11 @@ So:
   (it also still reads ``@file`` and plain text);
 * **the report and the error come back through an exchange folder** every
   node can reach: ``ct_exchange_dir`` in the Spark connection's extra, else
-  ``<warehouse>/ct-jobs`` when the warehouse is a URI (``file://``,
-  ``s3://``, ...), since every executor already reads and writes there. The
+  ``<ct.staging-root>/ct-jobs`` when the catalog connection names a staging
+  root (a table bucket refuses anything but Iceberg's files, see
+  ``docs/deployment.md``), else ``<warehouse>/ct-jobs`` when the warehouse
+  is a URI (``file://``, ``s3://``, ...), since every executor already
+  reads and writes there. The
   job writes ``report.json`` (or ``error.json``) into a folder of its own
   there, the operator reads it back and removes the folder.
 
@@ -32,7 +35,9 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.exceptions import ConfigurationError
+from airflow_provider_ct.core.keys import TableKeys
+from airflow_provider_ct.core.storage import Properties, filesystem, is_s3
+from airflow_provider_ct.exceptions import ConfigurationError, StagingError
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,9 @@ def exchange_root(config: CatalogConfig, extra: dict[str, Any]) -> str | None:
     configured = str(extra.get(EXCHANGE_DIR_KEY) or "")
     if configured:
         return configured.rstrip("/")
+    staging = config.properties.get(TableKeys.STAGING_ROOT, "")
+    if staging:
+        return staging.rstrip("/") + "/" + EXCHANGE_SUBDIR
     if "://" in config.warehouse:
         return config.warehouse.rstrip("/") + "/" + EXCHANGE_SUBDIR
     return None
@@ -69,37 +77,39 @@ def new_job_folder(root: str) -> str:
     return posixpath.join(root, uuid.uuid4().hex)
 
 
-def _fs(location: str) -> tuple[pafs.FileSystem, str]:
+def _fs(location: str, io: Properties | None) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of ``location``, reached with the catalog's FileIO properties ``io``."""
     try:
-        return pafs.FileSystem.from_uri(location)
-    except (ValueError, OSError) as exc:
+        return filesystem(location, io)
+    except StagingError as exc:
         raise ConfigurationError(
             f"job exchange location {location!r} is not usable ({exc}); set "
             f"{EXCHANGE_DIR_KEY!r} in the Spark connection's extra to a URI every node reaches"
         ) from exc
 
 
-def write_text(location: str, text: str) -> None:
+def write_text(location: str, text: str, io: Properties | None = None) -> None:
     """Write ``text`` to ``location`` (a local path or a URI), creating its folder."""
-    fs, path = _fs(location)
-    fs.create_dir(posixpath.dirname(path), recursive=True)
+    fs, path = _fs(location, io)
+    if not is_s3(location):  # object stores have no folders (and "mkdir" objects cost a PUT)
+        fs.create_dir(posixpath.dirname(path), recursive=True)
     with fs.open_output_stream(path) as out:
         out.write(text.encode())
 
 
-def read_text(location: str) -> str | None:
+def read_text(location: str, io: Properties | None = None) -> str | None:
     """The text at ``location``, or ``None`` if there is no such file."""
-    fs, path = _fs(location)
+    fs, path = _fs(location, io)
     if fs.get_file_info(path).type != pafs.FileType.File:
         return None
     with fs.open_input_stream(path) as stream:
         return bytes(stream.read()).decode()
 
 
-def remove_folder(location: str) -> None:
+def remove_folder(location: str, io: Properties | None = None) -> None:
     """Remove a job's exchange folder (best effort: a leftover is harmless)."""
     try:
-        fs, path = _fs(location)
+        fs, path = _fs(location, io)
         if fs.get_file_info(path).type == pafs.FileType.Directory:
             fs.delete_dir(path)
     except (OSError, ConfigurationError) as exc:

@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +54,24 @@ def failure_payload(exc: BaseException, secrets: Iterable[str] = ()) -> dict[str
     }
 
 
-def report_failure(exc: BaseException, error_path: str | None, secrets: Iterable[str] = ()) -> int:
+def report_failure(
+    exc: BaseException,
+    error_path: str | None,
+    secrets: Iterable[str] = (),
+    io: Mapping[str, str] | None = None,
+) -> int:
     """Log ``exc`` and write it to ``error_path``; the job's exit code (1).
 
     Called from a job's ``main()`` with whatever it caught. ``secrets`` are
     scrubbed from the message and the logged traceback: the job's output
     becomes the Airflow task log, and the error an Airflow exception.
+    ``io``: the catalog's FileIO properties, to reach an exchange folder on S3.
     """
     payload = failure_payload(exc, secrets)
     if error_path is not None and "://" in error_path:
         from airflow_provider_ct.spark.exchange import write_text
 
-        write_text(error_path, json.dumps(payload))  # the exchange folder (cluster mode)
+        write_text(error_path, json.dumps(payload), io)  # the exchange folder (cluster mode)
     elif error_path is not None:
         fd = os.open(error_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -73,7 +79,7 @@ def report_failure(exc: BaseException, error_path: str | None, secrets: Iterable
     return 1
 
 
-def job_error(error_path: Path | str, what: str) -> CTError:
+def job_error(error_path: Path | str, what: str, io: Mapping[str, str] | None = None) -> CTError:
     """The exception to raise for a failed job, from its error file (a path or a URI).
 
     :param what: the job, for messages (``"the write job for ns.view"``).
@@ -81,7 +87,7 @@ def job_error(error_path: Path | str, what: str) -> CTError:
     from airflow_provider_ct.spark.exchange import read_text
 
     try:
-        text = read_text(str(error_path))
+        text = read_text(str(error_path), io)
         if text is None:
             raise FileNotFoundError(str(error_path))
         payload = json.loads(text)

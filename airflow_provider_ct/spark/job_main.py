@@ -90,9 +90,10 @@ def run(args: argparse.Namespace) -> int:
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     secrets: tuple[str, ...] = ()
+    io: dict[str, str] = {}
     try:
         config, description = job_inputs(args.catalog, args.description)
-        secrets = config.secrets()
+        secrets, io = config.secrets(), dict(config.properties)
         spec = JobSpec.from_json(arg_text(args.job))
         spark = job_session(config, f"ct-{spec.kind}-{description.target}")
         try:
@@ -100,12 +101,12 @@ def run(args: argparse.Namespace) -> int:
         finally:
             spark.stop()
         # A local path or a URI of the exchange folder (see spark/exchange.py).
-        write_text(args.report, json.dumps(report.to_json()))
+        write_text(args.report, json.dumps(report.to_json()), io)
         log.info("report: %s", json.dumps(report.to_json()))
     except Exception as exc:
         if args.error is None:
             raise
-        return report_failure(exc, args.error, secrets)
+        return report_failure(exc, args.error, secrets, io)
     return 0
 
 

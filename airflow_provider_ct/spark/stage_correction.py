@@ -25,6 +25,7 @@ from airflow_provider_ct.core.manifest import StagedFile, StagedTime
 from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import begin_batch, finish_batch
+from airflow_provider_ct.core.storage import filesystem, io_properties
 from airflow_provider_ct.spark.fingerprints import Correction
 
 if TYPE_CHECKING:
@@ -36,8 +37,8 @@ ROWS_COLLECTED = 200_000
 ROWS_PER_FILE = 2_000_000
 
 
-def _list_parquet(uri: str) -> list[str]:
-    fs, local = pafs.FileSystem.from_uri(uri)
+def _list_parquet(uri: str, io: Mapping[str, str]) -> list[str]:
+    fs, local = filesystem(uri, io)
     prefix = uri[: len(uri) - len(local)] if uri.endswith(local) else ""
     infos = fs.get_file_info(pafs.FileSelector(local, allow_not_found=True, recursive=True))
     return sorted(
@@ -49,12 +50,12 @@ def _list_parquet(uri: str) -> list[str]:
     )
 
 
-def _drop_side_files(uri: str) -> None:
+def _drop_side_files(uri: str, io: Mapping[str, str]) -> None:
     """Remove what Spark writes beside the Parquet files (``_SUCCESS``, ``.crc``) in our folder.
 
     The table never references them, so left in place they would be debris.
     """
-    fs, local = pafs.FileSystem.from_uri(uri)
+    fs, local = filesystem(uri, io)
     for info in fs.get_file_info(pafs.FileSelector(local, allow_not_found=True, recursive=True)):
         name = posixpath.basename(info.path)
         if info.type == pafs.FileType.File and (name == "_SUCCESS" or name.endswith(".crc")):
@@ -135,15 +136,18 @@ def stage_correction(
     added: list[StagedFile] = []
     if correction.insert_count:
         _write_inserts(table, correction, posixpath.join(batch.data_dir, "inserts"))
-        added = [files.describe(p) for p in _list_parquet(batch.data_dir)]
-        _drop_side_files(batch.data_dir)
+        added = [files.describe(p) for p in _list_parquet(batch.data_dir, io_properties(table))]
+        _drop_side_files(batch.data_dir, io_properties(table))
     if correction.release is not None:
         correction.release()
     lap("inserts")
     deletes = files.write_deletes(correction.retractions) if correction.retractions else []
     retractions = correction.retract_count
     finish_batch(
-        batch, manifest, [StagedTime(desc.time, tuple(added), (), tuple(deletes), retractions)]
+        batch,
+        manifest,
+        [StagedTime(desc.time, tuple(added), (), tuple(deletes), retractions)],
+        io=io_properties(table),
     )
     lap("deletes+manifest")
     return WriteReport(
