@@ -102,7 +102,7 @@ def position_delete_data_file(
 
     spec_id, partition = _one_partition(path, pc.unique(paths).to_pylist(), partition_of)
     low, high = pc.min(paths).as_py(), pc.max(paths).as_py()
-    return DataFile.from_args(
+    delete_file = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
         file_path=path,
         file_format=FileFormat.PARQUET,
@@ -116,6 +116,8 @@ def position_delete_data_file(
         equality_ids=None,
         key_metadata=None,
     )
+    delete_file.spec_id = spec_id  # from_args does not keep it: the manifest's spec says it
+    return delete_file
 
 
 def _one_partition(
@@ -155,7 +157,17 @@ def attach_delete_files(producer: Any, delete_files: Sequence[DataFile]) -> None
     original_summary = producer._summary
 
     def manifests() -> list[ManifestFile]:
-        return [*original_manifests(), _delete_manifest(producer, metadata, delete_files)]
+        # A manifest holds files of one partition spec: a delete file into a
+        # data file written under an older spec carries that spec (the spec
+        # evolved since), so each spec gets a delete manifest of its own.
+        by_spec: dict[int, list[DataFile]] = {}
+        for delete_file in delete_files:
+            by_spec.setdefault(delete_file.spec_id, []).append(delete_file)
+        added = [
+            _delete_manifest(producer, metadata, metadata.specs()[spec_id], files)
+            for spec_id, files in sorted(by_spec.items())
+        ]
+        return [*original_manifests(), *added]
 
     def summary(snapshot_properties: Any = None) -> Any:
         base = original_summary(snapshot_properties or {})
@@ -165,12 +177,14 @@ def attach_delete_files(producer: Any, delete_files: Sequence[DataFile]) -> None
     producer._summary = summary
 
 
-def _delete_manifest(producer: Any, metadata: Any, delete_files: Sequence[DataFile]) -> Any:
-    """One new delete manifest listing ``delete_files`` as added in the producer's snapshot."""
+def _delete_manifest(
+    producer: Any, metadata: Any, spec: Any, delete_files: Sequence[DataFile]
+) -> Any:
+    """One new delete manifest of ``spec`` listing ``delete_files`` as added in the snapshot."""
     from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
 
     writer = _delete_manifest_writer()(
-        spec=metadata.spec(),
+        spec=spec,
         schema=metadata.schema(),
         output_file=producer.new_manifest_output(),
         snapshot_id=producer._snapshot_id,
