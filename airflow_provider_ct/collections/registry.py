@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.layout import TableLayout
 from airflow_provider_ct.core.settings import TRUE_VALUES, read_only
 from airflow_provider_ct.core.tables import create_managed_table, iter_tables
 from airflow_provider_ct.core.timeline import Timeline
@@ -144,8 +145,12 @@ def register_collection(
     read_only: bool = False,
     location: str | None = None,
     properties: Mapping[str, str] | None = None,
+    layout: TableLayout | None = None,
 ) -> Table:
     """Create (or adopt) the managed table ``name`` as a collection of ``kind``.
+
+    ``layout`` (partitioning, sort order, more properties) applies when the
+    table is created here; an existing one keeps its own.
 
     Idempotent: registering an existing collection of the same kind returns
     it. An existing managed table that is not yet a collection is adopted; a
@@ -156,7 +161,9 @@ def register_collection(
     props = {CollectionKeys.KIND: wanted.value, **dict(properties or {})}
     if read_only:
         props[CollectionKeys.READ_ONLY] = "true"
-    table = create_managed_table(catalog, name, schema, location=location, properties=props)
+    table = create_managed_table(
+        catalog, name, schema, location=location, properties=props, layout=layout
+    )
     current = collection_kind(table)
     if current is None:
         timeline = Timeline.of(table)

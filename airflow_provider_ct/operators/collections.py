@@ -27,6 +27,7 @@ from airflow_provider_ct.collections.registry import (
     register_collection,
 )
 from airflow_provider_ct.collections.rows import parse_rows, parse_updates
+from airflow_provider_ct.core.layout import TableLayout
 from airflow_provider_ct.exceptions import CollectionError, ConfigurationError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._collections_support import announce_upper
@@ -57,6 +58,10 @@ class RegisterCollectionOperator(BaseOperator):
     :param kind: ``append-only`` or ``differential``.
     :param read_only: create the collection switched to read-only.
     :param iceberg_conn_id: catalog connection (default: embedded catalog).
+    :param partition_by: the table's partitioning when created here, as Spark
+        SQL spells it (``["day(ts)", "bucket(16, id)"]``; docs/views.md).
+    :param sort_by: its sort order (``["ts DESC"]``).
+    :param table_properties: more Iceberg table properties for it.
     """
 
     template_fields: Sequence[str] = ("collection",)
@@ -70,9 +75,13 @@ class RegisterCollectionOperator(BaseOperator):
         kind: str,
         read_only: bool = False,
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
+        partition_by: Sequence[str] | str | None = None,
+        sort_by: Sequence[str] | str | None = None,
+        table_properties: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.layout = TableLayout.parse(partition_by, sort_by, table_properties).to_json()
         self.kind = parse_kind(kind).value
         if not isinstance(columns, Mapping) or not columns:
             raise ConfigurationError(
@@ -86,7 +95,14 @@ class RegisterCollectionOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         schema = _schema(self.columns)  # a bad type fails before the catalog is opened
         catalog = IcebergCatalogHook(self.iceberg_conn_id).get_catalog()
-        register_collection(catalog, self.collection, schema, self.kind, read_only=self.read_only)
+        register_collection(
+            catalog,
+            self.collection,
+            schema,
+            self.kind,
+            read_only=self.read_only,
+            layout=TableLayout.from_json(self.layout),
+        )
         return {"collection": self.collection, "kind": self.kind}
 
 
