@@ -24,6 +24,9 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 # incremental paths are what the tests exercise; test_incremental.py checks
 # the rule itself. Set here so warm drivers and Airflow inherit it too.
 os.environ.setdefault("CT_FULL_BELOW_ROWS", "0")
+# Likewise a view's own cost history: over test-sized data its incremental
+# ticks lose to full ones and would send it full (CT_RETRY_INCREMENTAL_AFTER).
+os.environ.setdefault("CT_RETRY_INCREMENTAL_AFTER", "0")
 # Likewise the large-change rule (CT_FULL_ABOVE_CHANGE): the suite's random
 # changes are often a large share of its small inputs.
 os.environ.setdefault("CT_FULL_ABOVE_CHANGE", "0")

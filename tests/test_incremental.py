@@ -237,8 +237,13 @@ def _ticks_under_a_rule(
         set_rule(n, len(inputs.a) + len(inputs.b))
         refresh = "incremental" if n == 4 else "auto"
         reports[n] = _tick(spark, config, f"{ns}.v", sql, 1_000 * n, refresh=refresh)
-        view = _normalized(rows_of(catalog.load_table(f"{ns}.v")))
+        table = catalog.load_table(f"{ns}.v")
+        view = _normalized(rows_of(table))
         assert view == _normalized(inputs.oracle(sql))
+        # Each batch records its cost and the rows it read: the view's history.
+        summary = table.metadata.current_snapshot().summary.additional_properties
+        assert int(summary["ct.input-rows"]) == len(inputs.a) + len(inputs.b)
+        assert int(summary["ct.compute-ms"]) > 0
     # Tick 1 creates the view: always in full.
     for n in (2, 3, 4):
         expected = "full" if n == 2 else "group"

@@ -13,12 +13,15 @@ import pytest
 
 from airflow_provider_ct.core.planner import FULL, GROUP, LINEAR
 from airflow_provider_ct.core.refresh import (
+    PastTick,
     full_diff_on_driver,
+    history_reason,
     large_change_reason,
     small_inputs_reason,
 )
 from airflow_provider_ct.core.settings import (
     LARGE_CHANGE_SHARE,
+    RETRY_INCREMENTAL_AFTER,
     ROWS_ON_DRIVER,
     SMALL_INPUT_ROWS,
     SMALL_INPUT_ROWS_ENV,
@@ -143,3 +146,44 @@ def test_full_correction_diffs_on_the_driver_up_to_the_limit(
     rows: int, limit: int, expected: bool
 ) -> None:
     assert full_diff_on_driver(rows, limit) is expected
+
+
+# -- the view's own cost history ------------------------------------------------------------
+
+
+def _past(*ticks: tuple[str, int, int]) -> list[PastTick]:
+    return [PastTick(strategy, ms, rows) for strategy, ms, rows in ticks]
+
+
+def test_history_needs_a_full_batch_and_two_incremental_ones_to_judge() -> None:
+    assert history_reason(_past(("group", 900, 10), ("group", 900, 10)), 10, 8) is None
+    assert history_reason(_past(("full", 100, 10), ("group", 900, 10)), 10, 8) is None
+    assert history_reason([], 10, 8) is None
+    slow = _past(("full", 100, 10), ("group", 900, 10), ("group", 900, 10))
+    assert history_reason(slow, 10, 8) is not None
+    assert history_reason(slow, 10, 0) is None  # CT_RETRY_INCREMENTAL_AFTER=0: the rule is off
+
+
+def test_incremental_batches_slower_than_the_full_one_send_the_view_full() -> None:
+    history = _past(
+        ("full", 1000, 1000), ("group", 900, 1000), ("group", 1500, 1000), ("group", 1200, 1000)
+    )
+    reason = history_reason(history, 1000, 8)
+    assert reason is not None and "median 1,200 ms against 1,000 ms" in reason
+    # The same full batch over half the rows scales down: still slower.
+    assert history_reason(history, 500, 8) is not None
+    # Over three times the rows the full one would cost 3,000 ms: incremental wins.
+    assert history_reason(history, 3000, 8) is None
+    # At exactly the full cost incremental is kept (a tie is no loss).
+    tie = _past(("full", 1200, 1000), ("group", 1200, 1000), ("group", 1200, 1000))
+    assert history_reason(tie, 1000, 8) is None
+
+
+def test_after_enough_batches_in_full_incremental_is_tried_again() -> None:
+    slow = [("full", 100, 10), ("group", 900, 10), ("group", 900, 10)]
+    fulls = [("full", 100, 10)] * (RETRY_INCREMENTAL_AFTER - 1)
+    after = RETRY_INCREMENTAL_AFTER
+    assert history_reason(_past(*slow, *fulls), 10, after) is not None
+    assert history_reason(_past(*slow, *fulls, ("full", 100, 10)), 10, after) is None
+    # Unknown sizes compare the costs as they are.
+    assert history_reason(_past(*slow), UNKNOWN_ROWS, after) is not None

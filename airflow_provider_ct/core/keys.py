@@ -29,6 +29,10 @@ class SummaryKeys:
     REFRESH = "ct.refresh"
     #: Incremental view batches since the last full correction (``verify_every``).
     INCREMENTAL_TICKS = "ct.incremental-ticks"
+    #: What computing a view batch cost (ms, the job's phases before staging)
+    #: and the inputs' live rows it read: a view's own cost history.
+    COMPUTE_MS = "ct.compute-ms"
+    INPUT_ROWS = "ct.input-rows"
 
     #: The spelling of the empty frontier (a closed collection) in ``ct.upper``.
     EMPTY_FRONTIER = "empty"

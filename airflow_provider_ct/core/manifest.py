@@ -199,7 +199,14 @@ def _frontier(value: Any, what: str) -> Frontier:
 #: Summary keys a manifest may ask the append to record: never the frontier
 #: keys, the batch id or the attempt, which the append writes itself.
 MANIFEST_SUMMARY_KEYS = frozenset(
-    {SummaryKeys.QUERY_HASH, SummaryKeys.REFRESH, SummaryKeys.INCREMENTAL_TICKS, REFRESH_STATE}
+    {
+        SummaryKeys.QUERY_HASH,
+        SummaryKeys.REFRESH,
+        SummaryKeys.INCREMENTAL_TICKS,
+        SummaryKeys.COMPUTE_MS,
+        SummaryKeys.INPUT_ROWS,
+        REFRESH_STATE,
+    }
 )
 _MAX_SUMMARY_VALUE = 200
 #: The refresh state lists every source table: longer, still bounded.

@@ -14,8 +14,15 @@ apply.
 
 from __future__ import annotations
 
-from airflow_provider_ct.core.planner import GROUP
-from airflow_provider_ct.core.settings import LARGE_CHANGE_SHARE_ENV, SMALL_INPUT_ROWS_ENV
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from airflow_provider_ct.core.planner import FULL, GROUP
+from airflow_provider_ct.core.settings import (
+    LARGE_CHANGE_SHARE_ENV,
+    RETRY_INCREMENTAL_AFTER_ENV,
+    SMALL_INPUT_ROWS_ENV,
+)
 from airflow_provider_ct.core.tables import UNKNOWN_ROWS
 
 
@@ -82,3 +89,54 @@ def full_diff_on_driver(rows: int, limit: int) -> bool:
         (0: the driver's diff is off).
     """
     return limit > 0 and rows <= limit
+
+
+@dataclass(frozen=True)
+class PastTick:
+    """One earlier batch of a view: how it was computed, what it cost, over how many rows."""
+
+    strategy: str
+    compute_ms: int
+    input_rows: int
+
+
+#: Incremental batches the rule compares (their median) with the last full one.
+INCREMENTAL_SAMPLE = 3
+
+
+def history_reason(history: Sequence[PastTick], rows: int, retry_after: int) -> str | None:
+    """Why this view's own history says a full correction is cheaper, or None.
+
+    The other rules guess from sizes; this one reads what the view's last
+    batches actually cost (``ct.compute-ms``, newest last). When the median
+    of its last incremental batches took longer than its last full one,
+    scaled to today's input rows (a full correction costs about its scan),
+    the tick runs in full: ``refresh="auto"`` must not keep losing to the
+    full correction. Sizes drift, so after ``retry_after`` batches in full
+    it tries again.
+
+    :param retry_after: :func:`~airflow_provider_ct.core.settings.retry_incremental_after`
+        (0: the rule is off).
+    """
+    fulls = [t for t in history if t.strategy == FULL]
+    incremental = [t for t in history if t.strategy != FULL]
+    if retry_after <= 0 or not fulls or len(incremental) < 2:
+        return None
+    tail = history[-retry_after:]
+    if len(tail) == retry_after and all(t.strategy == FULL for t in tail):
+        return None  # time to measure incremental again
+    last_full = fulls[-1]
+    scale = rows / last_full.input_rows if 0 < last_full.input_rows < UNKNOWN_ROWS else 1.0
+    full_ms = (
+        last_full.compute_ms * max(scale, 1.0) if rows < UNKNOWN_ROWS else last_full.compute_ms
+    )
+    sample = sorted(t.compute_ms for t in incremental[-INCREMENTAL_SAMPLE:])
+    median = sample[len(sample) // 2]
+    if median <= full_ms:
+        return None
+    return (
+        f"this view's last incremental batches took a median {median:,} ms against "
+        f"{full_ms:,.0f} ms for a full correction (its last, scaled to {rows:,} input rows): "
+        f"running in full, and incremental again after {retry_after} such batches "
+        f"({RETRY_INCREMENTAL_AFTER_ENV})"
+    )

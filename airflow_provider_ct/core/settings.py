@@ -39,6 +39,13 @@ LARGE_CHANGE_SHARE = 0.10
 #: Overrides :data:`LARGE_CHANGE_SHARE` in the job's environment; 0 turns the rule off.
 LARGE_CHANGE_SHARE_ENV = "CT_FULL_ABOVE_CHANGE"
 
+#: ``refresh="auto"`` runs in full while the view's own incremental batches
+#: cost more than its full ones (``core/refresh.history_reason``), and tries
+#: incremental again after this many batches in full.
+RETRY_INCREMENTAL_AFTER = 8
+#: Overrides :data:`RETRY_INCREMENTAL_AFTER` in the job's environment; 0 turns the rule off.
+RETRY_INCREMENTAL_AFTER_ENV = "CT_RETRY_INCREMENTAL_AFTER"
+
 #: Rows a side may have for the driver to diff it (each pull stops one row later).
 ROWS_ON_DRIVER = 200_000
 #: Overrides :data:`ROWS_ON_DRIVER` in the job's environment; 0 turns the driver's diff off.
@@ -88,6 +95,16 @@ def env_number(
 def env_row_count(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
     """A row count set in the environment variable ``name`` (a bad value is an error)."""
     return env_number(name, default, int, "a number of rows, not negative", environ)
+
+
+def retry_incremental_after(refresh: str) -> int:
+    """Batches in full after which a view that lost incrementally tries again (0: rule off).
+
+    Only ``auto`` learns from a view's history.
+    """
+    if refresh != "auto":
+        return 0
+    return env_row_count(RETRY_INCREMENTAL_AFTER_ENV, RETRY_INCREMENTAL_AFTER)
 
 
 def small_input_rows(refresh: str) -> int:

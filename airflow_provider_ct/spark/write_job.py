@@ -43,7 +43,9 @@ from airflow_provider_ct.core.layout import TargetSettings
 from airflow_provider_ct.core.planner import FULL, Plan, choose_plan
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
 from airflow_provider_ct.core.refresh import (
+    PastTick,
     full_diff_on_driver,
+    history_reason,
     large_change_reason,
     small_inputs_reason,
 )
@@ -53,10 +55,17 @@ from airflow_provider_ct.core.schema_change import change_schema, diff_schemas, 
 from airflow_provider_ct.core.settings import (
     full_rows_on_driver,
     large_change_share,
+    retry_incremental_after,
     small_input_rows,
 )
 from airflow_provider_ct.core.staging import outdated_reason
-from airflow_provider_ct.core.tables import create_managed_table, live_bytes, live_rows
+from airflow_provider_ct.core.tables import (
+    UNKNOWN_ROWS,
+    create_managed_table,
+    live_bytes,
+    live_rows,
+)
+from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     CTError,
@@ -190,6 +199,7 @@ def run_write(
     tick = _Tick(
         spark, config, catalog, sql, desc, plan, verify_every, small, large, scratch, clock
     )
+    tick.retry_after = retry_incremental_after(refresh)
     try:
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
@@ -216,6 +226,9 @@ class _Tick:
     clock: _PhaseClock
     #: When the job started (the draft materialized-view spec's refresh start).
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    #: ``refresh="auto"`` learns from the view's costs; incremental again after
+    #: this many batches in full (0: it does not).
+    retry_after: int = 0
 
 
 def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteReport:
@@ -271,10 +284,14 @@ def _batch_summary(tick: _Tick, computed: _Computed) -> dict[str, str]:
     """
     digest = query_hash(tick.sql)
     sources = {n: (tick.catalog.load_table(n), s) for n, s in tick.desc.inputs.items()}
+    rows = min(sum(live_rows(table, snap) for table, snap in sources.values()), UNKNOWN_ROWS)
+    computing = sum(v for k, v in tick.clock.phases.items() if k != "prepare")
     return {
         SummaryKeys.QUERY_HASH: digest,
         SummaryKeys.REFRESH: computed.strategy,
         SummaryKeys.INCREMENTAL_TICKS: str(computed.incremental_ticks),
+        SummaryKeys.COMPUTE_MS: str(round(computing * 1000)),
+        SummaryKeys.INPUT_ROWS: str(rows),
         **refresh_state(digest, sources, tick.started_ms),
     }
 
@@ -337,7 +354,7 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     elif plan.incremental:
         why_not = "the target has no rows yet"
     if base is not None:
-        why_not = _auto_full_reason(tick, inputs, base.before) or ""
+        why_not = _auto_full_reason(tick, inputs, base.before, target.table) or ""
         base = None if why_not else base
     if base is None:
         return _Computed(_full_correction(tick, target), FULL, why_not, 0)
@@ -366,7 +383,7 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
 
 
 def _auto_full_reason(
-    tick: _Tick, inputs: dict[str, Any], before: dict[str, int | None]
+    tick: _Tick, inputs: dict[str, Any], before: dict[str, int | None], table: Any
 ) -> str | None:
     """Why the tick runs in full although its history allows an incremental one, or None.
 
@@ -385,7 +402,26 @@ def _auto_full_reason(
         for name, after in pinned.items()
         if before.get(name) != after
     )
-    return large_change_reason(tick.plan.strategy, rows, changed, tick.large_change)
+    large = large_change_reason(tick.plan.strategy, rows, changed, tick.large_change)
+    if large is not None or tick.plan.strategy == FULL:
+        return large
+    history = _history(table, query_hash(tick.sql))
+    return history_reason(history, rows, tick.retry_after)
+
+
+def _history(table: Any, digest: str, depth: int = 24) -> list[PastTick]:
+    """The view's last batches of this query that recorded their cost, oldest first."""
+    past = []
+    for entry in Timeline.of(table).entries[-depth:]:
+        summary = entry.summary
+        if summary.get(SummaryKeys.QUERY_HASH) != digest:
+            continue
+        try:
+            ms, rows = int(summary[SummaryKeys.COMPUTE_MS]), int(summary[SummaryKeys.INPUT_ROWS])
+        except (KeyError, ValueError):
+            continue  # a quiet batch, or one from before costs were recorded
+        past.append(PastTick(summary.get(SummaryKeys.REFRESH, FULL), ms, rows))
+    return past
 
 
 def _full_correction(tick: _Tick, target: _Target) -> Correction:
