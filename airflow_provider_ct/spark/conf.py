@@ -298,25 +298,7 @@ def spark_conf(
     }
     if config.warehouse:
         conf[f"{prefix}.warehouse"] = config.warehouse
-    if config.kind == "sql":
-        conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
-        conf[f"{prefix}.uri"] = config.jdbc_url()
-        # PyIceberg creates the catalog tables (schema V1); Spark must not try,
-        # or on SQLite it holds a lock for the JVM's life ("database is locked").
-        conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
-        conf[f"{prefix}.jdbc.schema-version"] = "V1"
-        user, _ = config.jdbc_credentials()
-        if user:
-            conf[f"{prefix}.jdbc.user"] = user
-    else:
-        conf[f"{prefix}.type"] = "rest"
-        conf[f"{prefix}.uri"] = config.uri
-        # The REST client takes the same property names as PyIceberg's
-        # (credential, token, scope, oauth2-server-uri, header.*, prefix, ...);
-        # secrets among them only through secret_spark_conf.
-        for key, value in config.properties.items():
-            if not SENSITIVE_KEY.search(key):
-                conf[f"{prefix}.{key}"] = value
+    conf.update(_catalog_conf(config, prefix))
     if on_s3(config) and "io-impl" not in config.properties:
         conf[f"{prefix}.io-impl"] = HADOOP_FILE_IO
     conf.update(s3a_conf(config))
@@ -328,6 +310,31 @@ def spark_conf(
     if include_secrets:
         conf.update(secret_spark_conf(config))
     conf.update(extra or {})
+    return conf
+
+
+def _catalog_conf(config: CatalogConfig, prefix: str) -> dict[str, str]:
+    """The catalog's own settings under ``prefix``: JDBC for a SQL catalog, else REST."""
+    if config.kind != "sql":
+        # The REST client takes the same property names as PyIceberg's
+        # (credential, token, scope, oauth2-server-uri, header.*, prefix, ...);
+        # secrets among them only through secret_spark_conf.
+        conf = {f"{prefix}.type": "rest", f"{prefix}.uri": config.uri}
+        for key, value in config.properties.items():
+            if not SENSITIVE_KEY.search(key):
+                conf[f"{prefix}.{key}"] = value
+        return conf
+    conf = {
+        f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+        f"{prefix}.uri": config.jdbc_url(),
+        # PyIceberg creates the catalog tables (schema V1); Spark must not try,
+        # or on SQLite it holds a lock for the JVM's life ("database is locked").
+        f"{prefix}.jdbc.init-catalog-tables": "false",
+        f"{prefix}.jdbc.schema-version": "V1",
+    }
+    user, _ = config.jdbc_credentials()
+    if user:
+        conf[f"{prefix}.jdbc.user"] = user
     return conf
 
 

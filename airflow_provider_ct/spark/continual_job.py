@@ -259,9 +259,8 @@ def run_continual(
 ) -> WriteReport:
     """Compute and stage one batch of a continual task.
 
-    :param target: the output's layout when this tick creates it (its
-        columns are the definition's: a changed definition is refused, as an
-        append-only history cannot be recomputed under new columns).
+    :param target: the output's layout when this tick creates it (its columns
+        are the definition's: an append-only history has no other).
     """
     task = parse_continual_task(
         task_sql, default_namespace=default_namespace, catalog_name=config.name
@@ -296,15 +295,8 @@ def run_continual(
     final = finish_batch(batch, manifest, staged, io=io_properties(table))
     total_in, total_out = final.added_record_count, final.deleted_record_count
     lower, upper = window(desc)
-    log.info(
-        "continual task %s: %d input time(s) in [%s, %s): +%d -%d rows",
-        task.name,
-        len(times),
-        lower,
-        upper,
-        total_in,
-        total_out,
-    )
+    log.info("continual task %s: %d input time(s) in [%s, %s): +%d -%d rows",
+             task.name, len(times), lower, upper, total_in, total_out)  # fmt: skip
     return WriteReport(
         WriteStatus.STAGED,
         desc.id,

@@ -157,19 +157,14 @@ def run_write(
         than fall back for a query that cannot be maintained incrementally)
         or ``full`` (always the full correction).
     :param verify_every: run the full correction every N ticks (0: never).
-    :param target: how to create the target, what to do when the query's
-        schema changed, who owns it (:class:`~airflow_provider_ct.core.layout.TargetSettings`).
+    :param target: the target's layout and ``on_schema_change``
+        (:class:`~airflow_provider_ct.core.layout.TargetSettings`).
     """
-    from pyiceberg.exceptions import NoSuchTableError
-
     desc = description
     parsed = parse_query(sql, target=desc.target, catalog_name=config.name)
     plan = choose_plan(parsed, refresh)
     catalog = config.load()
-    try:
-        table = catalog.load_table(desc.target)
-    except NoSuchTableError:
-        table = None
+    table = _load_or_none(catalog, desc.target)
     reason = outdated_reason(table, desc)
     if reason is not None:
         log.info("%s", reason)
@@ -204,6 +199,16 @@ def run_write(
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
         tick.scratch.remove()
+
+
+def _load_or_none(catalog: Any, name: str) -> Any:
+    """The table ``name``, or None before the first tick creates it."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.load_table(name)
+    except NoSuchTableError:
+        return None
 
 
 @dataclass
