@@ -1,4 +1,4 @@
-r"""Benchmark: ticks of the 22 TPC-H views in one DAG through ``dag.test()``, per engine.
+r"""Benchmark: ticks of the 22 TPC-H views in one DAG through ``dag.test()``, per column.
 
 Run on demand, never in ``make test`` (see docs/views.md, "Benchmarks")::
 
@@ -7,7 +7,14 @@ Run on demand, never in ``make test`` (see docs/views.md, "Benchmarks")::
     python bench/tick_bench.py --engines spark-submit,warm --ticks 2
     python bench/tick_bench.py --engines warm,warm-fused --ticks 2   # also one task per tick
     python bench/tick_bench.py --engines default,default-fused,spark-submit --ticks 2
+    # refresh="auto" against refresh="full" and a plain-Spark INSERT OVERWRITE:
+    python bench/tick_bench.py --engines warm --refresh auto,full --overwrite --sf 0.1 --ticks 2
 
+A **column** is one DAG of the views: an engine of ``--engines`` with a
+``refresh`` of ``--refresh`` (``materialized_view(refresh=...)``; every
+pair, ``warm/auto``, ``warm/full``...), plus with ``--overwrite`` the
+baseline: each query run by plain Spark as ``INSERT OVERWRITE`` of a plain
+Iceberg table over the same pinned inputs (bench/tick_bench_compare.py).
 ``default`` builds the views with no engine at all (no ``engine=``, no
 Spark connection): what a new user gets; the bench prints which engine the
 write tasks chose and why (their "Spark engine:" log lines). An engine name
@@ -20,23 +27,43 @@ What it does (data, queries, changes and oracle: bench/tick_bench_tpch.py):
 1. generates TPC-H at ``--sf`` with DuckDB's ``tpch`` extension (in a
    throwaway environment) and loads the 8 tables into Iceberg (a SQLite
    catalog in a folder under /tmp, removed at the end);
-2. per engine, one DAG holding the chosen queries as views
-   (bench/dags/tick_bench_dag.py), targets in their own namespace; measures
-   a cold Spark start (a fresh JVM's new session and its first query, in a
-   subprocess), then ticks the DAG with ``dag.test(logical_date=T)``: an
-   initial tick (creates the views), then ``--ticks`` times a busy tick
-   (after 0.1% of orders deleted, 0.1% inserted and a few updates) and a
-   quiet tick (no input changed);
+2. measures a cold Spark start per engine (a fresh JVM's new session and
+   its first query, in a subprocess); one DAG per column holding the
+   chosen queries as views (bench/dags/tick_bench_dag.py), targets in the
+   column's own namespace; then ticks every column: an initial tick
+   (creates the views), then ``--ticks`` times a busy tick and a quiet tick
+   (no input changed; the overwrite sits those out). Before a busy tick
+   the bench changes the shared inputs once, so every column reads the
+   same changes: TPC-H's refresh streams (RF2 deletes ``--rf-share``,
+   default 0.1%, of the orders with their line items, RF1 inserts as many)
+   and merge-on-read updates of ``--update-share`` (default 1%) of
+   ``customer``, ``part``, ``partsupp`` and of a few line items and orders.
+   Each column ticks with ``dag.test(logical_date=T)``, one after the
+   other, ``T`` after the inputs' last commit; the views' columns in
+   reverse order every other tick of a kind (the first column after a
+   change runs slower: use an even ``--ticks``), the overwrite last;
 3. after every tick checks each view against DuckDB running the original
-   query over the input snapshots the bench recorded at ``T``, and that the
-   view's head is the tick at ``T``;
-4. prints per tick the DAG run's wall time and per view the strategy, the
-   tasks' durations and the write job's phases, then a summary, and as its
-   last line one JSON object: ``quiet_over_cold`` and ``busy_over_cold`` per
-   engine (the median quiet and busy tick's wall time over that engine's
-   cold start), ``exact`` and every mismatch.
+   query over the input snapshots the bench recorded before the tick, and
+   that the view's head is the tick at ``T`` (the overwrite's tables: DuckDB only);
+4. prints per tick and column the DAG run's wall time and per view the
+   strategy (``quiet`` also from the mint's report when it skipped the
+   write task), where it diffed, the tasks' durations and the write job's
+   phases, then a
+   summary; with both ``auto`` and ``full`` columns (of the first engine)
+   per query the write task's seconds of ``full`` and ``auto`` summed over
+   the busy ticks, their ratio, ``auto``'s strategies and reason and the
+   overwrite's seconds, and a summary of the scale; as its last line one
+   JSON object: ``quiet_over_cold`` and ``busy_over_cold`` per column (the
+   median quiet and busy tick's wall time over the engine's cold start),
+   ``auto_over_full``, ``auto_over_overwrite``, ``full_over_overwrite``
+   (ratios of the sums over the views), ``slower_than_full`` (views whose
+   ``auto`` took over 1.05x their ``full``), ``incremental_queries`` (views
+   ``auto`` maintained incrementally in some busy tick),
+   ``auto_over_full_both_full`` (over the views ``auto`` ran in full too:
+   the same code, so the machine's noise) and ``auto_over_full_incremental``,
+   ``exact`` (every view of every column, every tick) and every mismatch.
 
-Airflow's task logs go to stdout as well; ``grep -E '^(\||###|==|\{)'`` keeps
+Airflow's task logs go to stdout as well; ``grep -E '^(\||##|==|\{)'`` keeps
 the bench's own lines.
 
 ``dag.test()`` runs the tasks one after the other in this process, so the
@@ -51,12 +78,11 @@ import json
 import logging
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,18 +104,23 @@ from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
 from airflow_provider_ct.engine import protocol  # noqa: E402
 from airflow_provider_ct.engine.client import DEFAULT_IDLE_TIMEOUT  # noqa: E402
+from airflow_provider_ct.operators._common import QUIET_REPORT_FIELD  # noqa: E402
 from airflow_provider_ct.operators.tick import WRITE_REPORT_KEY  # noqa: E402
+from bench import tick_bench_compare as cmp  # noqa: E402
 from bench import tick_bench_tpch as tpch  # noqa: E402
+from bench.tick_bench_compare import Column, ColumnRun, Tick, load_average  # noqa: E402
 from tests.helpers import rows_of  # noqa: E402
 
 log = logging.getLogger("tick_bench")
-TASKS = ("wait_for_inputs", "mint", "write", "append")
+TASKS = cmp.TASKS
 #: ``--engines warm-fused``: the engine with mint, write and append fused into one task.
 FUSED = "-fused"
 #: ``--engines default``: no engine configured, as a new user's DAG.
 DEFAULT = "default"
 #: The line a write task logs once with its engine and the reason (hooks/spark_job.py).
 CHOSEN = "Spark engine: "
+#: ``refresh=`` values a column may have (``materialized_view``).
+REFRESH = ("auto", "incremental", "full")
 
 #: A fresh interpreter and JVM: a new local session and its first query (the unit).
 COLD_START = """
@@ -106,27 +137,6 @@ print(json.dumps({"session_s": t1 - t0, "first_query_s": t2 - t1, "cold_s": t2 -
 """
 
 
-@dataclass
-class Tick:
-    """One DAG run: what it cost, per view, and whether every view was exact."""
-
-    engine: str
-    kind: str
-    time_ms: int
-    wall_s: float
-    load: str
-    changes: dict[str, int] = field(default_factory=dict)
-    views: dict[str, dict[str, Any]] = field(default_factory=dict)
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
-
-    def task_sum(self) -> float:
-        return sum(sum(v["tasks"].values()) for v in self.views.values())
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def cold_start(config: CatalogConfig) -> dict[str, float]:
     """Seconds of a cold Spark start: interpreter, JVM, session, first query (a subprocess)."""
     out = subprocess.run(
@@ -140,18 +150,32 @@ def cold_start(config: CatalogConfig) -> dict[str, float]:
     return {k: round(v, 2) for k, v in result.items()}
 
 
-def write_spec(engines: list[str], queries: list[tpch.TpchQuery]) -> None:
+def columns_of(args: argparse.Namespace) -> list[Column]:
+    """Every engine with every refresh, then (``--overwrite``) the plain-Spark baseline."""
+    columns = [
+        Column(engine, refresh)
+        for engine in args.engines.split(",")
+        for refresh in args.refresh.split(",")
+    ]
+    return columns + ([Column(cmp.OVERWRITE, "")] if args.overwrite else [])
+
+
+def write_spec(columns: list[Column], queries: list[tpch.TpchQuery]) -> None:
     specs = [
         {
-            "dag_id": dag_id(engine),
-            "engine": configured_engine(engine),
-            "fuse_steps": engine.endswith(FUSED),
-            "namespace": namespace(engine),
+            "dag_id": dag_id(column),
+            "engine": configured_engine(column.engine),
+            "refresh": column.refresh,
+            "fuse_steps": column.engine.endswith(FUSED),
+            "namespace": namespace(column),
             "views": {q.name: q.spark_sql for q in queries},
             # For ``default`` the value a task without one gets: nothing configured.
-            "warm_idle_timeout": DEFAULT_IDLE_TIMEOUT if configured_engine(engine) is None else 600,
+            "warm_idle_timeout": DEFAULT_IDLE_TIMEOUT
+            if configured_engine(column.engine) is None
+            else 600,
         }
-        for engine in engines
+        for column in columns
+        if not column.overwrite
     ]
     Path(os.environ["CT_TICK_BENCH_SPEC"]).write_text(json.dumps(specs, indent=1))
 
@@ -180,24 +204,31 @@ class EngineLines(logging.Handler):
     def reset(self) -> None:
         self.chosen, self.reasons = {}, {}
 
+    def add_to(self, run: ColumnRun) -> None:
+        """Count this tick's lines into ``run``'s."""
+        for engine, n in self.chosen.items():
+            run.chosen[engine] = run.chosen.get(engine, 0) + n
+        for engine, reason in self.reasons.items():
+            run.reasons.setdefault(engine, reason)
+
 
 #: Installed on the hook's logger by :func:`main`.
 ENGINE_LINES = EngineLines()
 
 
-def dag_id(engine: str) -> str:
-    return f"tick_bench_{engine.replace('-', '_')}"
+def dag_id(column: Column) -> str:
+    return f"tick_bench_{column.slug}"
 
 
-def namespace(engine: str) -> str:
-    return f"tpch_{engine.replace('-', '_')}"
+def namespace(column: Column) -> str:
+    return f"tpch_{column.slug}"
 
 
 # --- one tick ---------------------------------------------------------------------------------
 
 
 def _run_details(dag_id_: str, run_id: str) -> tuple[dict[str, float], dict[str, Any]]:
-    """Task durations and write reports (the write tasks' XComs) of one DAG run."""
+    """Task durations and write reports (from the tasks' XComs) of one DAG run."""
     from airflow.models import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -217,17 +248,28 @@ def _run_details(dag_id_: str, run_id: str) -> tuple[dict[str, float], dict[str,
                 XComModel.key.in_(("return_value", WRITE_REPORT_KEY)),
             )
         ).all()
-        # A write task's return value; a fused tick task's report under its own key.
-        reports = {
-            x.task_id.rsplit(".", 1)[0] + ".write": XComModel.deserialize_value(x)
-            for x in xcoms
-            if (x.task_id.endswith(".write") and x.key == "return_value")
-            or (x.task_id.endswith(".tick") and x.key == WRITE_REPORT_KEY)
-        }
-    return durations, reports
+        values = [(x.task_id, x.key, XComModel.deserialize_value(x)) for x in xcoms]
+    return durations, _write_reports(values)
 
 
-def run_tick(dag: Any, engine: str, kind: str, queries: list[tpch.TpchQuery]) -> Tick:
+def _write_reports(xcoms: list[tuple[str, str, Any]]) -> dict[str, Any]:
+    """Per ``<view>.write``: its write report.
+
+    A write task's return value; a fused tick task's report under its own
+    key; on a quiet tick whose mint skipped the write task, the report the
+    mint put beside its description (``quiet_report``).
+    """
+    reports: dict[str, Any] = {}
+    for task_id, key, value in xcoms:
+        group, _, task = task_id.rpartition(".")
+        if (task, key) in (("write", "return_value"), ("tick", WRITE_REPORT_KEY)):
+            reports[f"{group}.write"] = value
+        elif task == "mint" and isinstance(value, dict) and QUIET_REPORT_FIELD in value:
+            reports.setdefault(f"{group}.write", value[QUIET_REPORT_FIELD])
+    return reports
+
+
+def run_tick(dag: Any, column: str, kind: str, queries: list[tpch.TpchQuery]) -> Tick:
     """``dag.test()`` at ``T`` = now (after the inputs' last commit); only the run is timed.
 
     The inputs are external tables sealed 1 s behind the wall clock, so the
@@ -240,9 +282,9 @@ def run_tick(dag: Any, engine: str, kind: str, queries: list[tpch.TpchQuery]) ->
     run = dag.test(logical_date=datetime.fromtimestamp(t_ms / 1000, UTC))
     wall = time.perf_counter() - started
     if run.state != "success":
-        raise SystemExit(f"{engine} {kind} tick at {t_ms} ended {run.state}")
+        raise SystemExit(f"{column} {kind} tick at {t_ms} ended {run.state}")
     durations, reports = _run_details(dag.dag_id, run.run_id)
-    tick = Tick(engine, kind, t_ms, round(wall, 2), load)
+    tick = Tick(column, kind, t_ms, round(wall, 2), load)
     for q in queries:
         report = reports.get(f"{q.name}.write") or {}
         tasks = {t: round(durations.get(f"{q.name}.{t}", 0.0), 2) for t in TASKS}
@@ -254,161 +296,161 @@ def run_tick(dag: Any, engine: str, kind: str, queries: list[tpch.TpchQuery]) ->
             "reason": report.get("reason", ""),
             "phases": report.get("phases", {}),
             "rows": (report.get("rows_to_insert", 0), report.get("rows_to_delete", 0)),
+            "diffed_on": report.get("diffed_on") or "-",
         }
     return tick
 
 
 def check_tick(
-    tick: Tick, catalog: Any, oracle: tpch.Oracle, queries: list[tpch.TpchQuery], pinned: Any
+    tick: Tick, ctx: dict[str, Any], queries: list[tpch.TpchQuery], pinned: Any, column: Column
 ) -> None:
-    """Every view's head must be the tick at ``T`` and equal DuckDB over the pinned inputs."""
+    """Every view must equal DuckDB over the pinned inputs, and its head be the tick at ``T``.
+
+    The overwrite's plain tables have no timeline: only their rows are checked.
+    """
     for q in queries:
-        table = catalog.load_table(f"{namespace(tick.engine)}.{q.name}")
-        head = Timeline.of(table).entries[-1]
-        verdict = tpch.compare(oracle.rows(q, pinned), rows_of(table))
-        if head.time != tick.time_ms:
+        table = ctx["catalog"].load_table(f"{namespace(column)}.{q.name}")
+        verdict = tpch.compare(ctx["oracle"].rows(q, pinned), rows_of(table))
+        head = None if column.overwrite else Timeline.of(table).entries[-1]
+        if head is not None and head.time != tick.time_ms:
             verdict = {**verdict, "equal": False, "head_time": head.time}
         tick.views[q.name]["exact"] = verdict["equal"]
         if not verdict["equal"]:
             tick.mismatches.append(
-                {"engine": tick.engine, "tick": tick.kind, "view": q.name, **verdict}
+                {"column": tick.column, "tick": tick.kind, "view": q.name, **verdict}
             )
             log.error(
                 "%s %s tick: %s differs from DuckDB: %s",
-                tick.engine,
+                tick.column,
                 tick.kind,
                 q.name,
                 json.dumps(verdict),
             )
 
 
-# --- one engine -------------------------------------------------------------------------------
-
-
-@dataclass
-class EngineRun:
-    engine: str
-    cold: dict[str, float]
-    ticks: list[Tick] = field(default_factory=list)
-    #: Write tasks per engine they ran on (from their log lines), and one reason each.
-    chosen: dict[str, int] = field(default_factory=dict)
-    reasons: dict[str, str] = field(default_factory=dict)
-
-    def median(self, kind: str) -> float | None:
-        walls = [t.wall_s for t in self.ticks if t.kind == kind]
-        return statistics.median(walls) if walls else None
-
-    def ratio(self, kind: str) -> float | None:
-        wall = self.median(kind)
-        return None if wall is None else round(wall / self.cold["cold_s"], 2)
-
-
-def bench_engine(
-    engine: str, args: argparse.Namespace, ctx: dict[str, Any], queries: list[tpch.TpchQuery]
-) -> EngineRun:
-    """Cold start, initial tick, then ``--ticks`` x (busy, quiet), each checked and printed."""
+def column_tick(
+    run: ColumnRun,
+    kind: str,
+    ctx: dict[str, Any],
+    queries: list[tpch.TpchQuery],
+    pinned: dict[str, int],
+) -> Tick:
+    """One column's tick over the inputs at ``pinned``, checked."""
     import tick_bench_dag
 
-    dag = tick_bench_dag.DAGS[dag_id(engine)]
-    catalog, spark = ctx["catalog"], ctx["spark"]
-    result = EngineRun(engine, cold_start(ctx["config"]))
-    print(f"\n== {engine}: cold Spark start {result.cold} (load {load_average()})", flush=True)
-    ENGINE_LINES.reset()
+    column = run.column
+    if column.overwrite:
+        tick = cmp.overwrite_tick(
+            ctx["spark"], kind, queries, pinned, namespace(column), ctx["job_settings"]
+        )
+    else:
+        ENGINE_LINES.reset()
+        tick = run_tick(tick_bench_dag.DAGS[dag_id(column)], column.label, kind, queries)
+        ENGINE_LINES.add_to(run)
+    check_tick(tick, ctx, queries, pinned, column)
+    return tick
+
+
+# --- the ticks of every column ----------------------------------------------------------------
+
+
+def tick_kinds(args: argparse.Namespace) -> list[str]:
     kinds = ["initial"]
     for _ in range(args.ticks):
         kinds += [] if args.quiet_only else ["busy"]
         kinds += [] if args.busy_only else ["quiet"]
-    for kind in kinds:
+    return kinds
+
+
+def bench_columns(
+    columns: list[Column], args: argparse.Namespace, ctx: dict[str, Any], queries: list[Any]
+) -> list[ColumnRun]:
+    """Every tick: the inputs changed once (busy), pinned, then every column over them.
+
+    The first column after a change runs measurably slower (the warm
+    driver's first look at the new snapshots, Spark's code generation), so
+    the view columns' order is reversed from one tick of a kind to the next:
+    over an even ``--ticks`` each is first as often. The overwrite, in the
+    bench's own session, runs last.
+    """
+    catalog, seen = ctx["catalog"], Counter[str]()
+    runs = [ColumnRun(c, None if c.overwrite else ctx["cold"][c.engine]) for c in columns]
+    views = [r for r in runs if not r.column.overwrite]
+    baseline = [r for r in runs if r.column.overwrite]
+    for kind in tick_kinds(args):
         changes = {}
         if kind == "busy":
             ctx["seed"] += 10
-            changes = tpch.change_inputs(spark, ctx["seed"])
+            changes = tpch.change_inputs(
+                ctx["spark"], ctx["seed"], args.rf_share, args.update_share
+            )
         pinned = tpch.pins(catalog)  # the bench's own record of what T must read
-        tick = run_tick(dag, engine, kind, queries)
-        tick.changes = changes
-        check_tick(tick, catalog, ctx["oracle"], queries, pinned)
-        result.ticks.append(tick)
-        print_tick(tick)
-    result.chosen, result.reasons = dict(ENGINE_LINES.chosen), dict(ENGINE_LINES.reasons)
-    print(f"== {engine}: write tasks ran on {json.dumps(result.chosen)}", flush=True)
-    for chosen, reason in result.reasons.items():
-        print(f"== {engine}: {chosen} because {reason}", flush=True)
-    return result
+        order = views if seen[kind] % 2 == 0 else views[::-1]
+        seen[kind] += 1
+        for run in order + ([] if kind == "quiet" else baseline):
+            tick = column_tick(run, kind, ctx, queries, pinned)
+            tick.changes = changes
+            run.ticks.append(tick)
+            cmp.print_tick(tick)
+        if tpch.pins(catalog) != pinned:
+            raise SystemExit(f"the inputs changed during a {kind} tick: {pinned} -> now")
+    for run in runs:
+        print(f"== {run.column.label}: write tasks ran on {json.dumps(run.chosen)}", flush=True)
+        for chosen, reason in run.reasons.items():
+            print(f"== {run.column.label}: {chosen} because {reason}", flush=True)
+    return runs
 
 
 # --- output -----------------------------------------------------------------------------------
 
 
-def _phases(phases: dict[str, float]) -> str:
-    return " ".join(f"{k}={v:.2f}" for k, v in phases.items()) or "-"
-
-
-def print_tick(tick: Tick) -> None:
-    n = len(tick.views)
-    tasks = tick.task_sum()
-    print(
-        f"\n### {tick.engine} {tick.kind} tick at {tick.time_ms}: DAG run {tick.wall_s:.1f} s "
-        f"({n} views, {tick.wall_s / max(1, n):.2f} s per view; tasks {tasks:.1f} s, "
-        f"between tasks {tick.wall_s - tasks:.1f} s); load {tick.load}"
-        + (f"; changes {json.dumps(tick.changes)}" if tick.changes else ""),
-        flush=True,
-    )
-    print(
-        "| view | strategy | +rows | -rows | sensor s | mint s | write s | write phases s "
-        "| outside phases s | append s | exact |"
-    )
-    print("|---" * 11 + "|")
-    for name, v in tick.views.items():
-        t, phases = v["tasks"], v["phases"]
-        outside = t["write"] - sum(phases.values())
-        print(
-            f"| {name} | {v['strategy']} | {v['rows'][0]} | {v['rows'][1]} "
-            f"| {t['wait_for_inputs']:.2f} | {t['mint']:.2f} | {t['write']:.2f} "
-            f"| {_phases(phases)} | {outside:.2f} | {t['append']:.2f} | {v.get('exact')} |",
-            flush=True,
-        )
-
-
-def print_summary(runs: list[EngineRun]) -> None:
-    print("\n## summary\n")
-    print(
-        "| engine | cold start s | tick | DAG run s | s per view | tasks s | between tasks s "
-        "| write tasks s | Σ write phases s | x cold | load |"
-    )
-    print("|---" * 11 + "|")
-    for r in runs:
-        for t in r.ticks:
-            writes = sum(v["tasks"]["write"] for v in t.views.values())
-            phases = sum(sum(v["phases"].values()) for v in t.views.values())
-            tasks = t.task_sum()
-            print(
-                f"| {r.engine} | {r.cold['cold_s']:.1f} | {t.kind} | {t.wall_s:.1f} "
-                f"| {t.wall_s / max(1, len(t.views)):.2f} | {tasks:.1f} | {t.wall_s - tasks:.1f} "
-                f"| {writes:.1f} | {phases:.1f} | {t.wall_s / r.cold['cold_s']:.1f} | {t.load} |"
-            )
-
-
-def summary_json(runs: list[EngineRun], args: argparse.Namespace, views: int) -> dict[str, Any]:
+def summary_json(
+    runs: list[ColumnRun], args: argparse.Namespace, views: int, colds: dict[str, Any]
+) -> dict[str, Any]:
     mismatches = [m for r in runs for t in r.ticks for m in t.mismatches]
+    views_wrong = [m for m in mismatches if m["column"] != cmp.OVERWRITE]
     return {
         "sf": args.sf,
         "views": views,
-        "cold_s": {r.engine: r.cold["cold_s"] for r in runs},
-        "quiet_over_cold": {r.engine: r.ratio("quiet") for r in runs},
-        "busy_over_cold": {r.engine: r.ratio("busy") for r in runs},
-        "write_tasks_ran_on": {r.engine: r.chosen for r in runs},
-        "exact": not mismatches,
+        "cold_s": {engine: cold["cold_s"] for engine, cold in colds.items()},
+        "quiet_over_cold": {r.column.label: r.ratio("quiet") for r in runs if r.cold},
+        "busy_over_cold": {r.column.label: r.ratio("busy") for r in runs if r.cold},
+        "write_tasks_ran_on": {r.column.label: r.chosen for r in runs if r.cold},
+        "exact": not views_wrong,
+        "overwrite_exact": len(mismatches) == len(views_wrong),
         "mismatches": mismatches,
     }
+
+
+def print_comparison(runs: list[ColumnRun], args: argparse.Namespace) -> dict[str, Any]:
+    """``auto`` against ``full`` on the first engine (nothing without both); its JSON."""
+    engine = args.engines.split(",")[0]
+    rows = cmp.compare_refresh(runs, engine)
+    if not rows:
+        return {}
+    busy = args.ticks if not args.quiet_only else 0
+    totals = cmp.comparison_json(rows)
+    cmp.print_comparison(rows, engine, busy)
+    cmp.print_scale_summary(totals, args.sf, len(rows), busy)
+    return totals
 
 
 # --- main -------------------------------------------------------------------------------------
 
 
-def setup(args: argparse.Namespace) -> tuple[dict[str, Any], list[tpch.TpchQuery]]:
-    """Data, catalog, the DAGs' spec, Airflow's database and the session that changes inputs."""
+def setup(
+    args: argparse.Namespace, columns: list[Column]
+) -> tuple[dict[str, Any], list[tpch.TpchQuery]]:
+    """Data, catalog, the DAGs' spec, Airflow's database and the session that changes inputs.
+
+    That session, in this process, also runs the overwrite baseline; it is
+    started with the warm driver's settings (``WarmSpec``: master, driver
+    memory, catalog) and the overwrite runs with a warm job's session settings.
+    """
     from airflow.utils import db
 
+    from airflow_provider_ct.engine.client import WarmSpec
+    from airflow_provider_ct.hooks.spark_job import DEFAULT_LOCAL_MASTER
     from airflow_provider_ct.spark.conf import local_session
 
     config = CatalogConfig(
@@ -419,10 +461,9 @@ def setup(args: argparse.Namespace) -> tuple[dict[str, Any], list[tpch.TpchQuery
     numbers = [int(v) for v in args.views.split(",")] if args.views else None
     queries = tpch.tpch_queries(texts, numbers)
     tpch.load_tables(catalog, _WORK / "data")
-    engines = args.engines.split(",")
-    for engine in engines:
-        catalog.create_namespace_if_not_exists(namespace(engine))
-    write_spec(engines, queries)
+    for column in columns:
+        catalog.create_namespace_if_not_exists(namespace(column))
+    write_spec(columns, queries)
     os.environ["AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT"] = json.dumps(
         {
             "conn_type": "iceberg_catalog",
@@ -430,14 +471,19 @@ def setup(args: argparse.Namespace) -> tuple[dict[str, Any], list[tpch.TpchQuery
         }
     )
     db.resetdb()
+    warm = WarmSpec.for_catalog(config, master=DEFAULT_LOCAL_MASTER)
     spark = local_session(
-        config, app_name="tick-bench-changes", **{"spark.sql.shuffle.partitions": "4"}
+        config,
+        master=warm.master,
+        app_name="tick-bench-changes",
+        **{**warm.conf, "spark.sql.shuffle.partitions": "4"},
     )
     spark.sparkContext.setLogLevel("ERROR")
     ctx = {
         "config": config,
         "catalog": catalog,
         "spark": spark,
+        "job_settings": warm.session_conf,
         "seed": 100,
         "oracle": tpch.Oracle(catalog),
     }
@@ -460,18 +506,36 @@ def stop_drivers(folder: Path) -> None:
         time.sleep(0.5)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--sf", type=float, default=0.01, help="TPC-H scale factor")
-    parser.add_argument("--ticks", type=int, default=1, help="busy+quiet pairs per engine")
-    parser.add_argument("--engines", default="spark-submit,warm")
+    parser.add_argument("--ticks", type=int, default=1, help="busy+quiet pairs per column")
+    parser.add_argument("--engines", default="spark-submit,warm", help="engines, e.g. warm")
+    parser.add_argument("--refresh", default="auto", help="refresh= per column, e.g. auto,full")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="add plain Spark INSERT OVERWRITE as a column"
+    )
     parser.add_argument("--views", default="", help="query numbers, e.g. 1,3,6 (default all 22)")
+    parser.add_argument(
+        "--rf-share", type=float, default=0.001, help="share of orders RF2 deletes, RF1 inserts"
+    )
+    parser.add_argument(
+        "--update-share", type=float, default=0.01, help="share of customer, part, partsupp updated"
+    )
     parser.add_argument("--quiet-only", action="store_true", help="no busy ticks")
     parser.add_argument("--busy-only", action="store_true", help="no quiet ticks")
     parser.add_argument("--keep", action="store_true", help=f"keep {_WORK}")
     args = parser.parse_args()
     if args.quiet_only and args.busy_only:
         parser.error("--quiet-only and --busy-only exclude each other")
+    wrong = set(args.refresh.split(",")) - set(REFRESH)
+    if wrong:
+        parser.error(f"--refresh: {', '.join(sorted(wrong))} not in {', '.join(REFRESH)}")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     hook_log = logging.getLogger("airflow_provider_ct.hooks.spark_job")
     hook_log.setLevel(logging.INFO)
@@ -479,12 +543,16 @@ def main() -> int:
     warm_dir = Path(tempfile.mkdtemp(prefix="ctw-", dir="/tmp"))
     os.environ[protocol.WARM_DIR_ENV] = str(warm_dir)
     print(f"tick bench in {_WORK} (load {load_average()})", flush=True)
-    runs: list[EngineRun] = []
+    columns = columns_of(args)
+    runs: list[ColumnRun] = []
     ctx: dict[str, Any] = {}
     try:
-        ctx, queries = setup(args)
-        for engine in args.engines.split(","):
-            runs.append(bench_engine(engine, args, ctx, queries))
+        ctx, queries = setup(args, columns)
+        ctx["cold"] = {}
+        for engine in dict.fromkeys(c.engine for c in columns if not c.overwrite):
+            ctx["cold"][engine] = cold_start(ctx["config"])
+            print(f"\n== {engine}: cold Spark start {ctx['cold'][engine]}", flush=True)
+        runs = bench_columns(columns, args, ctx, queries)
     finally:
         stop_drivers(warm_dir)
         if ctx:
@@ -494,8 +562,9 @@ def main() -> int:
         shutil.rmtree(warm_dir, ignore_errors=True)
     # py4j logs its shutdown at exit: keep the JSON the last line.
     logging.getLogger("py4j").setLevel(logging.ERROR)
-    print_summary(runs)
-    summary = summary_json(runs, args, len(queries))
+    cmp.print_summary(runs)
+    summary = summary_json(runs, args, len(queries), ctx["cold"])
+    summary = {**print_comparison(runs, args), **summary}
     print(json.dumps(summary))
     return 0 if summary["exact"] else 1
 

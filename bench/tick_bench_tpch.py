@@ -7,19 +7,26 @@ trusted) on their own.
   bench/tpch_gen.py in a throwaway environment (the extension's wheel exists
   for DuckDB 1.5.5 only; the project pins another DuckDB), written as
   Parquet and loaded into Iceberg tables ``tpch.<table>`` with PyIceberg.
-  ``lineitem`` and ``orders`` are merge-on-read, so Spark's ``UPDATE`` and
+  The tables the changes touch (``lineitem``, ``orders``, ``customer``,
+  ``part``, ``partsupp``) are merge-on-read, so Spark's ``UPDATE`` and
   ``DELETE`` write position deletes, as an upstream job would.
 * **Queries** are the extension's own 22 (``tpch_queries()``), with ``ORDER
   BY`` and ``LIMIT`` dropped (a view is a multiset) by sqlglot, then
   translated from DuckDB to Spark SQL by sqlglot, tables qualified with the
   namespace. The oracle runs the DuckDB text (same drops, no translation).
-* **Changes** per busy tick: about 0.1% of orders (with their line items)
-  deleted, as many new orders inserted (copies of existing ones under new
-  keys and other customers, with their line items), and a few Spark
-  ``UPDATE``s of line items and orders.
+* **Changes** per busy tick, TPC-H's refresh streams as upstream jobs would
+  commit them (Spark SQL): RF2 deletes 0.1% of orders (``share``) with their
+  line items, RF1 inserts as many new orders (copies of existing ones under
+  new keys and other customers, with their line items); then merge-on-read
+  ``UPDATE``s of about 1% (``update_share``) of ``customer``, ``part`` and
+  ``partsupp`` (balances, prices, sizes, quantities, costs) and of a few
+  line items and orders. The bench applies them once per busy tick to the
+  shared inputs, so every column of a run reads the same changes.
 * **Oracle**: the bench records every input's snapshot id at each tick (never
   the product's ``ct.inputs``), reads those snapshots with PyIceberg and runs
   the original query in DuckDB; the view's rows must be the same multiset.
+  ``pinned_sql`` is the query's Spark SQL over those same snapshots
+  (``VERSION AS OF``), for the plain-Spark overwrite baseline.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ GENERATOR = ROOT / "bench" / "tpch_gen.py"
 NS = "tpch"
 TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
 #: Inputs whose row-level changes write delete files instead of rewriting data files.
-MERGE_ON_READ = ("lineitem", "orders")
+MERGE_ON_READ = ("customer", "lineitem", "orders", "part", "partsupp")
 MOR_PROPERTIES = {
     "format-version": "2",
     "write.delete.mode": "merge-on-read",
@@ -149,6 +156,17 @@ def tpch_queries(texts: dict[str, str], numbers: list[int] | None = None) -> lis
     return out
 
 
+def pinned_sql(query: TpchQuery, pinned: dict[str, int], catalog: str = "ct") -> str:
+    """The query's Spark SQL reading every input at its pinned snapshot (``VERSION AS OF``)."""
+    tree = sqlglot.parse_one(query.spark_sql, read="spark")
+    for table in tree.find_all(exp.Table):
+        if table.name in TABLES and table.db == NS:
+            snapshot = exp.Literal.number(pinned[table.name])
+            table.set("catalog", exp.to_identifier(catalog))
+            table.set("version", exp.Version(this="VERSION", kind="AS OF", expression=snapshot))
+    return tree.sql(dialect="spark")
+
+
 # --- changes ----------------------------------------------------------------------------------
 
 
@@ -160,13 +178,30 @@ def _in_list(keys: list[int]) -> str:
     return ", ".join(str(k) for k in keys) or "NULL"
 
 
-def change_inputs(spark: Any, seed: int, share: float = 0.001) -> dict[str, int]:
+def change_inputs(
+    spark: Any, seed: int, share: float = 0.001, update_share: float = 0.01
+) -> dict[str, int]:
     """One busy tick's input changes, as upstream jobs would commit them (Spark SQL).
 
-    ``share`` of the orders (at least one) is deleted with its line items, as
-    many new orders are inserted (copies of other orders under new keys, for
-    other customers, with their line items), and a few line items and orders
-    are updated in place (merge-on-read: position deletes plus new rows).
+    TPC-H's refresh streams (:func:`refresh_streams`: RF2 deletes ``share``
+    of the orders with their line items, RF1 inserts as many), then
+    merge-on-read updates of ``update_share`` of ``customer``, ``part`` and
+    ``partsupp`` (:func:`update_dimensions`) and of a few line items and
+    orders (:func:`_update`). The same ``seed`` gives the same changes.
+    """
+    return {
+        **refresh_streams(spark, seed, share),
+        **update_dimensions(spark, seed, update_share),
+        **_update(spark, seed),
+    }
+
+
+def refresh_streams(spark: Any, seed: int, share: float) -> dict[str, int]:
+    """TPC-H's RF2 then RF1: orders deleted with their line items, as many inserted.
+
+    ``share`` of the orders (at least one) is deleted; the new orders are
+    copies of other orders under new keys, for other customers, with their
+    line items.
     """
     orders, lineitem = f"ct.{NS}.orders", f"ct.{NS}.lineitem"
     count, top = spark.sql(f"SELECT count(*), max(o_orderkey) FROM {orders}").collect()[0]
@@ -197,13 +232,42 @@ def change_inputs(spark: Any, seed: int, share: float = 0.001) -> dict[str, int]
         f"INSERT INTO {lineitem} SELECT {select} FROM {lineitem} l JOIN m ON l.l_orderkey = m.old"
     )
     inserted_lines = spark.sql(f"SELECT count(*) FROM {lineitem} WHERE l_orderkey > {top}")
-    updated = _update(spark, seed)
     return {
         "orders_deleted": len(gone),
         "orders_inserted": len(templates),
         "lineitems_inserted_total": int(inserted_lines.collect()[0][0]),
-        **updated,
     }
+
+
+#: Per dimension table: its key columns and the ``SET`` of its updates.
+DIMENSION_UPDATES = {
+    "customer": (("c_custkey",), "c_acctbal = c_acctbal + 1.00"),
+    "part": (
+        ("p_partkey",),
+        "p_retailprice = p_retailprice + 1.00, p_size = pmod(p_size, 50) + 1",
+    ),
+    "partsupp": (
+        ("ps_partkey", "ps_suppkey"),
+        "ps_availqty = ps_availqty + 1, ps_supplycost = ps_supplycost + 0.01",
+    ),
+}
+
+
+def update_dimensions(spark: Any, seed: int, share: float) -> dict[str, int]:
+    """Merge-on-read ``UPDATE``s of about ``share`` of the rows of each dimension table.
+
+    Rows are picked by a hash of their key and ``seed`` (no key list to
+    collect); returns the rows updated per table (counted before the update,
+    with the same predicate: the updates change no key).
+    """
+    out = {}
+    for table, (keys, assignments) in DIMENSION_UPDATES.items():
+        name = f"ct.{NS}.{table}"
+        where = f"pmod(xxhash64({', '.join(keys)}, {seed}), 100000) < {round(share * 100000)}"
+        count = spark.sql(f"SELECT count(*) FROM {name} WHERE {where}").collect()[0][0]
+        spark.sql(f"UPDATE {name} SET {assignments} WHERE {where}")
+        out[f"{table}_updated"] = int(count)
+    return out
 
 
 def _update(spark: Any, seed: int) -> dict[str, int]:
@@ -233,25 +297,39 @@ def _update(spark: Any, seed: int) -> dict[str, int]:
 
 
 class Oracle:
-    """DuckDB over the inputs' snapshots the bench recorded (Arrow read by PyIceberg)."""
+    """DuckDB over the inputs' snapshots the bench recorded (Arrow read by PyIceberg).
+
+    Each input's Arrow is kept for its latest pinned snapshot only, and each
+    query's rows per pinned state, so the columns of one tick share one run.
+    """
 
     def __init__(self, catalog: Any) -> None:
         self.catalog = catalog
-        self._arrow: dict[tuple[str, int], Any] = {}
+        self._arrow: dict[str, tuple[int, Any]] = {}
+        self._rows: dict[tuple[int, tuple[tuple[str, int], ...]], Counter[tuple[Any, ...]]] = {}
+
+    def _table(self, table: str, snapshot_id: int) -> Any:
+        cached = self._arrow.get(table)
+        if cached is None or cached[0] != snapshot_id:
+            iceberg = self.catalog.load_table(f"{NS}.{table}")
+            self._arrow[table] = (snapshot_id, iceberg.scan(snapshot_id=snapshot_id).to_arrow())
+        return self._arrow[table][1]
 
     def rows(self, query: TpchQuery, pinned: dict[str, int]) -> Counter[tuple[Any, ...]]:
         import duckdb
 
+        key = (query.number, tuple(sorted(pinned.items())))
+        if key in self._rows:
+            return self._rows[key]
+        if len(self._rows) > 200:  # earlier ticks' results are not asked for again
+            self._rows.clear()
         con = duckdb.connect()
         for table in TABLES:
-            key = (table, pinned[table])
-            if key not in self._arrow:
-                iceberg = self.catalog.load_table(f"{NS}.{table}")
-                self._arrow[key] = iceberg.scan(snapshot_id=pinned[table]).to_arrow()
-            con.register(table, self._arrow[key])
+            con.register(table, self._table(table, pinned[table]))
         result = con.execute(query.duckdb_sql).fetchall()
         con.close()
-        return Counter(tuple(r) for r in result)
+        self._rows[key] = Counter(tuple(r) for r in result)
+        return self._rows[key]
 
 
 def _norm(value: Any, places: int) -> Any:

@@ -1,11 +1,13 @@
-"""The DAGs of bench/tick_bench.py: the 22 TPC-H queries as views, one DAG per engine.
+"""The DAGs of bench/tick_bench.py: the 22 TPC-H queries as views, one DAG per column.
 
 ``dag.test()`` runs only DAGs its bundle (the DAGs folder) defines, so the
 bench points ``AIRFLOW__CORE__DAGS_FOLDER`` here and describes the views in
-a JSON file named by ``CT_TICK_BENCH_SPEC``: for each DAG its id, engine,
-whether mint, write and append are one task (``fuse_steps``), target
-namespace and ``{view name: Spark SQL}``. Without that variable this
-file defines no DAG (it is harmless in any other DAGs folder).
+a JSON file named by ``CT_TICK_BENCH_SPEC``: for each DAG (one per column
+of the bench: an engine and a ``refresh``) its id, engine, ``refresh``
+(``auto``, ``full``...), whether mint, write and append are one task
+(``fuse_steps``), target namespace and ``{view name: Spark SQL}``.
+Without that variable this file defines no DAG (it is harmless in any
+other DAGs folder).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def build_dag(spec: dict[str, Any]) -> DAG:
                 poke_interval=1,
                 engine=spec["engine"],
                 fuse_steps=bool(spec.get("fuse_steps")),
+                refresh=str(spec.get("refresh", "auto")),
                 warm_idle_timeout=float(spec.get("warm_idle_timeout", 600)),
             )
     return dag
