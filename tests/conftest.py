@@ -154,14 +154,22 @@ def spark_catalog_config(spark_root: Path) -> CatalogConfig:
 
 @pytest.fixture(scope="session")
 def spark(spark_catalog_config: CatalogConfig):  # type: ignore[no-untyped-def]
-    from airflow_provider_ct.spark.conf import local_session
+    from airflow_provider_ct.spark.conf import local_session, s3a_jars, spark_jars
 
     spark_catalog_config.load()  # PyIceberg creates the catalog tables first
+    # Hadoop's S3A jars too (if fetched): the model-checked run on S3 adds a REST
+    # catalog on S3 to this JVM (tests/objectstore.in_process_session), and
+    # jars only join a JVM when it starts.
+    jars = [*spark_jars(spark_catalog_config), *s3a_jars()]
     session = local_session(
         spark_catalog_config,
         master="local[2]",
         app_name="ct-tests",
-        **{"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"},
+        **{
+            "spark.sql.shuffle.partitions": "4",
+            "spark.driver.memory": "2g",
+            "spark.jars": ",".join(dict.fromkeys(jars)),
+        },
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session

@@ -13,7 +13,7 @@ filesystem, not the product's timeline or sweep bookkeeping):
 * time travel intact: every snapshot is readable and every file it
   references exists;
 * no orphan files after maintenance: after ``sweep_staged(grace_ms=0)`` no
-  file under ``data/ct-batch=*`` is unreferenced by every snapshot, and the
+  file under ``data/ct_batch=*`` is unreferenced by every snapshot, and the
   staging folder holds no manifest (nor half-written one).
 
 Faults are counted by kind (:class:`FaultLog`) so each test can print one
@@ -201,14 +201,16 @@ class Invariants:
 
     @staticmethod
     def _leftovers(table: Any) -> tuple[list[str], list[str]]:
-        """Files under ``data/ct-batch=*`` no snapshot references; files in the staging folder."""
+        """Staged files (``data/ct_batch=*``, and the older ``ct-batch=*``) no snapshot
+        references; files in the staging folder."""
         referenced: set[str] = set()
         for snapshot in table.metadata.snapshots:
             referenced |= {local_path(f).as_posix() for f in _referenced(table, snapshot)}
         data = local_path(posixpath.join(table.location(), "data"))
         staged = {
             p.as_posix()
-            for folder in data.glob("ct-batch=*")
+            for pattern in ("ct_batch=*", "ct-batch=*")
+            for folder in data.glob(pattern)
             for p in folder.rglob("*")
             if p.is_file()
         }

@@ -9,16 +9,41 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import sqlglot
 from sqlglot import exp
 
 from airflow_provider_ct.core.staging import batch_data_dir
-from airflow_provider_ct.core.storage import is_s3
+from airflow_provider_ct.core.storage import Properties, files_under, filesystem, is_s3
 
 
 def local_path(uri: str) -> Path:
     return Path(urlsplit(uri).path) if uri.startswith("file:") else Path(uri)
+
+
+def file_key(uri: str) -> str:
+    """A file's location without its scheme, as ``files_under`` lists it.
+
+    ``file:///p``, ``file:/p`` and ``/p`` are all ``/p``; ``s3://b/k`` and
+    ``s3a://b/k`` are both ``b/k``: Iceberg metadata, Spark and our staging
+    spell one file in more than one way, and checks compare files, not spellings.
+    """
+    if "://" not in uri and not uri.startswith("file:"):
+        return uri
+    parts = urlsplit(uri)
+    return parts.netloc + parts.path
+
+
+def files_present(uri: str, io: Properties | None = None) -> set[str]:
+    """The keys (:func:`file_key`) of every file below ``uri``: one listing, local or S3."""
+    return {info.path for info in files_under(uri, io)}
+
+
+def file_exists(uri: str, io: Properties | None = None) -> bool:
+    """Whether a file exists, on a local folder or S3 (with the catalog's FileIO settings)."""
+    fs, path = filesystem(uri, io)
+    return bool(fs.get_file_info(path).type == pafs.FileType.File)
 
 
 def stage_rows(table: Any, batch_id: str, rows: list[tuple[int, str | None]]) -> list[str]:

@@ -13,6 +13,7 @@ else fresh random ones: the server only accepts requests signed with them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -25,6 +26,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 
@@ -93,6 +95,8 @@ class ObjectStore:
     secret_key: str
     ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
+    #: Serve Prometheus metrics (S3 requests by kind, bytes by bucket) on a port of their own.
+    metrics: bool = False
 
     @property
     def s3_endpoint(self) -> str:
@@ -101,6 +105,11 @@ class ObjectStore:
     @property
     def rest_uri(self) -> str:
         return f"http://127.0.0.1:{self.ports['s3.port.iceberg']}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Prometheus text of the server (``weed mini -metricsPort``); only with ``metrics``."""
+        return f"http://127.0.0.1:{self.ports['metricsPort']}/metrics"
 
     def io_properties(self) -> dict[str, str]:
         """PyIceberg FileIO properties reaching this store."""
@@ -165,7 +174,8 @@ class ObjectStore:
     def start(self) -> None:
         """Start the server (again, on the same ports and data) and wait until it answers."""
         if not self.ports:
-            self.ports = dict(zip(_PORTS, _free_ports(len(_PORTS)), strict=True))
+            names = (*_PORTS, "metricsPort") if self.metrics else _PORTS
+            self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
             self.ports["admin.port"], self.ports["admin.port.grpc"] = _admin_ports()
         self.folder.mkdir(parents=True, exist_ok=True)
         env = {
@@ -233,15 +243,66 @@ class ObjectStore:
 
 
 @contextlib.contextmanager
-def running_object_store(folder: Path) -> Iterator[ObjectStore]:
-    """A started ``weed mini`` with its data under ``folder``, stopped afterwards."""
+def running_object_store(folder: Path, *, metrics: bool = False) -> Iterator[ObjectStore]:
+    """A started ``weed mini`` with its data under ``folder``, stopped afterwards.
+
+    :param metrics: also serve Prometheus metrics (:attr:`ObjectStore.metrics_url`).
+    """
     store = ObjectStore(
         folder=folder,
         access_key=os.environ.get(ACCESS_KEY_ENV) or f"ct{secrets.token_hex(8)}",
         secret_key=os.environ.get(SECRET_KEY_ENV) or secrets.token_hex(20),
+        metrics=metrics,
     )
     store.start()
     try:
         yield store
     finally:
         store.stop()
+
+
+def iceberg_connection(config: CatalogConfig) -> str:
+    """An Iceberg connection (an ``AIRFLOW_CONN_*`` value): kind, URL, warehouse, properties.
+
+    Every catalog property goes into the extra, as deployments put the S3
+    settings and the REST credential there (docs/deployment.md).
+    """
+    extra = {
+        "kind": config.kind,
+        "uri": config.uri,
+        "warehouse": config.warehouse,
+        "catalog_name": config.name,
+        **config.properties,
+    }
+    return json.dumps({"conn_type": "iceberg_catalog", "extra": extra})
+
+
+@contextlib.contextmanager
+def in_process_session(spark: Any, config: CatalogConfig) -> Iterator[Any]:
+    """A new session of the running Spark that has ``config`` as a catalog, reaching S3.
+
+    Why a session and not a SparkSession of its own: pyspark runs one JVM
+    per process, and the test session's (the ``spark`` fixture) is already
+    up with its SQLite catalog. Catalogs load lazily from session settings,
+    and a session's SQL settings are copied into every Hadoop configuration
+    it makes under their own names, so the catalog and the S3A settings
+    (keys included, as ``fs.s3a.*``: what the warm driver does per job) are
+    set on a new session. The JVM must have had Hadoop's S3A jars from its
+    start (the ``spark`` fixture adds them). Hadoop keeps one filesystem per
+    bucket for the JVM's life: one object store per test session.
+    """
+    from airflow_provider_ct.engine.server import hadoop_session_conf
+    from airflow_provider_ct.spark.conf import spark_conf
+
+    session = spark.newSession()
+    conf = spark_conf(config, include_jars=False, include_secrets=True)
+    for key, value in hadoop_session_conf(conf).items():
+        if session.conf.get(key, None) != value:  # static ones are already the same
+            session.conf.set(key, value)
+    jvm = session._jvm
+    # Iceberg's SparkCatalog builds its Hadoop configuration from the active session.
+    jvm.SparkSession.setActiveSession(session._jsparkSession)
+    try:
+        yield session
+    finally:
+        jvm.SparkSession.clearActiveSession()

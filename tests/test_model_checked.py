@@ -29,8 +29,8 @@ product's data times are the model's change times; every kept snapshot is
 readable (every file it needs exists); a batch id forms one run of snapshots
 on main; expiry never raises ``ct.since`` past what retention and read holds
 allow. At the end: final ticks, maintenance and a sweep of every table, every
-readable time rescanned, and no orphan: no file under ``data/ct-batch=*``
-that no kept snapshot references, no manifest, no half-written manifest.
+readable time rescanned, and no orphan: no file under ``data/ct_batch=*`` (or
+the older ``ct-batch=*``) that no kept snapshot references, no manifest, no half-written manifest.
 
 Step kinds (``STEP_WEIGHTS``; the clock advances 0.2-1.5 virtual seconds per
 step): ``items`` / ``groups`` (inserts, deletes, updates, duplicates, NULLs;
@@ -52,6 +52,14 @@ of a random subset of tables) and ``sweep`` (``grace_ms=0``).
 ``CT_MODEL_SEED`` replays a run (default: a new random seed; it is in the
 summary line, printed even without ``-s``, and in every failure, with the
 tail of the step log); ``CT_MODEL_STEPS`` runs longer (default 300).
+
+The storage is a parameter (the ``storage`` fixture): ``[local]`` keeps the
+tables in a local folder with the SQLite catalog; ``[s3]`` (marker
+``objectstore``) runs the same steps on a REST catalog with S3 storage
+(SeaweedFS on 127.0.0.1, tables in its table bucket, Spark through S3A in
+the test session's JVM), ``CT_MODEL_S3_STEPS`` steps (default 50, to stay
+near a minute in ``make test``). Every file check (readable snapshots, no
+orphan, no manifest left) lists the store instead of the local folder.
 """
 
 from __future__ import annotations
@@ -96,11 +104,14 @@ from airflow_provider_ct.core.manifest import STATE_STAGED, StagedFile, StagedTi
 from airflow_provider_ct.core.mint import mint
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import (
+    BATCH_FOLDERS,
     begin_batch,
     finish_batch,
     list_manifests,
     referenced_files,
+    staging_roots,
 )
+from airflow_provider_ct.core.storage import io_properties
 from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
@@ -112,12 +123,16 @@ from tests.conftest import SPARK_CATALOG_CONN as CONN
 from tests.helpers import (
     XComTI,
     advance,
+    file_exists,
+    file_key,
+    files_present,
     local_path,
     mint_view_tick,
     replace_contents,
     rows_of,
     stage_arrow,
 )
+from tests.objectstore import iceberg_connection, in_process_session
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.slow]
 
@@ -400,12 +415,23 @@ class Checker:
             self.scan(tracked, tracked.sealed[time], time)
 
     def readable(self, name: str, table: Any) -> None:
-        """Every file some kept snapshot needs to be read exists."""
+        """Every file some kept snapshot needs to be read exists.
+
+        One listing of the table's location answers for every file in it (on
+        S3 a request per file would be hundreds per step); a file elsewhere
+        is looked up on its own.
+        """
+        io = io_properties(table)
+        present = files_present(table.location(), io)
+
+        def exists(path: str) -> bool:
+            return file_key(path) in present or file_exists(path, io)
+
         needed: set[str] = set()
         manifests: dict[str, Any] = {}
         for snapshot in table.metadata.snapshots:
             path = snapshot.manifest_list
-            assert local_path(path).exists(), f"{name}: manifest list {path} is gone"
+            assert exists(path), f"{name}: manifest list {path} is gone"
             if path not in self._lists:
                 self._lists[path] = list(snapshot.manifests(table.io))
             needed.add(path)
@@ -413,11 +439,11 @@ class Checker:
         for path, manifest in manifests.items():
             needed.add(path)
             if path not in self._live:
-                assert local_path(path).exists(), f"{name}: manifest {path} is gone"
+                assert exists(path), f"{name}: manifest {path} is gone"
                 entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
                 self._live[path] = {e.data_file.file_path for e in entries}
             needed |= self._live[path]
-        missing = sorted(p for p in needed if not local_path(p).exists())
+        missing = sorted(p for p in needed if not exists(p))
         assert not missing, (
             f"{name}: {len(missing)} file(s) a kept snapshot needs are gone: {missing[:3]}"
         )
@@ -438,27 +464,88 @@ class Checker:
         assert not twice, f"{tracked.name}: batch id(s) {twice} on main more than once"
 
 
-def orphans(table: Any) -> tuple[list[str], list[str], list[str]]:
-    """Files under data/ct-batch=* no kept snapshot references; manifests; half-written ones."""
+def orphans(table: Any) -> tuple[list[str], list[str], list[str], int]:
+    """Files in batch folders no kept snapshot references; manifests; half-written ones.
+
+    Batch folders are ``data/ct_batch=*`` and the older ``data/ct-batch=*``;
+    manifests are looked for in every staging root (``ct.staging-root`` on S3).
+    Last, how many batch files were looked at (a check that found none proves nothing).
+    """
     table.refresh()
-    live = referenced_files(table)
-    root = local_path(table.location())
-    files = [p for d in (root / "data").glob("ct-batch=*") for p in d.rglob("*") if p.is_file()]
-    unreferenced = sorted(str(p) for p in files if f"file://{p}" not in live)
-    manifests = list(list_manifests(table.location(), table.metadata.properties))
-    half = sorted(str(p) for p in (root / "ct-staging").glob("*.tmp-*"))
-    return unreferenced, manifests, half
+    io, location, props = io_properties(table), table.location(), table.metadata.properties
+    live = {file_key(p) for p in referenced_files(table)}
+    data = file_key(f"{location.rstrip('/')}/data")
+    folders = tuple(f"{data}/{name}=" for name in BATCH_FOLDERS)
+    staged = [p for p in files_present(f"{location.rstrip('/')}/data", io) if p.startswith(folders)]
+    unreferenced = sorted(p for p in staged if p not in live)
+    manifests = list(list_manifests(location, props, io))
+    half = sorted(
+        p
+        for root in staging_roots(location, props, io)
+        for p in files_present(root, io)
+        if ".tmp-" in p.rsplit("/", 1)[-1]
+    )
+    return unreferenced, manifests, half, len(staged)
+
+
+# -- where the run keeps its tables ---------------------------------------------------------
+#: The Airflow connection of the run on S3 (the local run uses the Spark session's, CONN).
+S3_CONN = "ct_model_s3"
+#: Steps of the run on S3 in ``make test`` (each step there costs several times a local one).
+S3_STEPS_DEFAULT = "50"
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Where a run keeps its tables: the Spark session, the catalog, its connection, its length.
+
+    ``local``: the test session's SQLite catalog on a local folder.
+    ``s3``: the REST catalog of a SeaweedFS server with its tables in the
+    server's table bucket and the manifests under ``ct.staging-root``, Spark
+    reaching it through S3A (:func:`tests.objectstore.in_process_session`).
+    The run itself is the same: only the storage differs.
+    """
+
+    kind: str
+    spark: Any
+    config: CatalogConfig
+    conn_id: str
+    steps: int
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.objectstore)])
+def storage(
+    request: pytest.FixtureRequest, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Storage]:
+    """The run's storage: ``CT_MODEL_STEPS`` steps locally, ``CT_MODEL_S3_STEPS`` on S3."""
+    from airflow_provider_ct.spark.conf import s3a_jars
+
+    if request.param == "local":
+        config = request.getfixturevalue("spark_catalog_config")
+        yield Storage("local", spark, config, CONN, int(os.environ.get("CT_MODEL_STEPS", "300")))
+        return
+    if not s3a_jars():
+        pytest.skip("Hadoop's S3A jars are not fetched (make setup)")
+    config = request.getfixturevalue("object_store").rest_config("ctmodel")
+    monkeypatch.setenv(f"AIRFLOW_CONN_{S3_CONN.upper()}", iceberg_connection(config))
+    steps = int(os.environ.get("CT_MODEL_S3_STEPS", S3_STEPS_DEFAULT))
+    with in_process_session(spark, config) as session:
+        yield Storage("s3", session, config, S3_CONN, steps)
 
 
 # -- the world ------------------------------------------------------------------------------
 class World:
     """The product's tables, the model beside them, and one method per step kind."""
 
-    def __init__(self, spark: Any, config: CatalogConfig, seed: int, scratch: Path) -> None:
-        self.spark, self.config, self.seed, self.scratch = spark, config, seed, scratch
+    def __init__(self, storage: Storage, seed: int, scratch: Path) -> None:
+        self.spark, self.config = storage.spark, storage.config
+        self.seed, self.scratch = seed, scratch
+        self.conn_id = storage.conn_id
+        #: The catalog's FileIO settings, for files read outside a table (manifests).
+        self.io = storage.config.pyiceberg_properties()
         self.rng = random.Random(seed)
         self.checker = Checker(random.Random(seed + 1))
-        self.catalog = config.load()
+        self.catalog = self.config.load()
         self.ns = f"mc{seed % 1_000_000}_{uuid.uuid4().hex[:6]}"
         # Virtual time, far ahead of the wall clock: expiry's "committed within the
         # retention" rule (by wall clock) then never masks what holds and times keep.
@@ -745,7 +832,7 @@ class World:
     def _check_staged(self, report: Any) -> None:
         assert isinstance(report, WriteReport) and report.status == WriteStatus.STAGED, report
         assert report.manifest is not None
-        assert read_manifest(report.manifest).state == STATE_STAGED
+        assert read_manifest(report.manifest, self.io).state == STATE_STAGED
 
     def _append(
         self, report: WriteReport, desc: BatchDescription, *, continual: bool = False
@@ -757,7 +844,7 @@ class World:
         common: dict[str, Any] = {
             "task_id": f"append_{uuid.uuid4().hex[:8]}",
             "report": report.to_json(),
-            "iceberg_conn_id": CONN,
+            "iceberg_conn_id": self.conn_id,
             "description_task_id": "mint",
         }
         op = (
@@ -834,7 +921,7 @@ class World:
         if Timeline.of(view.tracked.table).find_batch(pending.desc.id) is not None:
             return None
         manifest = attempt.report.manifest
-        if manifest is not None and local_path(manifest).exists():
+        if manifest is not None and file_exists(manifest, self.io):
             return "its snapshot expired, its manifest is still there"
         if not attempt.report.rows_to_insert + attempt.report.rows_to_delete:
             return "its snapshot expired and it staged no file"
@@ -1214,7 +1301,8 @@ class World:
         found: Counter[str] = Counter()
         details: list[str] = []
         for tracked in self.tables():
-            unreferenced, manifests, half = orphans(tracked.table)
+            unreferenced, manifests, half, seen = orphans(tracked.table)
+            found["batch files seen"] += seen
             found["orphan files"] += len(unreferenced)
             found["manifests"] += len(manifests)
             found["half-written manifests"] += len(half)
@@ -1231,7 +1319,8 @@ class World:
             f"rows_compared={self.checker.rows_compared} scans={self.checker.scans} "
             f"rows_lost={self.checker.lost} rows_duplicated={self.checker.duplicated} "
             f"orphan_files={leftovers['orphan files']} manifests_left={leftovers['manifests']} "
-            f"half_written_left={leftovers['half-written manifests']} (time: {slowest})"
+            f"half_written_left={leftovers['half-written manifests']} "
+            f"batch_files_seen={leftovers['batch files seen']} (time: {slowest})"
         )
 
 
@@ -1312,16 +1401,14 @@ def test_a_landed_attempt_retried_after_its_snapshot_expired_keeps_its_files(
 
 
 def test_randomized_model_checked_run(
-    spark: Any,
-    spark_catalog_config: CatalogConfig,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    storage: Storage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seed = int(os.environ.get("CT_MODEL_SEED") or random.SystemRandom().randrange(1, 2**31))
-    steps = int(os.environ.get("CT_MODEL_STEPS", "300"))
-    print(f"model-checked run: seed {seed}, {steps} steps")
+    steps = storage.steps
+    print(f"model-checked run on {storage.kind}: seed {seed}, {steps} steps")
     started = _time.monotonic()
-    world = World(spark, spark_catalog_config, seed, tmp_path)
+    world = World(storage, seed, tmp_path)
+    assert storage.kind != "s3" or world.items.table.location().startswith("s3://")
     try:
         for number in range(steps):
             world.step(number)
@@ -1331,6 +1418,6 @@ def test_randomized_model_checked_run(
         raise AssertionError(world.failure(exc)) from exc
     finally:
         world.close()
-    line = world.summary(steps, _time.monotonic() - started, leftovers)
+    line = f"{world.summary(steps, _time.monotonic() - started, leftovers)} [{storage.kind}]"
     with capsys.disabled():
         print(f"\n{line}")
