@@ -291,8 +291,7 @@ def in_process_session(spark: Any, config: CatalogConfig) -> Iterator[Any]:
     start (the ``spark`` fixture adds them). Hadoop keeps one filesystem per
     bucket for the JVM's life: one object store per test session.
     """
-    from airflow_provider_ct.engine.server import hadoop_session_conf
-    from airflow_provider_ct.spark.conf import spark_conf
+    from airflow_provider_ct.spark.conf import hadoop_session_conf, spark_conf
 
     session = spark.newSession()
     conf = spark_conf(config, include_jars=False, include_secrets=True)

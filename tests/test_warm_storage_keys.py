@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_ct.engine.server import Driver, hadoop_session_conf
+from airflow_provider_ct.engine.server import Driver
 from airflow_provider_ct.exceptions import ConfigurationError
+from airflow_provider_ct.spark.conf import hadoop_session_conf
 
 
 def test_spark_hadoop_settings_are_spelled_as_hadoop_names_for_a_session() -> None:

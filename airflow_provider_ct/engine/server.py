@@ -226,7 +226,7 @@ class Driver:
         self, config: CatalogConfig, session_conf: dict[str, str], group: str
     ) -> Iterator[SparkSession]:
         """A new session for one job: its own SQL settings, temp views and catalog password."""
-        from airflow_provider_ct.spark.conf import secret_spark_conf
+        from airflow_provider_ct.spark.conf import hadoop_session_conf, secret_spark_conf
 
         self.check_catalog(config)
         session = self.spark.newSession()
@@ -276,19 +276,6 @@ class Driver:
             return {"type": p.ERROR, "error": failure_payload(exc, found)}
         finally:
             self.router.detach()
-
-
-def hadoop_session_conf(conf: dict[str, str]) -> dict[str, str]:
-    """``conf`` with ``spark.hadoop.X`` settings spelled ``X``, as a running session needs.
-
-    ``spark.hadoop.*`` is read once, when the SparkContext starts (and on a
-    command line then, where keys must not go); a session's SQL settings
-    are copied into every Hadoop configuration the session makes (its file
-    reads, Iceberg's ``HadoopFileIO``) under their own names. So a warm
-    driver's job sets ``fs.s3a.secret.key``, not ``spark.hadoop.fs.s3a.secret.key``.
-    """
-    prefix = "spark.hadoop."
-    return {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in conf.items()}
 
 
 def _set_conf(session: SparkSession, key: str, value: str) -> None:

@@ -379,13 +379,33 @@ def local_session(
 ) -> SparkSession:
     """An in-process SparkSession for ``config`` (tests, the demo, benchmarks).
 
-    In-process, the configuration never reaches a command line, so the
-    secrets are set here with the rest.
+    The secrets (a JDBC password, a REST credential, S3 keys) are set on the
+    session once it runs, never on the builder: pyspark starts the JVM with
+    ``spark-submit`` and every builder setting as a ``--conf`` argument, on a
+    command line any local user can read. The catalog reads its settings on
+    first use, and the session copies its settings into every Hadoop
+    configuration it makes (:func:`hadoop_session_conf`).
     """
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
-    conf = spark_conf(config, extra={"spark.ui.enabled": "false", **extra}, include_secrets=True)
+    conf = spark_conf(config, extra={"spark.ui.enabled": "false", **extra})
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    for key, value in hadoop_session_conf(secret_spark_conf(config)).items():
+        session.conf.set(key, value)
+    return session
+
+
+def hadoop_session_conf(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with ``spark.hadoop.X`` settings spelled ``X``, as a running session needs.
+
+    ``spark.hadoop.*`` is read once, when the SparkContext starts (and on a
+    command line then, where keys must not go); a session's SQL settings
+    are copied into every Hadoop configuration the session makes (its file
+    reads, Iceberg's ``HadoopFileIO``) under their own names. So a running
+    session sets ``fs.s3a.secret.key``, not ``spark.hadoop.fs.s3a.secret.key``.
+    """
+    prefix = "spark.hadoop."
+    return {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in conf.items()}
