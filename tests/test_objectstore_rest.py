@@ -88,7 +88,9 @@ def _fresh_namespace(catalog: Any, ns: str) -> None:
 
 
 def tick_view(config: CatalogConfig, dag: Any, ns: str, *, tick_between: bool = True) -> Any:
-    """Appends, a tick, then a position delete with appends, a tick; each tick checked.
+    """Appends, a tick, drift in the view, then a position delete with appends, a tick.
+
+    Each tick is checked against the model (the second corrects the drift).
 
     ``tick_between=False``: one tick only, after every change (a merge-on-read
     input read in full), to keep the ``spark-submit`` run short.
@@ -109,7 +111,12 @@ def tick_view(config: CatalogConfig, dag: Any, ns: str, *, tick_between: bool = 
     events.refresh()
     if tick_between:
         run_at_sealed_time(dag, events.metadata.current_snapshot().timestamp_ms)
-        assert rows_of(catalog.load_table(f"{ns}.totals")) == _model(rows)
+        totals = catalog.load_table(f"{ns}.totals")
+        assert rows_of(totals) == _model(rows)
+        # Drift: another engine appends a row to the view; the next tick corrects it.
+        arrow = totals.schema().as_arrow()
+        drift = dict(zip(arrow.names, ["zz", 1, 99], strict=True))
+        totals.append(pa.Table.from_pylist([drift], schema=arrow))
 
     (data_file,) = [task.file for task in events.scan().plan_files()]
     deleted = position_delete(events, [(data_file.file_path, 1)], data_file)

@@ -162,7 +162,7 @@ def attach_delete_files(producer: Any, delete_files: Sequence[DataFile]) -> None
         # evolved since), so each spec gets a delete manifest of its own.
         by_spec: dict[int, list[DataFile]] = {}
         for delete_file in delete_files:
-            by_spec.setdefault(delete_file.spec_id, []).append(delete_file)
+            by_spec.setdefault(_spec_id(delete_file, metadata), []).append(delete_file)
         added = [
             _delete_manifest(producer, metadata, metadata.specs()[spec_id], files)
             for spec_id, files in sorted(by_spec.items())
@@ -175,6 +175,19 @@ def attach_delete_files(producer: Any, delete_files: Sequence[DataFile]) -> None
 
     producer._manifests = manifests
     producer._summary = summary
+
+
+def _spec_id(delete_file: DataFile, metadata: Any) -> int:
+    """The spec a delete file was described with; the table's default if none was set.
+
+    PyIceberg's ``DataFile`` raises on reading a spec id nobody assigned (its
+    ``from_args`` drops the argument): :func:`position_delete_data_file`
+    assigns it, other callers may not.
+    """
+    try:
+        return int(delete_file.spec_id)
+    except AttributeError:
+        return int(metadata.default_spec_id)
 
 
 def _delete_manifest(
