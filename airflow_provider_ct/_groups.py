@@ -1,4 +1,4 @@
-"""The one shape of a managed table's TaskGroup: ``wait_for_inputs >> mint >> write >> append``.
+"""The one shape of a managed table's TaskGroup: ``mint >> write >> append``, mint waiting first.
 
 Why one builder: :func:`~airflow_provider_ct.views.materialized_view` and
 :func:`~airflow_provider_ct.continual.continual_task` build the same group
@@ -33,6 +33,9 @@ class Step:
 
     operator: type[BaseOperator]
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: The mint's class that first waits for its inputs (a sensor's arguments),
+    #: used in the three-task layout instead of a ``wait_for_inputs`` task.
+    waiting: type[BaseOperator] | None = None
 
 
 def tick_group(
@@ -52,7 +55,9 @@ def tick_group(
     fused: type[BaseOperator] | None = None,
     group_kwargs: Mapping[str, Any],
 ) -> TaskGroup:
-    """Build the group (call inside a DAG); ``wait_for_inputs`` leads unless ``time`` is sealed.
+    """Build the group (call inside a DAG); the mint waits for the inputs unless ``time`` is sealed.
+
+    A fused group (``fused``) keeps a ``wait_for_inputs`` sensor before its ``tick``.
 
     :param output: the normalized name of the table the group keeps; its
         Asset and frontier alias are the append's outlets.
@@ -74,8 +79,15 @@ def tick_group(
             fused_args = {**mint_args, **write_args, **(announce if append else {})}
             first = fused(task_id="tick", iceberg_conn_id=iceberg_conn_id, **fused_args)
         else:
+            waits = time != SEALED and mint.waiting is not None
+            if waits:  # the mint waits for its inputs itself: no sensor task
+                assert mint.waiting is not None
+                mint = Step(mint.waiting, mint.kwargs)
+                mint_args = {**mint_args, **wait.sensor_kwargs()}
             steps = (mint, mint_args), (write, write_args), append, announce
             first = _three_tasks(*steps, iceberg_conn_id=iceberg_conn_id)
+            if waits:
+                return group
         if time != SEALED:  # a sealed time is sealed by construction: nothing to wait for
             sensor = FrontierSensor(
                 task_id="wait_for_inputs",

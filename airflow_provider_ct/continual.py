@@ -18,6 +18,7 @@ from airflow_provider_ct.operators.continual import (
     ContinualMintOperator,
     ContinualWriteOperator,
 )
+from airflow_provider_ct.operators.waiting_mint import WaitingContinualMintOperator
 
 
 def continual_task(
@@ -62,7 +63,7 @@ def continual_task(
         output's Asset; default: the ``iceberg_conn_id`` connection's catalog.
     :param spark: how the write task runs Spark (:class:`~.factory_settings.SparkSettings`,
         whose fields are also accepted one by one: ``spark_conn_id`` ... ``warm_idle_timeout``).
-    :param wait: how ``wait_for_inputs`` waits (:class:`~.factory_settings.WaitSettings`,
+    :param wait: how the mint waits for the inputs (:class:`~.factory_settings.WaitSettings`,
         also accepted one by one: ``deferrable`` ... ``sensor_mode``). A loose
         keyword given next to ``spark=``/``wait=`` must agree with it.
     :param quiet_ticks: a tick in which the input did not change commits the
@@ -100,7 +101,11 @@ def continual_task(
             sensor_mode=sensor_mode,
         ),
         waits_on={"tables": [task.input, *task.references]},
-        mint=Step(ContinualMintOperator, {**ct, "quiet_ticks": quiet_ticks}),
+        mint=Step(
+            ContinualMintOperator,
+            {**ct, "quiet_ticks": quiet_ticks},
+            waiting=WaitingContinualMintOperator,
+        ),
         write=Step(
             ContinualWriteOperator,
             {**ct, "quiet_ticks": quiet_ticks, "target_settings": target.to_json()},

@@ -84,7 +84,7 @@ class SparkSettings:
 
 @dataclass(frozen=True)
 class WaitSettings:
-    """How a group's ``wait_for_inputs`` sensor waits (the keywords of ``FrontierSensor``).
+    """How a group waits for its inputs (the mint's sensor keywords; a fused group's sensor's).
 
     :param deferrable: wait in the triggerer; default from Airflow's
         ``[operators] default_deferrable``.

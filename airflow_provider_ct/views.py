@@ -19,6 +19,7 @@ from airflow_provider_ct.operators._common import catalog_name_of, is_templated_
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
 from airflow_provider_ct.operators.tick import ViewTickOperator
+from airflow_provider_ct.operators.waiting_mint import WaitingMintOperator
 from airflow_provider_ct.operators.write import WriteOperator
 
 
@@ -80,7 +81,7 @@ def materialized_view(
         the ``iceberg_conn_id`` connection's catalog.
     :param spark: how the write task runs Spark (:class:`~.factory_settings.SparkSettings`,
         whose fields are also accepted one by one: ``spark_conn_id`` ... ``warm_idle_timeout``).
-    :param wait: how ``wait_for_inputs`` waits (:class:`~.factory_settings.WaitSettings`,
+    :param wait: how the mint waits for the inputs (:class:`~.factory_settings.WaitSettings`,
         also accepted one by one: ``deferrable`` ... ``sensor_mode``). A loose
         keyword given next to ``spark=``/``wait=`` must agree with it.
     :param report_only: a dry run: write reports how far the table is from its
@@ -154,6 +155,7 @@ def materialized_view(
                 "input_upper_policies": input_upper_policies,
                 "quiet_ticks": quiet_ticks and not report_only,
             },
+            waiting=WaitingMintOperator,
         ),
         write=Step(WriteOperator, {**view, **write, "verify_every": verify_every}),
         append=None if report_only else Step(AppendOperator, {"lineage_sql": sql}),

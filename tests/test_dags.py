@@ -36,7 +36,6 @@ def test_example_dags_import_cleanly() -> None:
     ids = set(dag.task_ids)
     assert {
         "feed_shop",
-        "view_shop_revenue_per_customer.wait_for_inputs",
         "view_shop_revenue_per_customer.mint",
         "view_shop_revenue_per_customer.write",
         "view_shop_revenue_per_customer.append",

@@ -193,23 +193,23 @@ def test_continual_task_takes_spark_conf_and_sensor_mode() -> None:
     tasks = _build(_continual, spark_conf=conf, sensor_mode="reschedule")
     assert tasks["ct_ev_latest.write"]["class"] == "ContinualWriteOperator"
     assert tasks["ct_ev_latest.write"]["spark_conf"] == conf
-    assert tasks["ct_ev_latest.wait_for_inputs"]["mode"] == "reschedule"
-    assert tasks["ct_ev_latest.wait_for_inputs"]["tables"] == ["ev.src"]
+    # The mint waits for the inputs itself (no sensor task): it takes the sensor's settings.
+    assert tasks["ct_ev_latest.mint"]["mode"] == "reschedule"
+    assert "ct_ev_latest.wait_for_inputs" not in tasks
 
 
 def test_the_shared_builder_keeps_each_groups_shape() -> None:
     """Task ids, classes and wiring as the two factories built them before sharing a builder."""
     view = _build(_view)
     assert {k: (v["class"], v["upstream"]) for k, v in view.items()} == {
-        "view_shop_v.mint": ("MintOperator", ["view_shop_v.wait_for_inputs"]),
+        "view_shop_v.mint": ("WaitingMintOperator", []),
         "view_shop_v.write": ("WriteOperator", ["view_shop_v.mint"]),
         "view_shop_v.append": ("AppendOperator", ["view_shop_v.mint", "view_shop_v.write"]),
-        "view_shop_v.wait_for_inputs": ("FrontierSensor", []),
     }
     assert view["view_shop_v.append"]["lineage_sql"] == SQL
     assert view["view_shop_v.append"]["outlets"] == ["ct-frontier:ct.shop.v"]
     assert view["view_shop_v.write"]["description_task_id"] == "view_shop_v.mint"
-    assert view["view_shop_v.wait_for_inputs"]["sql"] == SQL
+    assert view["view_shop_v.mint"]["sql"] == SQL
     # A quiet tick's mint skips the write: the append still runs on the mint's batch.
     assert view["view_shop_v.append"]["trigger_rule"] == "none_failed_min_one_success"
     assert view["view_shop_v.mint"]["quiet_ticks"] is True
@@ -219,17 +219,16 @@ def test_the_shared_builder_keeps_each_groups_shape() -> None:
     }
     assert fused["view_shop_v.tick"]["outlets"] == ["ct-frontier:ct.shop.v"]
     dry = _build(_view, report_only=True)
-    assert sorted(dry) == ["view_shop_v.mint", "view_shop_v.wait_for_inputs", "view_shop_v.write"]
+    assert sorted(dry) == ["view_shop_v.mint", "view_shop_v.write"]
     assert dry["view_shop_v.mint"]["quiet_ticks"] is False  # a dry run stages nothing
     ct = _build(_continual, namespace="ev")
     assert {k: (v["class"], v["upstream"]) for k, v in ct.items()} == {
-        "ct_ev_latest.mint": ("ContinualMintOperator", ["ct_ev_latest.wait_for_inputs"]),
+        "ct_ev_latest.mint": ("WaitingContinualMintOperator", []),
         "ct_ev_latest.write": ("ContinualWriteOperator", ["ct_ev_latest.mint"]),
         "ct_ev_latest.append": (
             "ContinualAppendOperator",
             ["ct_ev_latest.mint", "ct_ev_latest.write"],
         ),
-        "ct_ev_latest.wait_for_inputs": ("FrontierSensor", []),
     }
     append = ct["ct_ev_latest.append"]
     assert append["trigger_rule"] == "none_failed_min_one_success"

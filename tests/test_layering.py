@@ -33,7 +33,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "sensors": frozenset({AIRFLOW, "exceptions", "core", "hooks", "triggers", "operators._common"}),
     "operators": frozenset(
         {AIRFLOW, "exceptions", "core", "spark", "engine", "collections", "hooks", "assets"}
-        | {"lineage"}
+        | {"lineage", "triggers"}
     ),
     "factory_settings": frozenset({"exceptions", "hooks"}),
     "_groups": frozenset({AIRFLOW, "assets", "factory_settings", "sensors", "operators"}),
