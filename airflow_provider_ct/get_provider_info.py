@@ -42,6 +42,7 @@ def get_provider_info() -> dict[str, Any]:
         "operators": _group(
             "airflow_provider_ct.operators.mint",
             "airflow_provider_ct.operators.write",
+            "airflow_provider_ct.operators.waiting_mint",
             "airflow_provider_ct.operators.append",
             "airflow_provider_ct.operators.tick",
             "airflow_provider_ct.operators.continual",
