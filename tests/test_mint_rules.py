@@ -228,28 +228,3 @@ def test_random_interleavings_of_two_replicas_keep_the_seed_invariants(
     assert sorted(k for k, _ in rows_of(table).elements()) == times
     assert len(times) == len(set(times))
     assert [t for t, _ in Timeline.of(table).data_times()] == times
-
-
-class _PriorXComs:
-    """What the Task SDK's ``xcom_pull(..., include_prior_dates=True)`` answers."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def xcom_pull(self, **_: Any) -> Any:
-        return self.value
-
-
-def test_the_previous_description_is_the_newest_of_the_earlier_runs() -> None:
-    """From a view's third tick on, earlier runs' descriptions come back as a list."""
-    from airflow_provider_ct.operators.mint import previous_description
-
-    def desc(time: int) -> BatchDescription:
-        return BatchDescription("v.t", Frontier.at(time - 10), Frontier.at(time + 1), time, None)
-
-    older, newer = desc(100), desc(200)
-    both = [newer.to_json(), older.to_json(), {"not": "a description"}]
-    assert previous_description({"ti": _PriorXComs(both)}, "mint") == newer
-    assert previous_description({"ti": _PriorXComs(older.to_json())}, "mint") == older
-    assert previous_description({"ti": _PriorXComs(None)}, "mint") is None
-    assert previous_description({"ti": _PriorXComs([{"bad": 1}])}, "mint") is None

@@ -158,15 +158,11 @@ def previous_description(
         return None
     if not value:
         return None
-    # With prior dates, the Task SDK answers a list (one value per earlier
-    # run) once there are several: the newest is the one with the latest time.
-    found = []
-    for item in value if isinstance(value, list) else [value]:
-        try:
-            found.append(BatchDescription.from_json(item))
-        except DescriptionError:
-            log.warning("ignoring a malformed previous description: %r", item)
-    return max(found, key=lambda d: d.time, default=None)
+    try:
+        return BatchDescription.from_json(value)
+    except DescriptionError:
+        log.warning("ignoring a malformed previous description: %r", value)
+        return None
 
 
 class MintSettings(Protocol):
