@@ -144,7 +144,7 @@ def _view_inputs(config: CatalogConfig, target_schema: pa.Schema | None) -> Any:
     return catalog
 
 
-def _write(catalog: Any, sql: str) -> dict[str, Any]:
+def _write(catalog: Any, sql: str, **settings: Any) -> dict[str, Any]:
     from airflow_provider_ct.operators.write import WriteOperator
 
     desc = mint_view_tick(catalog, "errs.view", sql, 1000).description
@@ -156,6 +156,7 @@ def _write(catalog: Any, sql: str) -> dict[str, Any]:
         description=desc.to_json(),
         driver_memory="1g",
         engine="spark-submit",
+        target_settings=settings or None,
     ).execute({})
     return report
 
@@ -170,10 +171,10 @@ def test_a_schema_mismatch_in_the_job_raises_schema_mismatch_error(
     # The table was made by an older query that had no column v.
     catalog = _view_inputs(default_catalog, pa.schema([("k", pa.int64())]))
     with pytest.raises(SchemaMismatchError) as err:
-        _write(catalog, "SELECT k, v FROM errs.src")
+        _write(catalog, "SELECT k, v FROM errs.src", on_schema_change="fail")
     assert str(err.value) == (
         "the query's schema no longer matches table errs.view: query has new column v "
-        "(string). The table was left untouched; migrate it explicitly."
+        '(string). on_schema_change="fail": the table was left untouched.'
     )
     assert isinstance(err.value.__cause__, AirflowException)  # what spark-submit said
     assert not isinstance(err.value, AirflowException)
