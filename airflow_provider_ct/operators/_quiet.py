@@ -59,19 +59,15 @@ class QuietRule(Protocol):
     def records_time(self) -> bool:
         """Whether a quiet batch records the tick's time (a view) or only
         advances the upper (a continual task whose input did not change)."""
-        ...
 
     def tables_read(self, catalog_name: str, target: str) -> list[str]:
         """The tables the job reads (a definition that does not parse fails here)."""
-        ...
 
     def check(self, desc: BatchDescription, loaded: Loaded, catalog_name: str) -> Quiet:
         """Whether the tick provably changes nothing (metadata reads only)."""
-        ...
 
     def query_hash(self) -> str:
         """The hash the quiet batch records, as the job's batch would."""
-        ...
 
 
 @dataclass(frozen=True)

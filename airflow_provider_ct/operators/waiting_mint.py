@@ -16,6 +16,7 @@ that wait without minting.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -49,11 +50,12 @@ class _WaitsFirst(BaseSensorOperator):
             deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
         self.deferrable = deferrable
 
-    def _inputs(self, target: str, catalog_name: str) -> list[str]:
-        raise NotImplementedError
+    #: The mint's own: the tables it reads (before this class in the MRO).
+    _inputs: Callable[[str, str], list[str]]
 
     def _mint_now(self, context: Any) -> Any:
-        raise NotImplementedError
+        """Mint (the mint class's ``execute``, which this class's ``execute`` shadows)."""
+        return MintOperator.execute(self, context)  # type: ignore[arg-type]
 
     def _wait_tables(self) -> list[str]:
         catalog_name = IcebergCatalogHook(self.iceberg_conn_id).get_config().name
@@ -104,9 +106,6 @@ class WaitingMintOperator(MintOperator, _WaitsFirst):
         super().__init__(**kwargs)
         self._init_wait(deferrable)
 
-    def _mint_now(self, context: Any) -> Any:
-        return MintOperator.execute(self, context)
-
     def execute(self, context: Any) -> Any:
         return _WaitsFirst.execute(self, context)
 
@@ -117,9 +116,6 @@ class WaitingContinualMintOperator(ContinualMintOperator, _WaitsFirst):
     def __init__(self, *, deferrable: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._init_wait(deferrable)
-
-    def _mint_now(self, context: Any) -> Any:
-        return MintOperator.execute(self, context)
 
     def execute(self, context: Any) -> Any:
         return _WaitsFirst.execute(self, context)
