@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -27,9 +28,11 @@ from tests.conftest import SCHEMA
 from tests.helpers import advance, rows_of, stage_rows
 
 
-def _timeline(upper: int | None, head: int | None = 1, name: str = "t") -> Timeline:
+def _timeline(
+    upper: int | None, head: int | None = 1, name: str = "t", uuid: str = "uuid-1"
+) -> Timeline:
     frontier = Frontier.minimum() if upper is None else Frontier.at(upper)
-    return Timeline(name, True, head, (), frontier, None)
+    return Timeline(name, True, head, (), frontier, None, uuid)
 
 
 def test_mint_covers_lower_to_t_plus_one_with_inputs_pinned() -> None:
@@ -77,9 +80,45 @@ def test_mint_refuses_inputs_that_have_not_sealed_t() -> None:
 
 
 def test_mint_refuses_an_upper_behind_a_previous_lower() -> None:
-    previous = BatchDescription("ns.v", Frontier.at(30), Frontier.at(41), 40, 5)
+    previous = BatchDescription(
+        "ns.v", Frontier.at(30), Frontier.at(41), 40, 5, table_uuid="uuid-1"
+    )
     with pytest.raises(FrontierRegressionError, match="went backwards"):
         mint(target="ns.v", target_timeline=_timeline(20), time=50, inputs={}, previous=previous)
+
+
+def test_a_recreated_table_starts_a_new_history_not_a_regression() -> None:
+    """Same name, new uuid (dropped and created again): its frontier may start over."""
+    previous = BatchDescription(
+        "ns.v", Frontier.at(30), Frontier.at(41), 40, 5, table_uuid="uuid-old"
+    )
+    timeline = _timeline(20, uuid="uuid-new")
+    decision = mint(target="ns.v", target_timeline=timeline, time=50, inputs={}, previous=previous)
+    assert decision.description is not None
+    assert decision.description.lower == Frontier.at(20)
+    assert decision.description.table_uuid == "uuid-new"
+
+
+def test_an_accepted_regression_lets_the_mint_start_below_a_previous_lower() -> None:
+    """``accept_frontier_regression`` lowers the high-water mark: the explicit opt-in."""
+    previous = BatchDescription(
+        "ns.v", Frontier.at(30), Frontier.at(41), 40, 5, table_uuid="uuid-1"
+    )
+    accepted = dataclasses.replace(_timeline(20), high_water=Frontier.at(20))
+    decision = mint(target="ns.v", target_timeline=accepted, time=50, inputs={}, previous=previous)
+    assert decision.description is not None and decision.description.lower == Frontier.at(20)
+    kept = dataclasses.replace(_timeline(20), high_water=Frontier.at(41))
+    with pytest.raises(FrontierRegressionError, match="went backwards"):
+        mint(target="ns.v", target_timeline=kept, time=50, inputs={}, previous=previous)
+
+
+def test_the_minted_table_uuid_survives_json_but_is_not_part_of_the_id() -> None:
+    desc = BatchDescription("ns.v", Frontier.at(30), Frontier.at(41), 40, 5, table_uuid="u-1")
+    again = BatchDescription.from_json(json.loads(json.dumps(desc.to_json())))
+    assert again == desc and again.table_uuid == "u-1"
+    assert desc.id == BatchDescription("ns.v", Frontier.at(30), Frontier.at(41), 40, 5).id
+    with pytest.raises(DescriptionError, match="table_uuid"):
+        BatchDescription.from_json({**desc.to_json(), "table_uuid": 7})
 
 
 def test_minting_the_same_tick_twice_gives_the_same_description() -> None:
@@ -228,3 +267,28 @@ def test_random_interleavings_of_two_replicas_keep_the_seed_invariants(
     assert sorted(k for k, _ in rows_of(table).elements()) == times
     assert len(times) == len(set(times))
     assert [t for t, _ in Timeline.of(table).data_times()] == times
+
+
+class _PriorXComs:
+    """What the Task SDK's ``xcom_pull(..., include_prior_dates=True)`` answers."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def xcom_pull(self, **_: Any) -> Any:
+        return self.value
+
+
+def test_the_previous_description_is_the_newest_of_the_earlier_runs() -> None:
+    """From a view's third tick on, earlier runs' descriptions come back as a list."""
+    from airflow_provider_ct.operators.mint import previous_description
+
+    def desc(time: int) -> BatchDescription:
+        return BatchDescription("v.t", Frontier.at(time - 10), Frontier.at(time + 1), time, None)
+
+    older, newer = desc(100), desc(200)
+    both = [newer.to_json(), older.to_json(), {"not": "a description"}]
+    assert previous_description({"ti": _PriorXComs(both)}, "mint") == newer
+    assert previous_description({"ti": _PriorXComs(older.to_json())}, "mint") == older
+    assert previous_description({"ti": _PriorXComs(None)}, "mint") is None
+    assert previous_description({"ti": _PriorXComs([{"bad": 1}])}, "mint") is None

@@ -9,7 +9,11 @@ travels as plain JSON (Airflow XCom) to the write job and the append:
 * ``upper``: the upper after the batch (``time + 1`` for a view tick);
 * ``time``: the data time written (a view tick's ``T``);
 * ``base_snapshot_id``: the target's head when minted (``None``: empty);
-* ``inputs``: each input table pinned to the snapshot holding it at ``time``.
+* ``inputs``: each input table pinned to the snapshot holding it at ``time``;
+* ``table_uuid`` (optional): the target table's uuid when minted, so a later
+  mint can tell a table that went backwards from one dropped and recreated
+  under the same name (not part of the id: it adds nothing the base snapshot
+  does not pin).
 
 The id is derived from the content, so minting the same tick twice (a
 retried task, a second deployment) yields the same description, never a
@@ -43,6 +47,7 @@ class BatchDescription:
     base_snapshot_id: int | None
     inputs: Mapping[str, int | None] = field(default_factory=dict)
     id: str = ""
+    table_uuid: str | None = None
 
     def __post_init__(self) -> None:
         if not self.lower < self.upper:
@@ -85,6 +90,7 @@ class BatchDescription:
             "time": self.time,
             "base_snapshot_id": self.base_snapshot_id,
             "inputs": dict(self.inputs),
+            "table_uuid": self.table_uuid,
         }
 
     @classmethod
@@ -107,6 +113,9 @@ class BatchDescription:
                 raise DescriptionError(f"'base_snapshot_id' must be an integer or null: {base!r}")
             if not isinstance(data["target"], str) or not isinstance(data["id"], str):
                 raise DescriptionError("'target' and 'id' must be strings")
+            table_uuid = data.get("table_uuid")
+            if table_uuid is not None and not isinstance(table_uuid, str):
+                raise DescriptionError(f"'table_uuid' must be a string or null: {table_uuid!r}")
             desc = cls(
                 target=data["target"],
                 lower=Frontier.from_json(data["lower"]),
@@ -115,6 +124,7 @@ class BatchDescription:
                 base_snapshot_id=base,
                 inputs=dict(inputs),
                 id=data["id"],
+                table_uuid=table_uuid,
             )
         except FrontierError as exc:
             raise DescriptionError(f"batch description has a bad time or frontier: {exc}") from None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier, check_timestamp
@@ -80,7 +81,7 @@ def mint(
             f"T={time} is below the upper {upper.to_summary()} of {target}: already sealed; "
             "times below the upper are immutable",
         )
-    if previous is not None and previous.target == target and upper < previous.lower:
+    if _same_table(previous, target, target_timeline) and upper < previous.lower:
         raise FrontierRegressionError(
             f"target {target}: upper {upper.to_summary()} is behind the lower "
             f"{previous.lower.to_summary()} of description {previous.id}; the frontier went "
@@ -95,12 +96,36 @@ def mint(
         time=time,
         base_snapshot_id=base,
         inputs=pinned,
+        table_uuid=target_timeline.table_uuid if target_timeline is not None else None,
     )
     if previous is not None and previous.id == description.id:
         return MintDecision(previous, "re-minted the same description (idempotent)")
     adopting = target_timeline is not None and not target_timeline.managed
     how = f"adopting {target} (created without our frontier): " if adopting else ""
     return MintDecision(description, f"{how}minted [{upper.to_summary()}, {time + 1}) for T={time}")
+
+
+def _same_table(
+    previous: BatchDescription | None, target: str, timeline: Timeline | None
+) -> TypeGuard[BatchDescription]:
+    """Whether ``previous`` was minted for the very table ``timeline`` reads.
+
+    A table dropped and recreated under the same name (a redeployed
+    pipeline, a test reusing a DAG id) starts a new history: its frontier
+    starting over is not the frontier going backwards. A description minted
+    before the table existed pins nothing to compare. Nor does one minted
+    before an explicit :func:`~airflow_provider_ct.core.commit.accept_frontier_regression`:
+    the table's high-water mark, which only that call lowers, is then below
+    the description's lower.
+    """
+    return (
+        previous is not None
+        and previous.target == target
+        and timeline is not None
+        and previous.table_uuid is not None
+        and previous.table_uuid == timeline.table_uuid
+        and not (timeline.high_water is not None and timeline.high_water < previous.lower)
+    )
 
 
 def _target_upper(timeline: Timeline | None) -> Frontier:

@@ -199,6 +199,10 @@ class Timeline:
     upper: Frontier
     #: The snapshot whose summary the upper was read from (managed tables).
     upper_snapshot_id: int | None = None
+    #: The table's uuid: a table dropped and recreated under the same name has a new one.
+    table_uuid: str | None = None
+    #: The highest upper ``main`` reached (managed tables; see :func:`highest_upper`).
+    high_water: Frontier | None = None
 
     @classmethod
     def of(
@@ -232,16 +236,18 @@ class Timeline:
         ancestry = main_ancestry(metadata)
         head = metadata.current_snapshot()
         head_id = head.snapshot_id if head is not None else None
+        uuid = str(metadata.table_uuid)
         if is_managed(metadata, ancestry):
             entries = tuple(_managed_entry(s) for s in ancestry)
             upper, upper_snapshot = _managed_upper(name, entries)
+            high, high_snapshot = highest_upper(metadata)
             if check_regression:
-                _refuse_regression(name, metadata, upper, upper_snapshot)
-            return cls(name, True, head_id, entries, upper, upper_snapshot)
+                _refuse_regression(name, upper, upper_snapshot, high, high_snapshot)
+            return cls(name, True, head_id, entries, upper, upper_snapshot, uuid, high)
         entries = tuple(_external_entry(s) for s in ancestry)
         chosen = policy if policy is not None else WallClockUpper()
         upper = chosen.upper(entries, now_ms() if now is None else now)
-        return cls(name, False, head_id, entries, upper, None)
+        return cls(name, False, head_id, entries, upper, None, uuid)
 
     def snapshot_at(self, time: int, *, require_sealed: bool = True) -> int | None:
         """The snapshot whose contents are the table at ``time``.
@@ -331,9 +337,12 @@ def highest_upper(metadata: TableMetadata) -> tuple[Frontier, int | None]:
 
 
 def _refuse_regression(
-    name: str, metadata: TableMetadata, upper: Frontier, upper_snapshot: int | None
+    name: str,
+    upper: Frontier,
+    upper_snapshot: int | None,
+    high: Frontier,
+    high_snapshot: int | None,
 ) -> None:
-    high, high_snapshot = highest_upper(metadata)
     if not upper < high:
         return
     where = f" (snapshot {high_snapshot})" if high_snapshot is not None else ""

@@ -156,13 +156,15 @@ def previous_description(
     except Exception:  # XCom backends differ; the check is a safety net only
         log.debug("no previous description available", exc_info=True)
         return None
-    if not value:
-        return None
-    try:
-        return BatchDescription.from_json(value)
-    except DescriptionError:
-        log.warning("ignoring a malformed previous description: %r", value)
-        return None
+    # With prior dates, the Task SDK answers a list (one value per earlier
+    # run) once there are several: the newest is the one with the latest time.
+    found = []
+    for item in value if isinstance(value, list) else [value] if value else []:
+        try:
+            found.append(BatchDescription.from_json(item))
+        except DescriptionError:
+            log.warning("ignoring a malformed previous description: %r", item)
+    return max(found, key=lambda d: d.time, default=None)
 
 
 class MintSettings(Protocol):

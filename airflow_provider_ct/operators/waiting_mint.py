@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_provider_ct.core.query import normalize_table_name
-from airflow_provider_ct.exceptions import CTError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import tick_time
 from airflow_provider_ct.operators.continual import ContinualMintOperator
 from airflow_provider_ct.operators.mint import MintOperator
-from airflow_provider_ct.triggers.frontier import FrontierTrigger, lagging_inputs
+from airflow_provider_ct.triggers.frontier import (
+    completed_time,
+    defer_until_complete,
+    deferrable_default,
+    lagging_inputs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +49,7 @@ class _WaitsFirst(BaseSensorOperator):
     input_upper_policies: dict[str, str]
 
     def _init_wait(self, deferrable: bool | None) -> None:
-        if deferrable is None:
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        self.deferrable = deferrable
+        self.deferrable = deferrable_default(deferrable)
 
     #: The mint's own: the tables it reads (before this class in the MRO).
     _inputs: Callable[[str, str], list[str]]
@@ -77,24 +78,17 @@ class _WaitsFirst(BaseSensorOperator):
         done = self.poke(context)
         if done:
             return done.xcom_value if isinstance(done, PokeReturnValue) else None
-        self.defer(
-            trigger=FrontierTrigger(
-                tables=self._wait_tables(),
-                time=tick_time(context, self.time),
-                iceberg_conn_id=self.iceberg_conn_id,
-                policies=self.input_upper_policies,
-                poll_interval=float(self.poke_interval),
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=float(self.timeout)) if self.timeout else None,
+        defer_until_complete(
+            self,
+            tables=self._wait_tables(),
+            time=tick_time(context, self.time),
+            iceberg_conn_id=self.iceberg_conn_id,
+            policies=self.input_upper_policies,
         )
         return None
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
-        if not event or event.get("status") != "success":
-            message = (event or {}).get("message", "no event")
-            raise CTError(f"waiting for input frontiers failed: {message}")
-        log.info("inputs complete through %s (from the triggerer): minting", event.get("time"))
+        log.info("inputs complete through %s (from the triggerer): minting", completed_time(event))
         return self._mint_now(context)
 
 

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, conf
+from airflow.sdk import BaseSensorOperator
 
 from airflow_provider_ct.core.query import parse_query
-from airflow_provider_ct.exceptions import CTError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.operators._common import RenderedSqlMixin, tick_time
-from airflow_provider_ct.triggers.frontier import FrontierTrigger, lagging_inputs
+from airflow_provider_ct.triggers.frontier import (
+    completed_time,
+    defer_until_complete,
+    deferrable_default,
+    lagging_inputs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +58,7 @@ class FrontierSensor(RenderedSqlMixin, BaseSensorOperator):
         self.time = time
         self.input_upper_policies = dict(input_upper_policies or {})
         self.iceberg_conn_id = iceberg_conn_id
-        if deferrable is None:
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        self.deferrable = deferrable
+        self.deferrable = deferrable_default(deferrable)
 
     def _inputs(self) -> list[str]:
         if self.tables:
@@ -82,21 +83,14 @@ class FrontierSensor(RenderedSqlMixin, BaseSensorOperator):
             return super().execute(context)
         if self.poke(context):
             return None
-        self.defer(
-            trigger=FrontierTrigger(
-                tables=self._inputs(),
-                time=tick_time(context, self.time),
-                iceberg_conn_id=self.iceberg_conn_id,
-                policies=self.input_upper_policies,
-                poll_interval=float(self.poke_interval),
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=float(self.timeout)) if self.timeout else None,
+        defer_until_complete(
+            self,
+            tables=self._inputs(),
+            time=tick_time(context, self.time),
+            iceberg_conn_id=self.iceberg_conn_id,
+            policies=self.input_upper_policies,
         )
         return None
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> None:
-        if not event or event.get("status") != "success":
-            message = (event or {}).get("message", "no event")
-            raise CTError(f"waiting for input frontiers failed: {message}")
-        log.info("inputs complete through %s (from the triggerer)", event.get("time"))
+        log.info("inputs complete through %s (from the triggerer)", completed_time(event))

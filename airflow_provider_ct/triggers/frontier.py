@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
+from airflow.sdk import BaseSensorOperator, conf
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_ct.exceptions import CTError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 
 
@@ -86,3 +89,46 @@ class FrontierTrigger(BaseTrigger):
                 return
             self.log.info("waiting for %s to pass %s", lagging, self.time)
             await asyncio.sleep(self.poll_interval)
+
+
+def deferrable_default(deferrable: bool | None) -> bool:
+    """``deferrable=`` as given, else ``[operators] default_deferrable`` (Airflow's convention)."""
+    if deferrable is None:
+        return conf.getboolean("operators", "default_deferrable", fallback=False)
+    return deferrable
+
+
+def defer_until_complete(
+    sensor: BaseSensorOperator,
+    *,
+    tables: Sequence[str],
+    time: int,
+    iceberg_conn_id: str,
+    policies: Mapping[str, str],
+) -> None:
+    """Hand ``sensor``'s wait to the triggerer; it resumes in ``execute_complete``.
+
+    One place for the deferral both waiting tasks share (the standalone
+    sensor and the mint that waits first): the poll interval and timeout are
+    the sensor's own, so ``poke_interval=`` and ``timeout=`` mean the same in
+    every mode.
+    """
+    sensor.defer(
+        trigger=FrontierTrigger(
+            tables=list(tables),
+            time=time,
+            iceberg_conn_id=iceberg_conn_id,
+            policies=dict(policies),
+            poll_interval=float(sensor.poke_interval),
+        ),
+        method_name="execute_complete",
+        timeout=timedelta(seconds=float(sensor.timeout)) if sensor.timeout else None,
+    )
+
+
+def completed_time(event: dict[str, Any] | None) -> Any:
+    """The time a :class:`FrontierTrigger` event says the inputs sealed; raise if it failed."""
+    if not event or event.get("status") != "success":
+        message = (event or {}).get("message", "no event")
+        raise CTError(f"waiting for input frontiers failed: {message}")
+    return event.get("time")
