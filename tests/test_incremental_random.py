@@ -13,7 +13,10 @@ values and duplicate rows (same id included). The views, each its own
 target, cover what incremental maintenance handles: projection + filter,
 UNION ALL, inner join, left join, a GROUP BY with SUM, COUNT(*), COUNT(col),
 AVG, MIN, MAX and COUNT(DISTINCT), a GROUP BY over a join (keyed by a
-column outside and one inside the join's equality), and a view over
+column outside and one inside the join's equality), GROUP BYs keyed by the
+day of ``a``'s timestamp (``a`` is partitioned by ``day(ts)``: the
+``partition`` strategy, whose reads are restricted to the changed days;
+updates move rows between days, deletes drop whole days), and a view over
 another view's table.
 
 How the oracle stays independent of the product
@@ -66,6 +69,7 @@ mutations, drift.
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import random
@@ -84,6 +88,7 @@ import pytest
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.layout import TableLayout
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.operators.append import AppendOperator
@@ -98,7 +103,20 @@ FULL_EVERY = max(1, int(os.environ.get("CT_INCR_FULL_EVERY", "3")))
 
 Row = tuple[Any, ...]
 
-A_SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.int64()), ("s", pa.string())])
+A_SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("k", pa.int64()),
+        ("v", pa.int64()),
+        ("s", pa.string()),
+        ("ts", pa.timestamp("us")),
+    ]
+)
+#: Input ``a`` is partitioned by day, as event tables are: the day-keyed views
+#: run the ``partition`` strategy over it (reads restricted to changed days).
+A_LAYOUT = TableLayout.parse(partition_by=["day(ts)"])
+#: The days ``a``'s timestamps fall on (a few, so that changes share days).
+DAYS = [datetime.datetime(2024, 3, d) for d in (1, 2, 3, 5, 9)]
 B_SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("w", pa.int64())])
 LEFT_SCHEMA = pa.schema(
     [
@@ -168,6 +186,20 @@ VIEWS = (
         "FROM {a} AS a JOIN {b} AS b ON a.k = b.k GROUP BY b.k, b.w",
         ("a", "b"),
     ),
+    # Keyed by the day of a timestamp of the partitioned input: the
+    # ``partition`` strategy, alone and with a second key over a join.
+    View(
+        "daily",
+        "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n, SUM(v) AS total, "
+        "COUNT(DISTINCT k) AS dk FROM {a} GROUP BY CAST(ts AS DATE)",
+        ("a",),
+    ),
+    View(
+        "daily_j",
+        "SELECT CAST(a.ts AS DATE) AS day, b.w, COUNT(*) AS n, MAX(a.v) AS hi "
+        "FROM {a} AS a JOIN {b} AS b ON a.k = b.k GROUP BY CAST(a.ts AS DATE), b.w",
+        ("a", "b"),
+    ),
     # A view over another view's table (left_j ticks first at every time).
     View(
         "over",
@@ -182,19 +214,31 @@ STEPS = max(2, math.ceil(TICKS / len(VIEWS)))
 
 
 # -- values and predicates in SQL and in Python ------------------------------------------
+A_TYPES = ["BIGINT", "BIGINT", "BIGINT", "STRING", "TIMESTAMP_NTZ"]
+
+
 def _lit(value: Any, sql_type: str) -> str:
     if value is None:
         return f"CAST(NULL AS {sql_type})"
-    if isinstance(value, str):
-        return f"'{value}'"
+    if isinstance(value, str | datetime.datetime):
+        return f"CAST('{value}' AS {sql_type})" if sql_type != "STRING" else f"'{value}'"
     return f"CAST({value} AS {sql_type})"
+
+
+def _shift_days(days: int) -> Callable[[Row], Row]:
+    """A row of ``a`` with its timestamp ``days`` later (NULL stays NULL)."""
+
+    def shifted(r: Row) -> Row:
+        return (*r[:4], None if r[4] is None else r[4] + datetime.timedelta(days=days))
+
+    return shifted
 
 
 def _eq(x: Any, c: Any) -> bool:
     return x is not None and x == c
 
 
-def _lt(x: Any, c: int) -> bool:
+def _lt(x: Any, c: Any) -> bool:
     return x is not None and x < c
 
 
@@ -249,9 +293,12 @@ class World:
         self.catalog = config.load()
         self.seed = seed
         self.rng = random.Random(seed)
+        #: Timestamps and day-wise changes draw from their own generator, so
+        #: that the rest of a seed's history stays what it was before ``ts``.
+        self.ts_rng = random.Random(seed + 1)
         self.ns = f"incr_{seed}"
         self.tables = {
-            "a": create_managed_table(self.catalog, f"{self.ns}.a", A_SCHEMA),
+            "a": create_managed_table(self.catalog, f"{self.ns}.a", A_SCHEMA, layout=A_LAYOUT),
             "b": create_managed_table(
                 self.catalog, f"{self.ns}.b", B_SCHEMA, properties=COPY_ON_WRITE
             ),
@@ -292,12 +339,19 @@ class World:
     def _v(self) -> int | None:
         return None if self.rng.random() < 0.2 else self.rng.randint(-3, 40)
 
+    def _ts(self) -> datetime.datetime | None:
+        rng = self.ts_rng
+        if rng.random() < 0.1:
+            return None
+        return rng.choice(DAYS) + datetime.timedelta(minutes=rng.randint(0, 1439))
+
     def new_rows(self, key: str, count: int) -> list[Row]:
         rng = self.rng
         rows: list[Row] = []
         for _ in range(count):
             if key == "a":
-                row: Row = (self._new_id(), self._k(), self._v(), rng.choice(["x", "y", "z", None]))
+                s = rng.choice(["x", "y", "z", None])
+                row: Row = (self._new_id(), self._k(), self._v(), s, self._ts())
             else:
                 w = None if rng.random() < 0.2 else rng.randint(0, 6)
                 row = (self._new_id(), self._k(), w)
@@ -312,13 +366,20 @@ class World:
 
     def insert_spark(self, key: str) -> None:
         rows = self.new_rows(key, self.rng.randint(1, 5))
-        types = ["BIGINT", "BIGINT", "BIGINT", "STRING"] if key == "a" else ["BIGINT"] * 3
+        types = A_TYPES if key == "a" else ["BIGINT"] * 3
         values = ", ".join(
             "(" + ", ".join(_lit(v, t) for v, t in zip(row, types, strict=True)) + ")"
             for row in rows
         )
         self.spark_sql(f"INSERT INTO {self.spark_name(key)} VALUES {values}")
         self.model[key] += rows
+
+    def insert_null_group(self, key: str) -> None:
+        """A group (``k = 6``, which random rows never get) whose values are all NULL."""
+        row: Row = (self._new_id(), 6, None, "x", self._ts())
+        values = ", ".join(_lit(v, t) for v, t in zip(row, A_TYPES, strict=True))
+        self.spark_sql(f"INSERT INTO {self.spark_name(key)} VALUES ({values})")
+        self.model[key].append(row)
 
     def insert_pyiceberg(self, key: str) -> None:
         rows = self.new_rows(key, self.rng.randint(1, 6))
@@ -345,7 +406,11 @@ class World:
             bound = rng.randint(0, 6)
             choices.append(("w IS NULL", lambda r: r[2] is None))
             choices.append((f"w > {bound}", lambda r: _gt(r[2], bound)))
-        return rng.choice(choices)
+        picked = rng.choice(choices)
+        if key == "a" and self.ts_rng.random() < 0.2:  # whole days, as partition deletes are
+            day = self.ts_rng.choice(DAYS)
+            return f"ts < {_lit(day, 'TIMESTAMP_NTZ')}", lambda r: _lt(r[4], day)
+        return picked
 
     def delete(self, key: str) -> None:
         text, pred = self._predicate(key)
@@ -361,14 +426,17 @@ class World:
                 d = rng.randint(-5, 9)
                 assign, fn = (
                     f"v = v + {d}",
-                    lambda r: (*r[:2], None if r[2] is None else r[2] + d, r[3]),
+                    lambda r: (*r[:2], None if r[2] is None else r[2] + d, *r[3:]),
                 )
             elif kind == "k":
                 k = self._k()
                 assign, fn = f"k = {_lit(k, 'BIGINT')}", lambda r: (r[0], k, *r[2:])
             else:
                 s = rng.choice(["x", "z", None])
-                assign, fn = f"s = {_lit(s, 'STRING')}", lambda r: (*r[:3], s)
+                assign, fn = f"s = {_lit(s, 'STRING')}", lambda r: (*r[:3], s, r[4])
+            if self.ts_rng.random() < 0.25:  # instead: rows move to another day (partition)
+                shift = self.ts_rng.choice([-1, 1, 4])
+                assign, fn = f"ts = ts + INTERVAL '{shift}' DAY", _shift_days(shift)
         else:
             if rng.random() < 0.5:
                 d = rng.randint(1, 3)
@@ -395,8 +463,10 @@ class World:
             f"({_lit(i, 'BIGINT')}, '{op}', {_lit(k, 'BIGINT')}, {_lit(v, 'BIGINT')})"
             for i, (op, k, v) in source.items()
         )
+        inserted_ts = self._ts()  # new rows of ``a`` land on one day (or NULL)
         insert = (
-            "INSERT (id, k, v, s) VALUES (src.id, src.k, src.val, 'm')"
+            "INSERT (id, k, v, s, ts) VALUES (src.id, src.k, src.val, 'm', "
+            f"{_lit(inserted_ts, 'TIMESTAMP_NTZ')})"
             if key == "a"
             else "INSERT (id, k, w) VALUES (src.id, src.k, src.val)"
         )
@@ -416,10 +486,10 @@ class World:
                 continue
             op, k, v = source[r[0]]
             if op == "u":
-                kept.append((r[0], k, v, r[3]) if key == "a" else (r[0], k, v))
+                kept.append((r[0], k, v, *r[3:]) if key == "a" else (r[0], k, v))
         for i, (op, k, v) in source.items():
             if i not in present and op == "u":
-                kept.append((i, k, v, "m") if key == "a" else (i, k, v))
+                kept.append((i, k, v, "m", inserted_ts) if key == "a" else (i, k, v))
         self.model[key] = kept
 
     def compact(self, key: str) -> None:
@@ -434,7 +504,10 @@ class World:
     #: Changes every history makes early on (besides its random ones), so that even
     #: a short run covers every kind of change on both write modes.
     SCHEDULE: dict[int, dict[str, list[str]]] = {
-        1: {"a": ["insert_pyiceberg", "insert_spark"], "b": ["insert_spark", "insert_pyiceberg"]},
+        1: {
+            "a": ["insert_pyiceberg", "insert_spark", "insert_null_group"],
+            "b": ["insert_spark", "insert_pyiceberg"],
+        },
         2: {"a": ["update", "delete"], "b": ["merge", "compact"]},
         3: {"a": ["merge", "compact"], "b": ["delete", "update"]},
     }
@@ -485,7 +558,8 @@ class World:
         col = table.schema().fields[0].name
         if self.rng.random() < 0.5:
             value = self.rng.choice(rows)[0]
-            cond = f"{col} IS NULL" if value is None else f"{col} = {value}"
+            literal = f"DATE '{value}'" if isinstance(value, datetime.date) else value
+            cond = f"{col} IS NULL" if value is None else f"{col} = {literal}"
             self.spark_sql(f"DELETE FROM {name} WHERE {cond}")
             self.stats.drift[f"delete({view.name})"] += 1
         else:
@@ -615,6 +689,8 @@ class World:
         seen["NULL group key"] += any(row[0] is None for row in want["agg"])
         seen["all-NULL SUM"] += any(row[1] is None for row in want["agg"])
         seen["NULL group over a view"] += any(row[0] is None for row in want["over"])
+        seen["NULL day"] += any(row[0] is None for row in want["daily"])
+        seen["several days"] += len(want["daily"]) > 2
 
     def summary(self, seconds: float) -> str:
         s = self.stats

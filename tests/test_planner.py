@@ -10,7 +10,13 @@ import sqlglot
 
 from airflow_provider_ct.core.planner import choose_plan, plan_query, referenced_columns
 from airflow_provider_ct.core.query import parse_query
-from airflow_provider_ct.core.rewrites import InlineKeys, restrict_columns_to_keys, restrict_to_keys
+from airflow_provider_ct.core.rewrites import (
+    InlineKeys,
+    day_ranges,
+    restrict_columns_to_keys,
+    restrict_to_days,
+    restrict_to_keys,
+)
 from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 
 CASES = [
@@ -23,6 +29,15 @@ CASES = [
     ("SELECT UPPER(s) AS u, COUNT(DISTINCT v) FROM s.a GROUP BY u", "group", "UPPER(s)"),
     ("SELECT k, COUNT(*) FROM s.a GROUP BY 1", "group", "GROUP BY k"),
     ("SELECT DISTINCT k, v FROM s.a", "group", "DISTINCT"),
+    ("SELECT CAST(ts AS DATE) AS d, COUNT(*) FROM s.a GROUP BY 1", "partition", "days"),
+    (
+        "SELECT to_date(a.ts), b.n, SUM(v) FROM s.a a JOIN s.b b ON a.k = b.k GROUP BY 1, 2",
+        "partition",
+        "days",
+    ),
+    ("SELECT to_date(ts, 'yyyy-MM') AS d, COUNT(*) FROM s.a GROUP BY 1", "group", "TO_DATE"),
+    ("SELECT CAST(ts AS STRING) AS d, COUNT(*) FROM s.a GROUP BY 1", "group", "CAST"),
+    ("SELECT DISTINCT CAST(ts AS DATE) FROM s.a", "group", "DISTINCT"),
     ("SELECT COUNT(*) FROM s.a", "full", "without GROUP BY"),
     ("SELECT k, SUM(v) FROM s.a GROUP BY k, v", "full", "not an output column"),
     ("SELECT id, RANK() OVER (PARTITION BY k ORDER BY v) FROM s.a", "full", "window"),
@@ -247,3 +262,46 @@ def test_large_change_share_from_the_environment(
             large_change_share(refresh)
     else:
         assert large_change_share(refresh) == expected
+
+
+def test_day_keys_name_the_input_column_they_bound() -> None:
+    plan = plan_query(
+        parse_query(
+            "SELECT b.n, DATE(e.ts) AS day, COUNT(*) FROM s.events e JOIN s.b b ON e.k = b.k "
+            "GROUP BY b.n, DATE(e.ts)"
+        )
+    )
+    assert plan.strategy == "partition" and plan.grouped
+    assert [(r.index, r.input, r.alias, r.column) for r in plan.key_ranges] == [
+        (1, "s.events", "e", "ts")
+    ]
+    assert any("restricted to those days of e.ts" in line for line in plan.explain())
+
+
+def test_consecutive_days_merge_into_one_range() -> None:
+    d = datetime.date
+    days = (d(2024, 1, 3), d(2024, 1, 1), d(2024, 1, 2), d(2024, 1, 9), d(2024, 1, 2))
+    assert day_ranges(days) == [(d(2024, 1, 1), d(2024, 1, 4)), (d(2024, 1, 9), d(2024, 1, 10))]
+    assert day_ranges(()) == []
+
+
+@pytest.mark.parametrize(
+    ("column_type", "literal"),
+    [
+        ("timestamp", "CAST('2024-01-01 00:00:00' AS TIMESTAMP)"),
+        ("timestamp_ntz", "CAST('2024-01-01 00:00:00' AS TIMESTAMP_NTZ)"),
+        ("date", "CAST('2024-01-01' AS DATE)"),
+    ],
+)
+def test_day_restriction_is_a_range_of_the_bare_column(column_type: str, literal: str) -> None:
+    """A range of the column itself (what Iceberg prunes by), next to the block's own filter."""
+    tree = sqlglot.parse_one(
+        "SELECT CAST(e.ts AS DATE) AS d, COUNT(*) FROM v AS e WHERE e.x > 1 OR e.y GROUP BY 1",
+        dialect="spark",
+    )
+    days = InlineKeys((datetime.date(2024, 1, 1),), has_null=True)
+    sql = restrict_to_days(tree, "e.ts", column_type, days).sql(dialect="spark")
+    assert f"(e.x > 1 OR e.y) AND ((`e`.`ts` >= {literal} AND" in sql
+    assert "OR `e`.`ts` IS NULL)" in sql
+    none = restrict_to_days(tree, "e.ts", column_type, InlineKeys(()))
+    assert "AND FALSE" in none.sql(dialect="spark")

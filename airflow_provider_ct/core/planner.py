@@ -15,6 +15,13 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
   of the target are corrected. Exact for every deterministic aggregate
   (``SUM``, ``COUNT``, ``AVG``, ``MIN``, ``MAX``, ``COUNT(DISTINCT)``...) and
   for ``HAVING``.
+* ``partition``: a ``group`` plan one of whose grouping keys is the day of an
+  input column (``CAST(ts AS DATE)``, ``TO_DATE(ts)``, ``DATE(ts)``): the
+  affected days also become ranges of that column (``ts >= d AND ts <
+  d + 1``), which Spark hands to Iceberg's scan planning, so only the files
+  of the changed days are read (pruned by partition values, such as a
+  ``days(ts)`` partition, and by column statistics), and the target's rows
+  of those days are the only ones compared and corrected.
 * ``full``: anything else (windows, subqueries, CTEs, ``LIMIT``, ``UNION``
   without ``ALL``, a table read twice, outer joins other than one ``LEFT
   JOIN`` of two tables, aggregates without ``GROUP BY``, nondeterministic
@@ -43,7 +50,10 @@ from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 
 LINEAR = "linear"
 GROUP = "group"
+PARTITION = "partition"
 FULL = "full"
+#: Strategies that recompute the groups a change affects.
+GROUPED = (GROUP, PARTITION)
 #: ``refresh=`` of a view: incremental where possible, never falling back for
 #: the query's shape, or always the full correction.
 REFRESH_MODES = ("auto", "incremental", FULL)
@@ -97,6 +107,23 @@ class KeyColumns:
 
 
 @dataclass(frozen=True)
+class KeyRange:
+    """A grouping key that is the day of one input column (``CAST(t.ts AS DATE)``).
+
+    Rows of day ``d`` are exactly the rows whose column lies in ``[d, d + 1)``
+    (midnight in the session's time zone, as the cast computes it), so the
+    affected days bound the column: a predicate Iceberg prunes files with,
+    which the cast itself hides from it.
+    """
+
+    #: Index of the key in :attr:`Plan.key_sql`.
+    index: int
+    input: str
+    alias: str
+    column: str
+
+
+@dataclass(frozen=True)
 class Plan:
     """The strategy for a query, and enough of its shape to run it."""
 
@@ -110,10 +137,17 @@ class Plan:
     steps: tuple[str, ...] = field(default=())
     #: ``group``: the grouping keys that are input columns, with their equal columns.
     key_columns: tuple[KeyColumns, ...] = ()
+    #: ``partition``: the grouping keys that are days of input columns.
+    key_ranges: tuple[KeyRange, ...] = ()
 
     @property
     def incremental(self) -> bool:
         return self.strategy != FULL
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the tick recomputes affected groups (``group`` or ``partition``)."""
+        return self.strategy in GROUPED
 
     def explain(self) -> list[str]:
         """Human-readable lines, like ``EXPLAIN``: the strategy, why, and the steps."""
@@ -206,16 +240,62 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
         else "SELECT DISTINCT: rows whose values occur in the change are recomputed"
     )
     key_columns = _key_columns(select, block, keys)
+    ranges = () if distinct else _key_ranges(select, block, keys)
     steps = (
         _block_step(0, block),
-        *_affected_keys_steps(keys, key_columns),
+        *_affected_keys_steps(keys, key_columns, ranges),
         "recompute those groups over the new inputs; correct only their rows of the target",
     )
-    return Plan(GROUP, reason, (block,), positions, keys, steps, key_columns)
+    if ranges:
+        days = ", ".join(keys[r.index] for r in ranges)
+        reason = (
+            f"GROUP BY {', '.join(keys)}: only the days of {days} whose inputs changed are "
+            "recomputed, reading only those days' files of the inputs and correcting only "
+            "their rows"
+        )
+    strategy = PARTITION if ranges else GROUP
+    return Plan(strategy, reason, (block,), positions, keys, steps, key_columns, ranges)
 
 
-def _affected_keys_steps(keys: tuple[str, ...], key_columns: tuple[KeyColumns, ...]) -> list[str]:
-    lines = []
+def _key_ranges(select: Any, block: Block, keys: tuple[str, ...]) -> tuple[KeyRange, ...]:
+    """The grouping keys that are the day (a ``DATE`` cast) of an input column."""
+    tables = _tables(select)
+    aliases = {t.alias_or_name.lower(): n for t, n in zip(tables, block.inputs, strict=True)}
+    classes = _ColumnClasses(aliases)
+    out = []
+    for index, key in enumerate(keys):
+        column = _day_of(exp.maybe_parse(key, dialect="spark"))
+        ref = classes.ref(column) if column is not None else None
+        if ref is not None:
+            out.append(KeyRange(index, aliases[ref[0]], ref[0], ref[1]))
+    return tuple(out)
+
+
+def _day_of(node: Any) -> Any:
+    """The column ``node`` takes the day of (``CAST(c AS DATE)``, ``TO_DATE(c)``), if any."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    day_cast = isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE)
+    to_date = isinstance(node, exp.TsOrDsToDate) and node.args.get("format") is None
+    if not (day_cast or to_date):
+        return None
+    inner = node.this
+    return inner if isinstance(inner, exp.Column) and inner.name else None
+
+
+def _affected_keys_steps(
+    keys: tuple[str, ...], key_columns: tuple[KeyColumns, ...], ranges: tuple[KeyRange, ...]
+) -> list[str]:
+    lines = [
+        f"affected days of {keys[r.index]}: reads of {r.input} restricted to those days of "
+        f"{r.alias}.{r.column} (pruned by partitions and column statistics)"
+        for r in ranges
+    ]
+    if ranges:
+        return [
+            *lines,
+            "affected keys: the grouping keys of the changed rows below the aggregation",
+        ]
     for found in key_columns:
         columns = ", ".join(f"{a}.{c}" for _, a, c in found.members)
         lines.append(

@@ -56,7 +56,10 @@ def large_change_reason(strategy: str, rows: int, changed: int, share: float) ->
     a large share of the inputs it touches most groups, and the full
     correction, which runs the query once, is cheaper (measured in
     docs/decisions.md). Linear strategies cost what changed and are left
-    alone. An unknown size (either number at least
+    alone, and so is ``partition``: its cost follows the days the change
+    touches, not its size (a day's backfill is large and cheap), and the
+    view's cost history (:func:`history_reason`) catches one spread over
+    every day. An unknown size (either number at least
     :data:`~airflow_provider_ct.core.tables.UNKNOWN_ROWS`) is not a reason.
 
     :param strategy: the plan's strategy; only ``group`` is concerned.

@@ -137,3 +137,50 @@ def restrict_columns_to_keys(
             condition = exp.In(this=ref, query=exp.Subquery(this=keys.copy()))
         tree = tree.where(condition, append=True, copy=False)
     return tree
+
+
+#: Spark types a day range can bound, and the literal type that bounds them.
+DAY_BOUND_TYPES = {"date": "DATE", "timestamp": "TIMESTAMP", "timestamp_ntz": "TIMESTAMP_NTZ"}
+
+
+def day_ranges(days: tuple[Any, ...]) -> list[tuple[_dt.date, _dt.date]]:
+    """``days`` as ``[start, end)`` ranges, consecutive days merged (fewer, wider predicates)."""
+    ranges: list[tuple[_dt.date, _dt.date]] = []
+    one = _dt.timedelta(days=1)
+    for day in sorted(set(days)):
+        if ranges and ranges[-1][1] == day:
+            ranges[-1] = (ranges[-1][0], day + one)
+        else:
+            ranges.append((day, day + one))
+    return ranges
+
+
+def restrict_to_days(tree: Any, column: str, column_type: str, days: InlineKeys) -> Any:
+    """``tree`` keeping only rows whose ``column`` lies in one of ``days`` (or is NULL if one is).
+
+    Implied by the block's own restriction to the affected days of
+    ``CAST(column AS DATE)`` (a :class:`~.planner.KeyRange`), so it changes no
+    result; it is there because a range of the bare column is what Spark
+    hands to Iceberg, which then skips every file of other days by its
+    partition values and column statistics. Day starts are midnights in the
+    session's time zone, as the cast computes them.
+
+    :param column: ``alias.column``, as the block names it.
+    :param column_type: the column's Spark type (a key of :data:`DAY_BOUND_TYPES`).
+    """
+    literal_type = DAY_BOUND_TYPES[column_type]
+    alias, name = column.split(".", 1)
+    ref = exp.column(name, table=alias, quoted=True)
+
+    def bound(day: _dt.date) -> Any:
+        text = day.isoformat() if literal_type == "DATE" else f"{day.isoformat()} 00:00:00"
+        return exp.cast(exp.Literal.string(text), literal_type)
+
+    parts: list[Any] = [
+        exp.and_(ref.copy() >= bound(start), ref.copy() < bound(end))
+        for start, end in day_ranges(days.values)
+    ]
+    if days.has_null:
+        parts.append(exp.Is(this=ref.copy(), expression=exp.Null()))
+    condition = exp.paren(exp.or_(*parts)) if parts else exp.false()
+    return tree.copy().where(condition, append=tree.args.get("where") is not None, copy=False)

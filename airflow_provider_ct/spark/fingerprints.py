@@ -19,7 +19,7 @@ Neither path imports the other; :mod:`.diff` chooses between them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -45,6 +45,8 @@ class Correction:
     release: Callable[..., object] | None = None
     #: Where the difference was computed: ``spark`` or ``driver`` (reported).
     diffed_on: str = "spark"
+    #: What else the strategy reports (such as the days its reads were restricted to).
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 def with_fingerprint(df: DataFrame, columns: list[str]) -> DataFrame:

@@ -29,12 +29,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.core.planner import GROUP, Block, KeyColumns, Plan
+from airflow_provider_ct.core.planner import GROUP, Block, KeyColumns, KeyRange, Plan
 from airflow_provider_ct.core.rewrites import (
+    DAY_BOUND_TYPES,
     InlineKeys,
     bind_tables,
+    day_ranges,
     key_select,
     restrict_columns_to_keys,
+    restrict_to_days,
     restrict_to_keys,
 )
 from airflow_provider_ct.spark.diff import compute_correction
@@ -193,7 +196,8 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     plan, columns = delta.plan, delta.columns
     block = plan.blocks[0]
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
-    found = _keys_from_changes(delta) or _keys_from_terms(delta)
+    # Days need every key: a key read from the changes alone spans all days.
+    found = (None if plan.key_ranges else _keys_from_changes(delta)) or _keys_from_terms(delta)
     keys = found.frame.distinct().cache()
     keys.createOrReplaceTempView(KEYS_VIEW)
     if len(found.key_sql) != 1:
@@ -202,9 +206,13 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
         inline = _inline_from_arrow(found.on_driver, keys.schema.fields[0].dataType)
     else:
         inline = _inline_keys(keys)
+    days = _affected_days(delta, keys, inline)
 
     def restrict(tree: Any) -> Any:
         tree = restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline)
+        for (key_range, column_type), values in days.items():
+            column = f"{key_range.alias}.{key_range.column}"
+            tree = restrict_to_days(tree, column, column_type, values)
         return restrict_columns_to_keys(tree, list(found.also), KEYS_VIEW, inline)
 
     # Cached: the correction reads the affected groups twice (the diff, then
@@ -212,13 +220,70 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     desired = delta.frame(block, new_views, columns, restrict).cache()
     # Cached too: the diff reads the target's affected rows, and the
     # retractions are picked from them again (else a second target scan).
-    affected = _affected_rows(persisted, columns, found, keys, inline).cache()
-    return _correct_releasing(
+    affected = _affected_rows(persisted, columns, found, keys, inline)
+    affected = _only_days(affected, columns, plan, days).cache()
+    correction = _correct_releasing(
         lambda: compute_correction(desired, affected, columns, on_driver=delta.on_driver),
         desired,
         affected,
         keys,
     )
+    if plan.key_ranges:
+        correction.notes["restricted_days"] = _days_report(days)
+        if not days:  # no day could bound a read: what ran is the plain group strategy
+            correction.notes["strategy"] = GROUP
+    return correction
+
+
+#: A day-keyed restriction: the key, its column's Spark type, and the affected days.
+_Days = dict[tuple[KeyRange, str], InlineKeys]
+
+
+def _affected_days(delta: _Delta, keys: DataFrame, inline: InlineKeys | None) -> _Days:
+    """The affected days of each day key whose column a range can bound (few enough to inline).
+
+    Read from the keys already computed (inlined literals, or one small job
+    over the cached keys); a column of another type (a string cast to a
+    date) or too many days leaves the key to the plain restriction.
+    """
+    out: _Days = {}
+    for key_range in delta.plan.key_ranges:
+        schema = delta.spark.table(delta.bindings.views[key_range.input][NEW]).schema
+        types = [
+            f.dataType.simpleString() for f in schema.fields if f.name.lower() == key_range.column
+        ]
+        if len(types) != 1 or types[0] not in DAY_BOUND_TYPES:
+            log.info("day key %s: column type %s cannot be bounded", key_range.column, types)
+            continue
+        if inline is not None and len(delta.plan.key_sql) == 1:
+            values: InlineKeys | None = inline
+        else:
+            values = _inline_keys(keys.select(f"__ct_k{key_range.index}").distinct())
+        if values is not None:
+            out[(key_range, types[0])] = values
+    return out
+
+
+def _only_days(persisted: DataFrame, columns: list[str], plan: Plan, days: _Days) -> DataFrame:
+    """The target's rows of the affected days: its own partitions or statistics prune the read."""
+    from pyspark.sql import functions as F
+
+    for (key_range, _), values in days.items():
+        column = persisted[f"`{columns[plan.key_positions[key_range.index]]}`"]
+        kept = column.isin(list(values.values)) if values.values else F.lit(False)
+        persisted = persisted.where(kept | column.isNull() if values.has_null else kept)
+    return persisted
+
+
+def _days_report(days: _Days) -> dict[str, list[str]]:
+    """``alias.column`` -> the day ranges its reads were restricted to (for the report)."""
+    return {
+        f"{key_range.alias}.{key_range.column}": [
+            f"{start.isoformat()}..{end.isoformat()}" for start, end in day_ranges(values.values)
+        ]
+        + (["NULL"] if values.has_null else [])
+        for (key_range, _), values in days.items()
+    }
 
 
 #: Up to this many affected keys are written into the query as literals.
@@ -412,7 +477,7 @@ def incremental_correction(
     register_left_join_restrictions(spark, plan, bindings)
     delta = _Delta(spark, plan, bindings, catalog_name, columns, on_driver)
     try:
-        if plan.strategy == GROUP:
+        if plan.grouped:
             return _group(delta, persisted)
         return _linear(delta, persisted)
     finally:

@@ -381,10 +381,11 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     except (IncrementalMismatchError, ChangesUnavailableError) as exc:
         reason = f"the incremental correction is not possible: {exc}"
         return _Computed(_full_correction(tick, target), FULL, reason, 0)
+    details = {**bindings.report(), **incr.notes}
+    strategy = details.pop("strategy", plan.strategy)
     if not verify:
-        ticks = base.incremental_ticks + 1
-        return _Computed(incr, plan.strategy, plan.reason, ticks, bindings.report())
-    return _verify(target, incr, verify_every, bindings.report())
+        return _Computed(incr, strategy, plan.reason, base.incremental_ticks + 1, details)
+    return _verify(target, incr, verify_every, details)
 
 
 def _auto_full_reason(
