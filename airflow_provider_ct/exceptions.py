@@ -38,6 +38,8 @@ the returned result.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CTError(Exception):
     """Base class of every error raised by airflow-provider-ct."""
@@ -132,6 +134,19 @@ class SparkJobError(CTError):
     raised an exception outside this hierarchy (a bug, or a Spark analysis
     error); the message names the original type.
     """
+
+
+class IncrementalNotCheaperError(CTError):
+    """``refresh="auto"``: the incremental tick would cost at least the full correction.
+
+    Raised before the expensive part of the tick (the message says why); the
+    write job then runs the full correction, with that reason (and the
+    estimate it was based on) in its report.
+    """
+
+    def __init__(self, message: str, estimate: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.estimate = estimate
 
 
 class ChangesUnavailableError(CTError):

@@ -30,6 +30,9 @@ os.environ.setdefault("CT_RETRY_INCREMENTAL_AFTER", "0")
 # Likewise the large-change rule (CT_FULL_ABOVE_CHANGE): the suite's random
 # changes are often a large share of its small inputs.
 os.environ.setdefault("CT_FULL_ABOVE_CHANGE", "0")
+# Likewise the read estimate (CT_FULL_ABOVE_READ_SHARE): a test input's few
+# files all hold every key. tests/test_read_estimate.py checks the rule.
+os.environ.setdefault("CT_FULL_ABOVE_READ_SHARE", "0")
 # Write tasks without an engine run on warm Spark drivers (docs/engines.md),
 # one per catalog and settings: the suite's many temporary catalogs would each
 # leave a 1-2 GB JVM idle for the default 15 minutes. The session's drivers

@@ -39,6 +39,13 @@ LARGE_CHANGE_SHARE = 0.10
 #: Overrides :data:`LARGE_CHANGE_SHARE` in the job's environment; 0 turns the rule off.
 LARGE_CHANGE_SHARE_ENV = "CT_FULL_ABOVE_CHANGE"
 
+#: ``refresh="auto"`` runs a ``group`` tick in full when its restricted reads
+#: would still cover this share of the inputs' bytes (Iceberg's scan planning
+#: over the pinned snapshots: ``core/read_estimate``) and its result is small.
+FULL_READ_SHARE = 0.5
+#: Overrides :data:`FULL_READ_SHARE` in the job's environment; 0 turns the rule off.
+FULL_READ_SHARE_ENV = "CT_FULL_ABOVE_READ_SHARE"
+
 #: ``refresh="auto"`` runs in full while the view's own incremental batches
 #: cost more than its full ones (``core/refresh.history_reason``), and tries
 #: incremental again after this many batches in full.
@@ -122,6 +129,14 @@ def large_change_share(refresh: str) -> float:
         return 0.0
     what = "a share of the inputs' rows (0 turns the rule off)"
     return env_number(LARGE_CHANGE_SHARE_ENV, LARGE_CHANGE_SHARE, float, what)
+
+
+def full_read_share(refresh: str) -> float:
+    """The share of the inputs' bytes above which an ``auto`` group tick runs in full (0: never)."""
+    if refresh != "auto":
+        return 0.0
+    what = "a share of the inputs' bytes (0 turns the rule off)"
+    return env_number(FULL_READ_SHARE_ENV, FULL_READ_SHARE, float, what)
 
 
 def rows_on_driver() -> int:

@@ -22,7 +22,7 @@ as in the full correction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_ct.core.planner import GROUP, Block, KeyColumns, KeyRange, Plan
+from airflow_provider_ct.core.read_estimate import Restriction
 from airflow_provider_ct.core.rewrites import (
     DAY_BOUND_TYPES,
     InlineKeys,
@@ -146,6 +147,10 @@ class _Delta:
     columns: list[str]
     #: Diff small sides on the driver (see ``.driver_diff``).
     on_driver: bool = True
+    #: Prices the restricted reads (input -> restrictions) before they run;
+    #: raises :class:`~airflow_provider_ct.exceptions.IncrementalNotCheaperError`
+    #: when the full correction would cost less (``refresh="auto"`` only).
+    check_reads: Callable[[dict[str, list[Restriction]]], None] | None = None
 
     def frame(self, block: Block, views: dict[str, str], names: list[str], shape: Any) -> DataFrame:
         """``block`` over ``views``, reshaped by ``shape`` (a tree -> tree function)."""
@@ -189,6 +194,8 @@ class _AffectedKeys:
     #: The key's columns in the changes' Arrow tables, when all are on the
     #: driver: the literals are then decided there, not by a Spark job.
     on_driver: tuple[pa.ChunkedArray, ...] | None = None
+    #: ``(input, column)`` of every input column equal to the key (read from the changes).
+    members: tuple[tuple[str, str], ...] = ()
 
 
 def _group(delta: _Delta, persisted: DataFrame) -> Correction:
@@ -196,6 +203,8 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     plan, columns = delta.plan, delta.columns
     block = plan.blocks[0]
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
+    if delta.check_reads is not None and not (plan.key_columns or plan.key_ranges):
+        delta.check_reads({})  # no restriction can reach the scan: every input is read whole
     # Days need every key: a key read from the changes alone spans all days.
     found = (None if plan.key_ranges else _keys_from_changes(delta)) or _keys_from_terms(delta)
     keys = found.frame.distinct().cache()
@@ -207,6 +216,8 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     else:
         inline = _inline_keys(keys)
     days = _affected_days(delta, keys, inline)
+    if delta.check_reads is not None:
+        delta.check_reads(_restrictions(found, inline, days))
 
     def restrict(tree: Any) -> Any:
         tree = restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline)
@@ -233,6 +244,26 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
         if not days:  # no day could bound a read: what ran is the plain group strategy
             correction.notes["strategy"] = GROUP
     return correction
+
+
+def _restrictions(
+    found: _AffectedKeys, inline: InlineKeys | None, days: _Days
+) -> dict[str, list[Restriction]]:
+    """Per input, the restrictions of its read that reach Iceberg's scan planning.
+
+    Inlined keys of a column (and of the columns equal to it) and day ranges
+    do; a keys view joined in (many keys, several keys) does not.
+    """
+    out: dict[str, list[Restriction]] = {}
+    if inline is not None:
+        for name, column in found.members:
+            restriction = Restriction(column, inline.values, has_null=inline.has_null)
+            out.setdefault(name, []).append(restriction)
+    for (key_range, _), values in days.items():
+        ranges = tuple(day_ranges(values.values))
+        restriction = Restriction(key_range.column, has_null=values.has_null, days=ranges)
+        out.setdefault(key_range.input, []).append(restriction)
+    return out
 
 
 #: A day-keyed restriction: the key, its column's Spark type, and the affected days.
@@ -405,7 +436,8 @@ def _keys_from_changes(delta: _Delta) -> _AffectedKeys | None:
         key_sql = (delta.plan.key_sql[found.index],)
         positions = (delta.plan.key_positions[found.index],)
         on_driver = None if arrow is None else tuple(arrow)
-        return _AffectedKeys(frame, key_sql, positions, also, on_driver)
+        members = tuple((n, c) for n, _, c in found.members)
+        return _AffectedKeys(frame, key_sql, positions, also, on_driver, members)
     return None
 
 
@@ -468,14 +500,16 @@ def incremental_correction(
     columns: list[str],
     *,
     on_driver: bool = True,
+    check_reads: Callable[[dict[str, list[Restriction]]], None] | None = None,
 ) -> Correction:
     """The correction of one incremental tick, by the plan's strategy.
 
     :param persisted: the target's head with ``_file`` and ``_pos``.
     :param on_driver: diff small sides on the driver (see ``.driver_diff``).
+    :param check_reads: see :attr:`_Delta.check_reads`.
     """
     register_left_join_restrictions(spark, plan, bindings)
-    delta = _Delta(spark, plan, bindings, catalog_name, columns, on_driver)
+    delta = _Delta(spark, plan, bindings, catalog_name, columns, on_driver, check_reads)
     try:
         if plan.grouped:
             return _group(delta, persisted)

@@ -42,6 +42,7 @@ from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.layout import TargetSettings
 from airflow_provider_ct.core.planner import FULL, Plan, choose_plan
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
+from airflow_provider_ct.core.read_estimate import Restriction, estimate_reads, not_cheaper_reason
 from airflow_provider_ct.core.refresh import (
     PastTick,
     full_diff_on_driver,
@@ -53,6 +54,7 @@ from airflow_provider_ct.core.refresh_state import refresh_state
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.schema_change import change_schema, diff_schemas, schema_error
 from airflow_provider_ct.core.settings import (
+    full_read_share,
     full_rows_on_driver,
     large_change_share,
     retry_incremental_after,
@@ -70,6 +72,7 @@ from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     CTError,
     IncrementalMismatchError,
+    IncrementalNotCheaperError,
 )
 from airflow_provider_ct.spark.correction import check_schema, correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
@@ -195,6 +198,7 @@ def run_write(
         spark, config, catalog, sql, desc, plan, verify_every, small, large, scratch, clock
     )
     tick.retry_after = retry_incremental_after(refresh)
+    tick.read_share = full_read_share(refresh)
     try:
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
@@ -234,6 +238,9 @@ class _Tick:
     #: ``refresh="auto"`` learns from the view's costs; incremental again after
     #: this many batches in full (0: it does not).
     retry_after: int = 0
+    #: ``refresh="auto"`` runs a group tick in full when its restricted reads
+    #: cover this share of the inputs' bytes (0: never; ``core/read_estimate``).
+    read_share: float = 0.0
 
 
 def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteReport:
@@ -377,15 +384,44 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
             target.persisted,
             target.columns,
             on_driver=not verify,  # the verification compares two Spark corrections
+            check_reads=_read_check(tick, inputs, target.table),
         )
+    except IncrementalNotCheaperError as exc:
+        details = {"read_estimate": exc.estimate} if exc.estimate else {}
+        return _Computed(_full_correction(tick, target), FULL, str(exc), 0, details)
     except (IncrementalMismatchError, ChangesUnavailableError) as exc:
         reason = f"the incremental correction is not possible: {exc}"
         return _Computed(_full_correction(tick, target), FULL, reason, 0)
     details = {**bindings.report(), **incr.notes}
-    strategy = details.pop("strategy", plan.strategy)
+    strategy = str(details.pop("strategy", plan.strategy))
     if not verify:
         return _Computed(incr, strategy, plan.reason, base.incremental_ticks + 1, details)
     return _verify(target, incr, verify_every, details)
+
+
+def _read_check(
+    tick: _Tick, inputs: dict[str, Any], table: Any
+) -> Callable[[dict[str, list[Restriction]]], None] | None:
+    """The cost check a grouped tick runs on its restricted reads (``auto`` only).
+
+    Prices the reads with Iceberg's scan planning over the pinned snapshots
+    (:mod:`~airflow_provider_ct.core.read_estimate`) and raises
+    :class:`IncrementalNotCheaperError`, carrying the estimate, when the
+    full correction would cost less.
+    """
+    if tick.read_share <= 0:
+        return None
+    pinned = {name: (inputs[name], snap) for name, snap in tick.desc.inputs.items()}
+    target_bytes = live_bytes(table, tick.desc.base_snapshot_id)
+
+    def check(restrictions: dict[str, list[Restriction]]) -> None:
+        estimate = estimate_reads(pinned, restrictions)
+        log.info("restricted reads: %s", estimate.to_json())
+        reason = not_cheaper_reason(estimate, tick.read_share, target_bytes)
+        if reason is not None:
+            raise IncrementalNotCheaperError(reason, estimate.to_json())
+
+    return check
 
 
 def _auto_full_reason(
