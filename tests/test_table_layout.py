@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from airflow_provider_ct.core.appending import append_batch, land_staged
+from airflow_provider_ct.core.batch_files import BatchFiles
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.commit import compare_and_append
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.faults import ENV as FAILPOINTS
+from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.layout import TableLayout, TargetSettings, parse_partition
+from airflow_provider_ct.core.manifest import StagedTime, read_manifest
 from airflow_provider_ct.core.owner import Owner, claim
-from airflow_provider_ct.core.schema_change import change_schema, diff_schemas
+from airflow_provider_ct.core.schema_change import (
+    SchemaChange,
+    diff_schemas,
+    pending_table,
+    plan_schema_change,
+)
+from airflow_provider_ct.core.staging import begin_batch, finish_batch
 from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import ConfigurationError, OwnershipError, SchemaMismatchError
 from tests.conftest import sqlite_config
+from tests.helpers import local_path, rows_of
 
 EVENTS = pa.schema(
     [("ts", pa.timestamp("us")), ("country", pa.string()), ("id", pa.int64()), ("n", pa.int32())]
@@ -113,26 +134,237 @@ def test_evolve_refuses_a_drop_naming_recreate_and_fail_names_itself(tmp_path: P
     dropped = pa.schema([f for f in EVENTS if f.name != "id"])
     diff = diff_schemas(table.schema(), dropped)
     with pytest.raises(SchemaMismatchError, match='query lacks column id.*"recreate"'):
-        change_schema(table, diff, dropped, "evolve", None)
+        plan_schema_change(table, diff, dropped, "evolve")
     added = pa.schema([*EVENTS, pa.field("x", pa.bool_())])
     diff = diff_schemas(table.schema(), added)
     with pytest.raises(SchemaMismatchError, match='new column x.*on_schema_change="fail"'):
-        change_schema(table, diff, added, "fail", None)
+        plan_schema_change(table, diff, added, "fail")
     assert [f.name for f in table.refresh().schema().fields] == ["ts", "country", "id", "n"]
 
 
-def test_recreate_keeps_old_names_mapped_to_their_old_fields(tmp_path: Path) -> None:
+def test_a_planned_change_commits_nothing_and_keeps_old_names_on_old_fields(
+    tmp_path: Path,
+) -> None:
     """Files without ids keep resolving a replaced column's name to the field they wrote."""
     from pyiceberg.table.name_mapping import parse_mapping_from_json
 
     table = _table(tmp_path)
+    before = (table.metadata.current_schema_id, len(table.metadata.schemas), table.properties)
     query = pa.schema([*[f for f in EVENTS if f.name != "n"], pa.field("n", pa.string())])
-    diff = diff_schemas(table.schema(), query)
-    table = change_schema(table, diff, query, "recreate", None)
-    new_n = table.schema().find_field("n").field_id
-    mapping = parse_mapping_from_json(table.properties["schema.name-mapping.default"])
-    ids = {n: f.field_id for f in mapping for n in f.names}
+    change = plan_schema_change(table, diff_schemas(table.schema(), query), query, "recreate")
+    table.refresh()
+    assert (table.metadata.current_schema_id, len(table.metadata.schemas)) == before[:2]
+    assert table.properties == before[2]
+    new_n = pending_table(table, change).schema().find_field("n").field_id
+    ids = {n: f.field_id for f in parse_mapping_from_json(change.name_mapping) for n in f.names}
     assert ids["n"] == 4 and new_n != 4
+    assert SchemaChange.from_json(json.loads(json.dumps(change.to_json()))) == change
+    with pytest.raises((TypeError, ValueError)):
+        SchemaChange.from_json({**change.to_json(), "schema": {"type": "struct"}})
+
+
+# -- one commit: the schema change lands with its batch or not at all ---------------
+OLD_ROWS = pa.table(
+    {
+        "ts": [dt.datetime(2026, 3, 1, 8), dt.datetime(2026, 3, 1, 9)],
+        "country": ["DE", "FR"],
+        "id": [1, 2],
+        "n": [3, 4],
+    },
+    schema=EVENTS,
+)
+#: ``recreate``: ``id`` dropped, ``n`` narrowed to a string, ``x`` added.
+RECREATED = pa.schema(
+    [("ts", pa.timestamp("us")), ("country", pa.string()), ("n", pa.string()), ("x", pa.bool_())]
+)
+#: ``evolve``: ``n`` widened to a long, ``x`` added.
+EVOLVED = pa.schema([*[f for f in EVENTS if f.name != "n"], ("n", pa.int64()), ("x", pa.bool_())])
+NEW_ROWS = {
+    "recreate": pa.table(
+        {
+            "ts": [dt.datetime(2026, 3, 1, 8), dt.datetime(2026, 3, 2, 8)],
+            "country": ["DE", "US"],
+            "n": ["three", "five"],
+            "x": [True, None],
+        },
+        schema=RECREATED,
+    ),
+    "evolve": pa.table(
+        {
+            "ts": [dt.datetime(2026, 3, 1, 8), dt.datetime(2026, 3, 2, 8)],
+            "country": ["DE", "US"],
+            "id": [1, 7],
+            "n": [2**40, 5],
+            "x": [True, None],
+        },
+        schema=EVOLVED,
+    ),
+}
+
+
+def _rows(data: pa.Table) -> Counter[tuple[Any, ...]]:
+    return Counter(zip(*(c.to_pylist() for c in data.columns), strict=True))
+
+
+def _description(table: Any, time: int) -> BatchDescription:
+    table.refresh()
+    timeline = Timeline.of(table)
+    return BatchDescription(
+        target="lake.t",
+        lower=timeline.upper,
+        upper=Frontier.sealing(time),
+        time=time,
+        base_snapshot_id=timeline.head_snapshot_id,
+    )
+
+
+def _stage(
+    table: Any,
+    desc: BatchDescription,
+    rows: pa.Table,
+    change: SchemaChange | None = None,
+    remove: tuple[str, ...] = (),
+) -> str:
+    """Stage a batch as the write job does: its files under the schema it commits with."""
+    target = table if change is None else pending_table(table, change)
+    batch, manifest = begin_batch(target, desc, schema_change=change)
+    added = tuple(p.file for p in BatchFiles(target, batch.data_dir).write_rows(rows))
+    finish_batch(batch, manifest, [StagedTime(desc.time, added, remove)])
+    return manifest
+
+
+def _first_tick(tmp_path: Path) -> tuple[Any, int]:
+    """The table with ``OLD_ROWS`` landed at time 10; the snapshot they landed in."""
+    table = _table(tmp_path)
+    desc = _description(table, 10)
+    assert land_staged(table, _stage(table, desc, OLD_ROWS), description=desc).result.landed
+    return table, table.metadata.current_snapshot_id
+
+
+def _planned(table: Any, mode: str) -> SchemaChange:
+    query = RECREATED if mode == "recreate" else EVOLVED
+    return plan_schema_change(table, diff_schemas(table.schema(), query), query, mode)
+
+
+def _schema_state(table: Any) -> tuple[Any, ...]:
+    table.refresh()
+    metadata = table.metadata
+    return (
+        metadata.current_schema_id,
+        [s.schema_id for s in metadata.schemas],
+        metadata.last_column_id,
+        metadata.properties.get("schema.name-mapping.default"),
+    )
+
+
+@pytest.mark.parametrize("mode", ["recreate", "evolve"])
+def test_a_schema_change_lands_with_its_batch_in_one_commit(tmp_path: Path, mode: str) -> None:
+    table, old_snapshot = _first_tick(tmp_path)
+    old_schema = table.metadata.current_schema_id
+    old_files = tuple(t.file.file_path for t in table.scan().plan_files())
+    snapshots, log = len(table.metadata.snapshots), len(table.metadata.metadata_log)
+    desc = _description(table, 20)
+    change = _planned(table, mode)
+    manifest = _stage(table, desc, NEW_ROWS[mode], change, remove=old_files)
+    batch = read_manifest(manifest)
+    landed = land_staged(table, manifest, description=desc)
+    assert landed.landed_by_this_attempt
+
+    table.refresh()
+    metadata = table.metadata
+    # One commit: one new snapshot, one new metadata file, the snapshot under the new schema.
+    assert len(metadata.snapshots) == snapshots + 1
+    assert len(metadata.metadata_log) == log + 1
+    head = metadata.current_snapshot()
+    assert head is not None and head.parent_snapshot_id == old_snapshot
+    assert head.schema_id == metadata.current_schema_id != old_schema
+    assert metadata.snapshot_by_id(old_snapshot).schema_id == old_schema
+    query = NEW_ROWS[mode].schema
+    assert [f.name for f in table.schema().fields] == [
+        *[n for n in EVENTS.names if n in query.names],
+        *[n for n in query.names if n not in EVENTS.names],
+    ]
+    assert rows_of(table) == _rows(NEW_ROWS[mode].select(table.schema().column_names))
+    assert Timeline.of(table).upper == Frontier.sealing(20)
+    # Time travel to the snapshot before: the old rows, with the old columns.
+    then = table.scan(snapshot_id=old_snapshot).to_arrow()
+    assert then.column_names == EVENTS.names and _rows(then) == _rows(OLD_ROWS)
+    # A retried append of the landed batch finds it landed and commits nothing.
+    again = append_batch(table, batch)
+    assert again.landed and again.already_landed
+    table.refresh()
+    assert len(table.metadata.metadata_log) == log + 1
+
+
+@pytest.mark.parametrize("when", ["before", "at-commit"])
+@pytest.mark.parametrize("rival", ["append", "schema-change"])
+def test_a_lost_race_changes_nothing_not_even_the_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rival: str, when: str
+) -> None:
+    """Another writer moves the head or changes the schema, before the append or between
+    its checks and its catalog commit: the batch loses, the schema stays the rival's."""
+    from pyiceberg.types import StringType
+
+    table, _ = _first_tick(tmp_path)
+    before = _schema_state(table)
+    desc = _description(table, 20)
+    change = _planned(table, "recreate")
+    manifest = _stage(table, desc, NEW_ROWS["recreate"], change)
+    data_dir = read_manifest(manifest).data_dir
+    other = sqlite_config(tmp_path).load().load_table("lake.t")
+
+    def run_rival() -> None:
+        if rival == "schema-change":
+            other.update_schema().add_column("y", StringType()).commit()
+            return
+        result = compare_and_append(
+            other, expected_upper=desc.lower, new_upper=Frontier.sealing(15), batch_id="rival"
+        )
+        assert result.landed
+
+    if when == "before":
+        run_rival()
+        outcome = land_staged(table, manifest, description=desc)
+    else:
+        outcome = _land_while(table, manifest, desc, tmp_path, monkeypatch, run_rival)
+        assert "rejected by the catalog" in outcome.result.reason
+    assert not outcome.result.landed
+    after = _schema_state(table)
+    columns = [("ts", "timestamp"), ("country", "string"), ("id", "long"), ("n", "int")]
+    if rival == "append":
+        assert after == before
+    else:  # the rival's schema, not ours
+        assert after[0] == before[0] + 1 and len(after[1]) == len(before[1]) + 1
+        columns.append(("y", "string"))
+    assert [(f.name, str(f.field_type)) for f in table.schema().fields] == columns
+    assert [e.batch_id for e in Timeline.of(table).entries].count(desc.id) == 0
+    assert outcome.files_deleted >= 1 and not local_path(data_dir).exists()
+
+
+def _land_while(
+    table: Any,
+    manifest: str,
+    desc: BatchDescription,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    rival: Callable[[], None],
+) -> Any:
+    """``land_staged``, with ``rival`` run after its checks and before its catalog commit."""
+    marker = tmp_path / "paused"
+    monkeypatch.setenv(FAILPOINTS, f"commit.before-catalog-commit=sleep:3@{marker}")
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: outcome.setdefault("x", land_staged(table, manifest, description=desc))
+    )
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the append never reached its commit"
+        time.sleep(0.05)
+    rival()  # the failpoint fired once: the rival commits unpaused
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    return outcome["x"]
 
 
 def test_the_first_definition_owns_a_table_and_a_second_is_refused(tmp_path: Path) -> None:
@@ -155,7 +387,6 @@ def test_a_partitioned_collection_keeps_each_file_in_its_partition(tmp_path: Pat
     from pyiceberg.transforms import BucketTransform
 
     from airflow_provider_ct.collections import AppendOnlyCollection, register_collection
-    from tests.helpers import rows_of
 
     catalog = sqlite_config(tmp_path).load()
     schema = pa.schema([("k", pa.int64()), ("v", pa.string())])

@@ -209,6 +209,43 @@ def _columns(table: Any) -> list[tuple[str, str]]:
     return [(f.name, str(f.field_type)) for f in table.schema().fields]
 
 
+def _v1(events: list[Event]) -> Counter[tuple[Any, ...]]:
+    return Counter((d, c, len(a), sum(a)) for (d, c), a in _groups(events).items())
+
+
+V1_COLUMNS = [("day", "date"), ("country", "string"), ("n", "int"), ("total", "long")]
+
+
+def _commits(table: Any) -> tuple[int, int, int | None, int]:
+    """Snapshots, metadata files (the log), the head and the current schema: what commits move."""
+    metadata = table.metadata
+    return (
+        len(metadata.snapshots),
+        len(metadata.metadata_log),
+        metadata.current_snapshot_id,
+        metadata.current_schema_id,
+    )
+
+
+def _one_commit(table: Any, before: tuple[int, int, int | None, int]) -> None:
+    """The tick changed the schema and the rows in ONE commit: one snapshot, one metadata
+    file, the new snapshot written under the new schema, the one before under the old."""
+    snapshots, log, head, schema = before
+    metadata = table.metadata
+    assert (len(metadata.snapshots), len(metadata.metadata_log)) == (snapshots + 1, log + 1)
+    new = metadata.current_snapshot()
+    assert new.parent_snapshot_id == head
+    assert new.schema_id == metadata.current_schema_id != schema
+    assert metadata.snapshot_by_id(head).schema_id == schema
+
+
+def _as_of(table: Any, snapshot_id: int) -> tuple[list[str], Counter[tuple[Any, ...]]]:
+    """Columns and rows of a snapshot, read by PyIceberg under that snapshot's schema."""
+    arrow = table.scan(snapshot_id=snapshot_id).to_arrow()
+    rows = zip(*(c.to_pylist() for c in arrow.columns), strict=True)
+    return arrow.column_names, Counter(rows)
+
+
 def test_on_schema_change_evolve_adds_and_widens_then_refuses_a_drop(lake: Any, spark: Any) -> None:
     import view_tables
 
@@ -216,9 +253,13 @@ def test_on_schema_change_evolve_adds_and_widens_then_refuses_a_drop(lake: Any, 
     _insert(spark, events, [(DAY, "DE", 10), (DAY, "DE", 30), (DAY, "FR", 5)])
     _tick(view_tables.vt_evolve, lake, {"sql": V1})
     version = _check_refresh_state(lake.load_table("vt.shape_evolve"), lake.load_table("vt.events"))
+    before = _commits(lake.load_table("vt.shape_evolve"))
+    old_rows = _v1(events)
     _insert(spark, events, [(DAY, "FR", 50)])
     time = _tick(view_tables.vt_evolve, lake, {"sql": V2})
     table = lake.load_table("vt.shape_evolve")
+    _one_commit(table, before)
+    assert _as_of(table, before[2]) == ([c for c, _ in V1_COLUMNS], old_rows)
     assert _columns(table) == [
         ("day", "date"),
         ("country", "string"),
@@ -258,11 +299,14 @@ def test_on_schema_change_recreate_replaces_columns_and_keeps_history(
     events: list[Event] = []
     _insert(spark, events, [(DAY, "DE", 10), (DAY, "DE", 30), (DAY, "FR", 5)])
     _tick(view_tables.vt_recreate, lake, {"sql": V1})
-    old = lake.load_table("vt.shape_recreate").metadata.current_snapshot_id
-    old_rows = Counter((d, c, len(a), sum(a)) for (d, c), a in _groups(events).items())
+    before = _commits(lake.load_table("vt.shape_recreate"))
+    old = before[2]
+    old_rows = _v1(events)
     _insert(spark, events, [(DAY + dt.timedelta(days=1), "DE", 8)])
     time = _tick(view_tables.vt_recreate, lake, {"sql": V3})
     table = lake.load_table("vt.shape_recreate")
+    _one_commit(table, before)
+    assert _as_of(table, old) == ([c for c, _ in V1_COLUMNS], old_rows)
     assert _columns(table) == [
         ("day", "date"),
         ("country", "string"),
@@ -274,6 +318,64 @@ def test_on_schema_change_recreate_replaces_columns_and_keeps_history(
     spark.sql("REFRESH TABLE ct.vt.shape_recreate")
     then = spark.sql(f"SELECT day, country, n, total FROM ct.vt.shape_recreate VERSION AS OF {old}")
     assert Counter(tuple(r) for r in then.collect()) == old_rows  # time travel: the old rows
+
+
+def test_a_recreate_that_loses_its_race_leaves_the_schema_untouched(
+    lake: Any, spark: Any, spark_lake: CatalogConfig
+) -> None:
+    """The write job stages the recreated batch; another run of the view lands first."""
+    import view_tables
+
+    from airflow_provider_ct.core.appending import land_staged
+    from airflow_provider_ct.core.layout import TargetSettings
+    from airflow_provider_ct.core.staging import list_manifests, referenced_files
+    from airflow_provider_ct.spark.write_job import run_write
+    from tests.helpers import local_path, mint_view_tick
+
+    events: list[Event] = []
+    _insert(spark, events, [(DAY, "DE", 10), (DAY, "FR", 5)])
+    _tick(view_tables.vt_recreate, lake, {"sql": V1})
+    _insert(spark, events, [(DAY, "DE", 30)])
+    time = _sealed_time(lake)
+    desc = mint_view_tick(lake, "vt.shape_recreate", V3, time).description
+    assert desc is not None
+    report = run_write(
+        spark, spark_lake, V3, desc, target=TargetSettings(on_schema_change="recreate")
+    )
+    assert report.manifest is not None
+    table = lake.load_table("vt.shape_recreate")
+    staged = _files_under(table.location()) - referenced_files(table)
+    assert staged  # the batch's files, staged under the new schema
+    assert _columns(table) == V1_COLUMNS and len(table.metadata.schemas) == 1  # not committed
+    _tick(view_tables.vt_recreate, lake, {"sql": V1})  # the rival: a later run lands first
+    table = lake.load_table("vt.shape_recreate")
+    before = _commits(table)
+    outcome = land_staged(table, report.manifest, description=desc)
+    assert not outcome.result.landed
+    table = lake.load_table("vt.shape_recreate")
+    assert _commits(table) == before and _columns(table) == V1_COLUMNS
+    assert len(table.metadata.schemas) == 1
+    assert rows_of(table) == _v1(events)
+    assert list(list_manifests(table.location(), table.metadata.properties)) == []
+    assert not any(local_path(f).exists() for f in staged)
+
+
+def _sealed_time(catalog: Any) -> int:
+    """A tick time the input ``vt.events`` has sealed (as ``run_at_sealed_time`` picks it)."""
+    import time as _time
+
+    from airflow_provider_ct.core.frontier import now_ms
+
+    last = catalog.load_table("vt.events").metadata.current_snapshot().timestamp_ms
+    while now_ms() < last + 1_100:
+        _time.sleep(0.05)
+    return now_ms() - 1_050
+
+
+def _files_under(location: str) -> set[str]:
+    from tests.helpers import local_path
+
+    return {f"file://{p}" for p in local_path(location).rglob("*.parquet")}
 
 
 def test_inputs_and_targets_that_evolve_keep_the_view_exact(lake: Any, spark: Any) -> None:

@@ -128,12 +128,16 @@ def _times_problem(
 
 
 def append_batch(table: Table, batch: StagedBatch) -> AppendResult:
-    """Compare-and-append a staged batch at its lower, against its base snapshot."""
+    """Compare-and-append a staged batch at its lower, against its base snapshot.
+
+    A batch staged under a new schema commits that schema with its
+    snapshots, in the same catalog commit (:mod:`.schema_change`).
+    """
     if batch.state != STATE_STAGED:
         raise StagingError(
             f"staged batch {batch.batch_id} is in state {batch.state!r}, not {STATE_STAGED!r}"
         )
-    return compare_and_append(
+    result = compare_and_append(
         table,
         expected_upper=batch.lower,
         new_upper=batch.upper,
@@ -145,7 +149,16 @@ def append_batch(table: Table, batch: StagedBatch) -> AppendResult:
             **batch.summary,
             **({SummaryKeys.ATTEMPT: batch.attempt} if batch.attempt else {}),
         },
+        schema_change=batch.schema_change,
     )
+    if batch.schema_change is not None and result.landed and not result.already_landed:
+        log.info(
+            "schema of %s became schema %d in the commit of batch %s",
+            batch.target,
+            batch.schema_change.schema.schema_id,
+            batch.batch_id,
+        )
+    return result
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,12 @@ stale commit by rebasing it onto the new head, which would silently turn
 compare-and-append into blind append. We therefore build the snapshots in a
 transaction but hand its updates to ``catalog.commit_table`` exactly once,
 with requirements of our own.
+
+A batch whose files were staged under a new schema (a view's
+``on_schema_change``, :mod:`.schema_change`) carries that schema in the same
+transaction, ahead of its snapshots: the schema and the batch land in one
+commit or not at all, and the commit then also asserts that the table's
+schema is still the one the change was planned against.
 """
 
 from __future__ import annotations
@@ -35,11 +41,17 @@ from airflow_provider_ct.core.producers import (
     discard_producers,
     stage_snapshots,
 )
+from airflow_provider_ct.core.schema_change import (
+    SchemaChange,
+    apply_schema_change,
+    schema_conflict,
+)
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CommitError, CommitStateUnknownError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
 
 log = logging.getLogger(__name__)
 
@@ -115,17 +127,17 @@ def commit_once(table: Table, tx: Transaction, expected_head: int | None) -> Non
     table.catalog.commit_table(table, tuple(requirements), tx._updates)
 
 
-def _adoption_properties(table: Table) -> dict[str, str]:
+def _adoption_properties(metadata: TableMetadata) -> dict[str, str]:
     """What an empty, unflagged table gets with its first batch, in the same commit.
 
     The managed flag, and a name mapping so Parquet staged without field ids
-    can be read.
+    can be read (unless the batch's schema change already set one).
     """
     from pyiceberg.table import TableProperties
 
     props = {TableKeys.MANAGED: "true"}
-    if TableProperties.DEFAULT_NAME_MAPPING not in table.metadata.properties:
-        mapping = table.metadata.schema().name_mapping.model_dump_json()
+    if TableProperties.DEFAULT_NAME_MAPPING not in metadata.properties:
+        mapping = metadata.schema().name_mapping.model_dump_json()
         props[TableProperties.DEFAULT_NAME_MAPPING] = mapping
     return props
 
@@ -143,6 +155,7 @@ def compare_and_append(
     expected_head: int | None = HEAD_AS_READ,
     inputs: Mapping[str, int | None] | None = None,
     extra_summary: Mapping[str, str] | None = None,
+    schema_change: SchemaChange | None = None,
 ) -> AppendResult:
     """Append a batch to ``table`` if its upper is still ``expected_upper``.
 
@@ -160,6 +173,10 @@ def compare_and_append(
     :param expected_head: the snapshot id the batch was computed against
         (``None`` for an empty table). Defaults to the head read by this call.
     :param inputs: pinned input snapshots, recorded as ``ct.inputs``.
+    :param schema_change: the schema the batch's files were staged under
+        (:mod:`.schema_change`), committed in the same catalog commit as the
+        batch's snapshots and only with them; the commit then also asserts
+        the schema it was planned against.
     :return: an :class:`AppendResult`; a lost race is ``landed=False``.
     """
     changes = _as_changes(changes, add_files, remove_files, time, new_upper)
@@ -167,9 +184,11 @@ def compare_and_append(
     _refresh(table, batch_id, "before committing; nothing was committed")
     timeline, adopt = _writable_timeline(table, expected_upper, expected_head)
     mismatch = _check_preconditions(timeline, expected_upper, expected_head, batch_id)
+    mismatch = mismatch or _check_schema(table, timeline, schema_change, batch_id)
     if mismatch is not None:
         return mismatch
-    tx, producers = stage_snapshots(
+    tx = _transaction(table, schema_change)
+    producers = stage_snapshots(
         table,
         expected_upper=expected_upper,
         new_upper=new_upper,
@@ -177,14 +196,55 @@ def compare_and_append(
         batch_id=batch_id,
         inputs=inputs,
         extra_summary=extra_summary,
-    )
-    properties = _adoption_properties(table) if adopt else {}
-    properties[TableKeys.UPPER_HIGH_WATER] = new_upper.to_summary()
-    tx.set_properties(properties)
+        tx=tx,
+    )[1]
+    _set_properties(tx, new_upper, adopt)
     lost = _commit_or_lose(table, tx, producers, timeline, expected_upper, batch_id)
     if lost is not None:
         return lost
     return _landed(table, batch_id, expected_upper, new_upper)
+
+
+def _set_properties(tx: Transaction, new_upper: Frontier, adopt: bool) -> None:
+    """The table properties the batch's commit sets: the upper reached, adoption's."""
+    properties = _adoption_properties(tx.table_metadata) if adopt else {}
+    properties[TableKeys.UPPER_HIGH_WATER] = new_upper.to_summary()
+    tx.set_properties(properties)
+
+
+def _transaction(table: Table, schema_change: SchemaChange | None) -> Transaction:
+    """The batch's transaction, carrying its schema change (if any) ahead of its snapshots.
+
+    First, so that the snapshots record the new schema's id and their files
+    are checked against it.
+    """
+    tx = table.transaction()
+    if schema_change is not None:
+        apply_schema_change(tx, schema_change)
+    return tx
+
+
+def _check_schema(
+    table: Table, timeline: Timeline, change: SchemaChange | None, batch_id: str
+) -> AppendResult | None:
+    """A lost race if another schema change got to the table first, else ``None``.
+
+    The catalog asserts the same at the commit; checked here too so that
+    the transaction is never built on a schema it cannot commit.
+    """
+    if change is None:
+        return None
+    conflict = schema_conflict(table.metadata, change)
+    if conflict is None:
+        return None
+    log.info("batch %s on %s lost: %s", batch_id, timeline.table, conflict)
+    return AppendResult(
+        landed=False,
+        upper=timeline.upper,
+        head_snapshot_id=timeline.head_snapshot_id,
+        batch_id=batch_id,
+        reason=conflict,
+    )
 
 
 def _landed(table: Table, batch_id: str, lower: Frontier, upper: Frontier) -> AppendResult:

@@ -22,6 +22,7 @@ from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.producers import TimedChange
 from airflow_provider_ct.core.refresh_state import REFRESH_STATE
+from airflow_provider_ct.core.schema_change import SchemaChange
 from airflow_provider_ct.core.storage import Properties, filesystem, is_s3
 from airflow_provider_ct.exceptions import FrontierError, ManifestMissingError, StagingError
 
@@ -74,6 +75,9 @@ class StagedBatch:
     #: Snapshot-summary entries the append records with the batch (only the
     #: keys in :data:`MANIFEST_SUMMARY_KEYS`, e.g. ``ct.query-hash``).
     summary: Mapping[str, str] = field(default_factory=dict)
+    #: The schema the files were staged under, when it is not yet the table's:
+    #: the append commits it with the batch (:mod:`.schema_change`).
+    schema_change: SchemaChange | None = None
 
     @property
     def added_files(self) -> list[str]:
@@ -110,7 +114,9 @@ class StagedBatch:
 
     # -- JSON -----------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
+        change = self.schema_change
         return {
+            **({} if change is None else {"schema_change": change.to_json()}),
             "format": MANIFEST_FORMAT,
             "batch_id": self.batch_id,
             "target": self.target,
@@ -184,9 +190,14 @@ class StagedBatch:
                 created_at_ms=_int(data.get("created_at_ms", 0), "created_at_ms"),
                 attempt=str(data.get("attempt") or ""),
                 summary=manifest_summary(data.get("summary") or {}),
+                schema_change=_schema_change(data.get("schema_change")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StagingError(f"{where} is malformed: {exc!s}") from None
+
+
+def _schema_change(value: Any) -> SchemaChange | None:
+    return None if value is None else SchemaChange.from_json(value)
 
 
 def _frontier(value: Any, what: str) -> Frontier:

@@ -91,9 +91,13 @@ def _data_files_by_path(
     return [found[p] for p in paths]
 
 
-def _staged_data_files(table: Table, paths: Sequence[str]) -> list[DataFile]:
+def _staged_data_files(
+    table: Table, metadata: TableMetadata, paths: Sequence[str]
+) -> list[DataFile]:
     """The staged Parquet files as Iceberg data files, each with its partition.
 
+    Checked against ``metadata``, the transaction's: with a schema change
+    (:mod:`.schema_change`) the files were staged under the new schema.
     PyIceberg infers a file's partition from its column bounds, which only
     works for order-preserving transforms; under ``bucket`` (or any other)
     the partition is computed from the file's own rows, which the staging
@@ -101,11 +105,11 @@ def _staged_data_files(table: Table, paths: Sequence[str]) -> list[DataFile]:
     """
     from pyiceberg.io.pyarrow import parquet_files_to_data_files
 
-    spec = table.metadata.spec()
+    spec = metadata.spec()
     try:
         if all(f.transform.preserves_order for f in spec.fields):
-            return list(parquet_files_to_data_files(table.io, table.metadata, iter(paths)))
-        return [_data_file_of_one_partition(table, path) for path in paths]
+            return list(parquet_files_to_data_files(table.io, metadata, iter(paths)))
+        return [_data_file_of_one_partition(table, metadata, path) for path in paths]
     except FileNotFoundError as exc:
         raise CommitError(f"a staged file to add is missing: {exc}") from None
     except ValueError as exc:
@@ -114,7 +118,7 @@ def _staged_data_files(table: Table, paths: Sequence[str]) -> list[DataFile]:
         ) from None
 
 
-def _data_file_of_one_partition(table: Table, path: str) -> DataFile:
+def _data_file_of_one_partition(table: Table, metadata: TableMetadata, path: str) -> DataFile:
     """A data file whose partition is that of all its rows (else ``ValueError``)."""
     import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import (
@@ -127,7 +131,7 @@ def _data_file_of_one_partition(table: Table, path: str) -> DataFile:
     from pyiceberg.manifest import DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
-    metadata, schema, spec = table.metadata, table.metadata.schema(), table.metadata.spec()
+    schema, spec = metadata.schema(), metadata.spec()
     stream = table.io.new_input(path)
     with stream.open() as handle:
         parquet = pq.ParquetFile(handle)
@@ -179,9 +183,14 @@ def stage_snapshots(
     batch_id: str,
     inputs: Mapping[str, int | None] | None,
     extra_summary: Mapping[str, str] | None,
+    tx: Transaction | None = None,
 ) -> tuple[Transaction, list[Any]]:
-    """Build one snapshot per change (or one frontier-only snapshot) in a transaction."""
-    tx = table.transaction()
+    """Build one snapshot per change (or one frontier-only snapshot) in a transaction.
+
+    :param tx: the transaction to build them in (one that already carries
+        the batch's schema change); a new one by default.
+    """
+    tx = table.transaction() if tx is None else tx
     producers: list[Any] = []
     if not changes:
         props = _summary(
@@ -192,10 +201,7 @@ def stage_snapshots(
             inputs=inputs,
             extra=extra_summary,
         )
-        producer = tx.update_snapshot(snapshot_properties=props).fast_append()
-        producer.commit()
-        producers.append(producer)
-        return tx, producers
+        return tx, [_frontier_only(tx, props)]
     lower = expected_upper
     partitions = _Partitions(table, tx)
     for index, change in enumerate(changes):
@@ -219,7 +225,7 @@ def stage_snapshots(
                 snapshot_producer.delete_data_file(data_file)
         else:
             snapshot_producer = update.fast_append()
-        for data_file in _staged_data_files(table, change.add_files):
+        for data_file in _staged_data_files(table, tx.table_metadata, change.add_files):
             snapshot_producer.append_data_file(data_file)
             partitions.add(data_file)
         attach_delete_files(
@@ -230,6 +236,13 @@ def stage_snapshots(
         producers.append(snapshot_producer)
         lower = upper
     return tx, producers
+
+
+def _frontier_only(tx: Transaction, props: dict[str, str]) -> Any:
+    """The snapshot of a batch without files: it only moves the upper."""
+    producer = tx.update_snapshot(snapshot_properties=props).fast_append()
+    producer.commit()
+    return producer
 
 
 class _Partitions:

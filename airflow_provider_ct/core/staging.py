@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from airflow_provider_ct.core.description import BatchDescription
+    from airflow_provider_ct.core.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
 
@@ -391,6 +392,7 @@ def begin_batch(
     description: BatchDescription,
     *,
     summary: Mapping[str, str] | None = None,
+    schema_change: SchemaChange | None = None,
 ) -> tuple[StagedBatch, str]:
     """Write the write-ahead manifest of a new attempt at a description's batch.
 
@@ -400,6 +402,8 @@ def begin_batch(
 
     :param summary: snapshot-summary entries for the append to record (the
         query hash); only :data:`MANIFEST_SUMMARY_KEYS`.
+    :param schema_change: the schema the files are staged under, for the
+        append to commit with the batch (:mod:`.schema_change`).
     """
     try:
         checked = manifest_summary(dict(summary or {}))
@@ -419,6 +423,7 @@ def begin_batch(
         created_at_ms=now_ms(),
         attempt=attempt,
         summary=checked,
+        schema_change=schema_change,
     )
     io = io_properties(table)
     path = manifest_path(table.location(), description.id, table.metadata.properties, attempt, io)

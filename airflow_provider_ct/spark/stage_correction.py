@@ -24,6 +24,7 @@ from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.manifest import StagedFile, StagedTime
 from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
+from airflow_provider_ct.core.schema_change import SchemaChange
 from airflow_provider_ct.core.staging import begin_batch, finish_batch
 from airflow_provider_ct.core.storage import filesystem, io_properties
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -123,15 +124,21 @@ def stage_correction(
     correction: Correction,
     summary: Mapping[str, str],
     lap: Callable[[str], None],
+    schema_change: SchemaChange | None = None,
 ) -> WriteReport:
     """Stage inserts as Parquet and retractions as a position-delete file, then the manifest.
 
     Releases the correction's cached frames once its inserts are written.
 
+    :param table: the target, as the batch's files are written for: with a
+        ``schema_change``, as it will be once that commits
+        (:func:`~airflow_provider_ct.core.schema_change.pending_table`).
     :param summary: snapshot-summary entries the append records with the batch.
     :param lap: called with a phase's name as it ends (the job's phase clock).
+    :param schema_change: recorded in the manifest, for the append to commit
+        with the batch.
     """
-    batch, manifest = begin_batch(table, desc, summary=summary)
+    batch, manifest = begin_batch(table, desc, summary=summary, schema_change=schema_change)
     files = BatchFiles(table, batch.data_dir)
     added: list[StagedFile] = []
     if correction.insert_count:

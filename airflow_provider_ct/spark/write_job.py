@@ -9,8 +9,11 @@ Given a batch description it
 1. refuses to work if the target's head is no longer the description's base
    (another writer got there first: report ``outdated``, stage nothing);
 2. registers every input pinned to its snapshot from the description;
-3. runs the query, creating the target from the query's schema on first use
-   and refusing a query whose schema no longer matches;
+3. runs the query, creating the target from the query's schema on first use;
+   a query whose columns changed gets the schema ``on_schema_change``
+   allows, planned but not committed: the batch is staged under it and the
+   append commits it in the batch's own commit
+   (:mod:`airflow_provider_ct.core.schema_change`);
 4. computes the correction: incrementally from the inputs' changes where
    the query's plan (:mod:`airflow_provider_ct.core.planner`) and the
    target's history (:mod:`airflow_provider_ct.core.incremental`) allow (see
@@ -52,7 +55,13 @@ from airflow_provider_ct.core.refresh import (
 )
 from airflow_provider_ct.core.refresh_state import refresh_state
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
-from airflow_provider_ct.core.schema_change import change_schema, diff_schemas, schema_error
+from airflow_provider_ct.core.schema_change import (
+    SchemaChange,
+    diff_schemas,
+    pending_table,
+    plan_schema_change,
+    schema_error,
+)
 from airflow_provider_ct.core.settings import (
     full_read_share,
     full_rows_on_driver,
@@ -129,6 +138,8 @@ class _Target:
     columns: list[str]
     #: The head (the description's base) with ``_file`` and ``_pos``; None: empty.
     persisted: DataFrame | None
+    #: The schema the batch is staged under and commits (None: the table's own).
+    schema_change: SchemaChange | None = None
 
 
 @dataclass
@@ -278,7 +289,12 @@ def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteRepo
             extra=extra,
         )
     report = stage_correction(
-        target.table, desc, correction, _batch_summary(tick, computed), clock.lap
+        target.table,
+        desc,
+        correction,
+        _batch_summary(tick, computed),
+        clock.lap,
+        schema_change=target.schema_change,
     )
     report.reason = computed.reason
     report.extra = {**extra, "phases": dict(clock.phases)}
@@ -319,40 +335,83 @@ def _prepare_target(
     *,
     dry_run: bool = False,
 ) -> _Target | None:
-    """Create the target on first use; fit its schema to the query's; read the head."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    """Create the target on first use; plan its schema change to fit the query; read the head.
 
+    A schema change is not committed here: the batch's files are staged
+    under the new schema and the append commits it with them
+    (:mod:`airflow_provider_ct.core.schema_change`).
+    """
     columns = [f.name for f in desired.schema.fields]
     if len({c.lower() for c in columns}) != len(columns):
         raise CTError(f"the query for {desc.target} has duplicate column names: {columns}")
-    # Every column optional: Spark's nullability flags shift with plans
-    # (joins, explode), and a required column would reject staged files.
-    arrow_schema = to_arrow_schema(desired.schema)
-    arrow_schema = pa.schema([f.with_nullable(True) for f in arrow_schema])
+    arrow_schema = _query_schema(desired)
     if table is None:
         table = create_managed_table(catalog, desc.target, arrow_schema, layout=settings.layout)
         if table.metadata.current_snapshot() is not None:
             return None
     diff = diff_schemas(table.schema(), arrow_schema)
-    if diff:
-        if dry_run:
-            raise schema_error(diff, desc.target, "fail")
-        table = change_schema(
-            table, diff, arrow_schema, settings.on_schema_change, desc.base_snapshot_id
-        )
-        log.info("schema of %s changed to fit the query: %s", desc.target, diff.problems())
-    current = spark.table(_qualified(config, desc.target))
-    columns = [f.name for f in current.schema.fields]
-    desired = desired.select(*[f"`{c}`" for c in columns])  # rows compare by name, not position
-    check_schema(desired, current, desc.target)
-    persisted = None
+    name = _qualified(config, desc.target)
+    base = None
     if desc.base_snapshot_id is not None:
-        persisted = (
-            spark.read.option("snapshot-id", str(desc.base_snapshot_id))
-            .table(_qualified(config, desc.target))
-            .select(*[f"`{c}`" for c in columns], "_file", "_pos")
+        base = spark.read.option("snapshot-id", str(desc.base_snapshot_id)).table(name)
+    if not diff:
+        stored = spark.table(name)
+        columns = [f.name for f in stored.schema.fields]
+        desired = desired.select(*[f"`{c}`" for c in columns])  # rows compare by name
+        check_schema(desired, stored, desc.target)
+        persisted = None if base is None else base.select(*[f"`{c}`" for c in columns], *_AT)
+        return _Target(table, desired, columns, persisted)
+    if dry_run:
+        raise schema_error(diff, desc.target, "fail")
+    change = plan_schema_change(table, diff, arrow_schema, settings.on_schema_change)
+    log.info("schema of %s changes with this batch: %s", desc.target, diff.problems())
+    return _changing_target(table, change, desired, base)
+
+
+#: The metadata columns a persisted row is retracted by.
+_AT = ("_file", "_pos")
+
+
+def _query_schema(desired: DataFrame) -> pa.Schema:
+    """The query's columns as Arrow types, every one optional.
+
+    Spark's nullability flags shift with plans (joins, explode), and a
+    required column would reject staged files.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return pa.schema([f.with_nullable(True) for f in to_arrow_schema(desired.schema)])
+
+
+def _changing_target(
+    table: Any, change: SchemaChange, desired: DataFrame, base: DataFrame | None
+) -> _Target:
+    """The target as it will be once ``change`` commits with this batch.
+
+    The head is read as the new schema reads it, which is what the
+    correction must compare with: a column whose field id is kept reads its
+    old values (widened), every other one (added, or replaced by
+    ``recreate``) reads null in the old files.
+    """
+    from pyspark.sql import functions as F
+
+    columns = [f.name for f in change.schema.fields]
+    desired = desired.select(*[f"`{c}`" for c in columns])  # rows compare by name
+    types = {f.name.lower(): f.dataType for f in desired.schema.fields}
+    persisted = None
+    if base is not None:
+        carried = {c.lower() for c in change.carried_columns(table.schema())}
+        stored = {f.name.lower() for f in base.schema.fields}
+        persisted = base.select(
+            *[
+                (F.col(f"`{c}`") if c.lower() in carried & stored else F.lit(None))
+                .cast(types[c.lower()])
+                .alias(c)
+                for c in columns
+            ],
+            *_AT,
         )
-    return _Target(table, desired, columns, persisted)
+    return _Target(pending_table(table, change), desired, columns, persisted, change)
 
 
 def _compute(tick: _Tick, target: _Target) -> _Computed:
