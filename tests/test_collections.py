@@ -68,13 +68,15 @@ def test_registration_is_idempotent_and_kinds_are_listed(catalog_config: Catalog
         AppendOnlyCollection.open(catalog, STATE)
 
 
-def test_unmanaged_table_is_not_adopted(sqlite_catalog_config: CatalogConfig) -> None:
+def test_unmanaged_table_is_adopted_with_its_rows(sqlite_catalog_config: CatalogConfig) -> None:
+    """Until 2026-11 refused; now adopted (more in tests/test_collection_adoption.py)."""
     catalog = sqlite_catalog_config.load()
     catalog.create_namespace("ext")
     table = catalog.create_table("ext.t", schema=SCHEMA)
     table.append(pa.table({"k": [1], "v": ["a"]}, schema=SCHEMA))
-    with pytest.raises(NotACollectionError, match="not managed"):
-        register_collection(catalog, "ext.t", SCHEMA, "append-only")
+    adopted = register_collection(catalog, "ext.t", SCHEMA, "append-only")
+    assert Timeline.of(adopted).managed
+    assert rows_of(adopted) == Counter({(1, "a"): 1})
 
 
 # -- append-only ------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ written through compare-and-append (docs/collections.md):
   corrected to match;
 * :func:`tick_collections` / :class:`Ticker`: advance every collection's upper
   to now; :func:`close_collection` seals one for good;
+* :func:`register_collection` creates a collection, or adopts a table the
+  user created first (:mod:`.adoption`);
 * read-only mode per collection (:func:`set_read_only`) or deployment
   (``CT_READ_ONLY``);
 * :func:`maintain`: compaction (:func:`compact`), snapshot expiry
@@ -23,6 +25,7 @@ maintenance and read holds).
 
 from __future__ import annotations
 
+from airflow_provider_ct.collections.adoption import Adoption, adopt_table, check_schema_fits
 from airflow_provider_ct.collections.append_only import (
     DEFAULT_BATCH_INTERVAL_MS,
     AppendOnlyCollection,
@@ -56,6 +59,7 @@ from airflow_provider_ct.collections.maintenance import (
     MaintenanceSettings,
     maintain,
 )
+from airflow_provider_ct.collections.registration import Registration, register
 from airflow_provider_ct.collections.registry import (
     CollectionInfo,
     CollectionKeys,
@@ -84,6 +88,7 @@ __all__ = [
     "DEFAULT_RETENTION_MS",
     "DEFAULT_TICK_INTERVAL_MS",
     "READ_ONLY_ENV",
+    "Adoption",
     "AppendOnlyCollection",
     "CollectionInfo",
     "CollectionKeys",
@@ -97,12 +102,15 @@ __all__ = [
     "MaintenanceSettings",
     "PendingDesired",
     "ReadHold",
+    "Registration",
     "SyncResult",
     "TickOutcome",
     "TickReport",
     "Ticker",
     "WriteReceipt",
+    "adopt_table",
     "blind_write",
+    "check_schema_fits",
     "close_collection",
     "compact",
     "deployment_read_only",
@@ -114,6 +122,7 @@ __all__ = [
     "plan_expiry",
     "read_holds",
     "readable_since",
+    "register",
     "register_collection",
     "register_reader",
     "release_reader",

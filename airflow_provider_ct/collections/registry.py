@@ -31,8 +31,8 @@ from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.layout import TableLayout
 from airflow_provider_ct.core.settings import TRUE_VALUES, read_only
-from airflow_provider_ct.core.tables import create_managed_table, iter_tables
-from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.core.tables import iter_tables
+from airflow_provider_ct.core.timeline import Timeline, is_managed
 from airflow_provider_ct.exceptions import (
     CollectionError,
     CommitError,
@@ -64,6 +64,9 @@ class CollectionKeys:
     SINCE = "ct.since"
     #: Snapshot-summary key on maintenance snapshots (``compaction``).
     MAINTENANCE = "ct.maintenance"
+    #: Snapshot-summary key of an adoption (:mod:`.adoption`): the id of the
+    #: snapshot whose contents were adopted, or ``none`` for an empty table.
+    ADOPTED = "ct.collection.adopted"
 
 
 class CollectionKind(enum.StrEnum):
@@ -139,46 +142,35 @@ def table_name(table: Table) -> str:
 def register_collection(
     catalog: Catalog,
     name: str,
-    schema: Schema | pa.Schema,
+    schema: Schema | pa.Schema | None,
     kind: CollectionKind | str,
     *,
     read_only: bool = False,
     location: str | None = None,
     properties: Mapping[str, str] | None = None,
     layout: TableLayout | None = None,
+    now: int | None = None,
+    deployment_read_only: bool | None = None,
 ) -> Table:
-    """Create (or adopt) the managed table ``name`` as a collection of ``kind``.
+    """Create (or adopt) the table ``name`` as a collection of ``kind``.
 
-    ``layout`` (partitioning, sort order, more properties) applies when the
-    table is created here; an existing one keeps its own.
-
-    Idempotent: registering an existing collection of the same kind returns
-    it. An existing managed table that is not yet a collection is adopted; a
-    collection of the other kind is refused, because the two kinds treat
-    foreign rows differently (a differential collection retracts them).
+    See :func:`~airflow_provider_ct.collections.registration.register`, which
+    also says what it did (that module imports this one, hence the late import).
     """
-    wanted = parse_kind(kind)
-    props = {CollectionKeys.KIND: wanted.value, **dict(properties or {})}
-    if read_only:
-        props[CollectionKeys.READ_ONLY] = "true"
-    table = create_managed_table(
-        catalog, name, schema, location=location, properties=props, layout=layout
-    )
-    current = collection_kind(table)
-    if current is None:
-        timeline = Timeline.of(table)
-        if not timeline.managed:
-            raise NotACollectionError(
-                f"table {name} exists but is not managed by airflow-provider-ct; refusing to "
-                "register it as a collection"
-            )
-        set_table_properties(table, props)
-        log.info("registered existing managed table %s as a %s collection", name, wanted.value)
-    elif current != wanted:
-        raise NotACollectionError(
-            f"table {name} is already a {current.value} collection, not {wanted.value}"
-        )
-    return table
+    from airflow_provider_ct.collections.registration import register
+
+    return register(
+        catalog,
+        name,
+        schema,
+        kind,
+        read_only=read_only,
+        location=location,
+        properties=properties,
+        layout=layout,
+        now=now,
+        deployment_read_only=deployment_read_only,
+    ).table
 
 
 def load_collection(catalog: Catalog, name: str, kind: CollectionKind | None = None) -> Table:
@@ -197,6 +189,14 @@ def load_collection(catalog: Catalog, name: str, kind: CollectionKind | None = N
         )
     if kind is not None and current != kind:
         raise NotACollectionError(f"{name} is a {current.value} collection, not {kind.value}")
+    if not is_managed(table.metadata):
+        # Marked by hand (the property set with Spark or PyIceberg): writing it
+        # would meet an external table whose upper is the wall clock.
+        raise NotACollectionError(
+            f"table {name} has {CollectionKeys.KIND}={current.value} but no frontier of ours "
+            "yet (the property was set outside register_collection()): nothing was written. "
+            "register_collection() adopts it, and so does the next tick of the collections"
+        )
     return table
 
 

@@ -12,6 +12,9 @@ mode nothing is ticked. A differential collection with a pending desired
 state (stated in read-only mode) gets it landed first, once writes are
 allowed again.
 
+A collection whose kind property was set by hand on a table without our
+frontier is adopted by its first tick (:mod:`.adoption`).
+
 A quiet collection's newest contents are restated now and then (a
 *checkpoint*: the tick carries ``ct.time``), so that snapshot expiry can drop
 the ticks before it; see :func:`tick_collections`.
@@ -32,6 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_ct.collections.adoption import adopt_table
 from airflow_provider_ct.collections.differential import DifferentialCollection, list_pending
 from airflow_provider_ct.collections.maintenance import (
     MaintenanceReport,
@@ -47,7 +51,7 @@ from airflow_provider_ct.collections.registry import (
 )
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier, check_timestamp, now_ms
-from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.core.timeline import Timeline, is_managed
 from airflow_provider_ct.exceptions import CollectionError, CommitStateUnknownError
 
 if TYPE_CHECKING:
@@ -161,6 +165,8 @@ def tick_table(
     table.refresh()
     if is_read_only(table, read_only):
         return TickOutcome(name, READ_ONLY)
+    if not is_managed(table.metadata):
+        return _adopt(table, name, now)
     synced: str | None = None
     differential = collection_kind(table) == CollectionKind.DIFFERENTIAL
     if Timeline.of(table).upper.is_empty:
@@ -193,6 +199,25 @@ def tick_table(
         return TickOutcome(name, ADVANCED, result.upper, synced, detail)
     log.debug("tick of %s lost (%s): someone else advanced it", name, result.reason)
     return TickOutcome(name, CONTENDED, result.upper, synced, result.reason)
+
+
+def _adopt(table: Table, name: str, now: int) -> TickOutcome:
+    """The first tick of a collection marked by hand (no frontier of ours): adopt it.
+
+    Its kind property was set outside :func:`register_collection` (Spark's
+    ``ALTER TABLE ... SET TBLPROPERTIES``); read as an external table its
+    upper would be the wall clock and the tick could never land. Adoption
+    is the tick: the table's rows become the contents at ``now - 1``, so the
+    upper moves from the minimum to ``now``, the time every collection of
+    the tick advances to. Refusals (a table a view maintains, equality
+    deletes) raise, and the tick reports an error.
+    """
+    adoption = adopt_table(table, now=max(0, now - 1))
+    if adoption is None:
+        table.refresh()
+        upper = Timeline.of(table).upper
+        return TickOutcome(name, CONTENDED, upper, detail="adopted by someone else first")
+    return TickOutcome(name, ADVANCED, adoption.upper, detail=adoption.describe())
 
 
 def tick_collections(

@@ -12,6 +12,7 @@ maintenance, read holds) are in :mod:`.collections_upkeep`.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,11 +22,8 @@ from airflow.sdk import BaseOperator
 from airflow_provider_ct.assets import frontier_alias
 from airflow_provider_ct.collections.append_only import blind_write
 from airflow_provider_ct.collections.differential import DifferentialCollection
-from airflow_provider_ct.collections.registry import (
-    close_collection,
-    parse_kind,
-    register_collection,
-)
+from airflow_provider_ct.collections.registration import register
+from airflow_provider_ct.collections.registry import close_collection, parse_kind
 from airflow_provider_ct.collections.rows import parse_rows, parse_updates
 from airflow_provider_ct.core.layout import TableLayout
 from airflow_provider_ct.exceptions import CollectionError, ConfigurationError
@@ -36,13 +34,25 @@ from airflow_provider_ct.operators._common import read_only_default
 log = logging.getLogger(__name__)
 
 
+#: ``timestamp[us, tz=UTC]``: Arrow's spelling of a zoned timestamp, which
+#: ``pa.type_for_alias`` does not know (Spark's ``TIMESTAMP`` is one).
+_ZONED_TIMESTAMP = re.compile(r"timestamp\[(s|ms|us|ns),\s*tz=([^\]]+)\]")
+
+
+def _arrow_type(type_name: str) -> pa.DataType:
+    zoned = _ZONED_TIMESTAMP.fullmatch(type_name.strip())
+    if zoned is not None:
+        return pa.timestamp(zoned.group(1), tz=zoned.group(2).strip())
+    return pa.type_for_alias(type_name)
+
+
 def _schema(columns: Mapping[str, str]) -> pa.Schema:
     """``{"column": "arrow type"}`` (e.g. ``int64``, ``string``, ``double``) as an Arrow schema."""
     fields = []
     for name, type_name in columns.items():
         try:
-            fields.append(pa.field(name, pa.type_for_alias(str(type_name))))
-        except ValueError:
+            fields.append(pa.field(name, _arrow_type(str(type_name))))
+        except (ValueError, pa.ArrowInvalid):
             raise ConfigurationError(
                 f"column {name!r}: unknown Arrow type {type_name!r} (try int64, string, double, "
                 "bool, date32, timestamp[us, tz=UTC])"
@@ -51,10 +61,22 @@ def _schema(columns: Mapping[str, str]) -> pa.Schema:
 
 
 class RegisterCollectionOperator(BaseOperator):
-    """Create (or adopt) a managed collection; idempotent.
+    """Create, adopt or find a managed collection; idempotent.
+
+    A table that exists without our frontier (created with Spark SQL or
+    PyIceberg, maybe partitioned, maybe holding rows) is adopted: it keeps
+    its partitioning and properties, must have exactly ``columns`` (else
+    ``SchemaMismatchError`` names them and nothing is written), and its rows
+    become the collection's contents at the adoption time, where its upper
+    starts (docs/collections.md, "Tables you create first"). The XCom says
+    which happened (``status``: ``created``, ``adopted``, ``registered``,
+    ``existing``); an adoption announces the collection's asset event
+    through the task's :class:`AssetAlias` outlet (default
+    ``ct-frontier:<collection>``).
 
     :param collection: ``namespace.table``.
-    :param columns: ``{"column": "arrow type"}`` in column order.
+    :param columns: ``{"column": "arrow type"}`` in column order; ``None``
+        takes an existing table's columns as they are (it must exist).
     :param kind: ``append-only`` or ``differential``.
     :param read_only: create the collection switched to read-only.
     :param iceberg_conn_id: catalog connection (default: embedded catalog).
@@ -71,7 +93,7 @@ class RegisterCollectionOperator(BaseOperator):
         self,
         *,
         collection: str,
-        columns: Mapping[str, str],
+        columns: Mapping[str, str] | None = None,
         kind: str,
         read_only: bool = False,
         iceberg_conn_id: str = IcebergCatalogHook.default_conn_name,
@@ -80,30 +102,51 @@ class RegisterCollectionOperator(BaseOperator):
         table_properties: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("outlets", [frontier_alias(collection)])
         super().__init__(**kwargs)
         self.layout = TableLayout.parse(partition_by, sort_by, table_properties).to_json()
         self.kind = parse_kind(kind).value
-        if not isinstance(columns, Mapping) or not columns:
+        if columns is not None and (not isinstance(columns, Mapping) or not columns):
             raise ConfigurationError(
-                f"columns must map at least one column name to an Arrow type, got {columns!r:.100}"
+                f"columns must map at least one column name to an Arrow type (or be None to "
+                f"take an existing table's), got {columns!r:.100}"
             )
         self.collection = collection
-        self.columns = dict(columns)
+        self.columns = None if columns is None else dict(columns)
         self.read_only = read_only
         self.iceberg_conn_id = iceberg_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        schema = _schema(self.columns)  # a bad type fails before the catalog is opened
-        catalog = IcebergCatalogHook(self.iceberg_conn_id).get_catalog()
-        register_collection(
-            catalog,
+        # A bad type fails before the catalog is opened.
+        schema = None if self.columns is None else _schema(self.columns)
+        hook = IcebergCatalogHook(self.iceberg_conn_id)
+        registration = register(
+            hook.get_catalog(),
             self.collection,
             schema,
             self.kind,
             read_only=self.read_only,
             layout=TableLayout.from_json(self.layout),
         )
-        return {"collection": self.collection, "kind": self.kind}
+        adoption = registration.adoption
+        if adoption is not None:
+            announce_upper(
+                self,
+                context,
+                hook,
+                self.collection,
+                adoption.upper,
+                time=adoption.time,
+                snapshot_id=adoption.snapshot_id,
+                batch_id=adoption.batch_id,
+                kind="adoption",
+            )
+        log.info(
+            "collection %s: %s",
+            self.collection,
+            registration.status if adoption is None else adoption.describe(),
+        )
+        return registration.to_json()
 
 
 class BlindWriteOperator(BaseOperator):
