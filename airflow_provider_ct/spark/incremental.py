@@ -200,6 +200,9 @@ class _AffectedKeys:
 
 def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     """Recompute the groups whose keys occur in the change; correct only their rows."""
+    whole_days = _days_from_changes(delta)
+    if whole_days is not None:
+        return _whole_days(delta, persisted, whole_days)
     plan, columns = delta.plan, delta.columns
     block = plan.blocks[0]
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
@@ -217,7 +220,7 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
         inline = _inline_keys(keys)
     days = _affected_days(delta, keys, inline)
     if delta.check_reads is not None:
-        delta.check_reads(_restrictions(found, inline, days))
+        delta.check_reads(_restrictions(found.members, inline, days))
 
     def restrict(tree: Any) -> Any:
         tree = restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline)
@@ -247,7 +250,7 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
 
 
 def _restrictions(
-    found: _AffectedKeys, inline: InlineKeys | None, days: _Days
+    members: tuple[tuple[str, str], ...], inline: InlineKeys | None, days: _Days
 ) -> dict[str, list[Restriction]]:
     """Per input, the restrictions of its read that reach Iceberg's scan planning.
 
@@ -256,7 +259,7 @@ def _restrictions(
     """
     out: dict[str, list[Restriction]] = {}
     if inline is not None:
-        for name, column in found.members:
+        for name, column in members:
             restriction = Restriction(column, inline.values, has_null=inline.has_null)
             out.setdefault(name, []).append(restriction)
     for (key_range, _), values in days.items():
@@ -270,6 +273,94 @@ def _restrictions(
 _Days = dict[tuple[KeyRange, str], InlineKeys]
 
 
+def _whole_days(delta: _Delta, persisted: DataFrame, days: _Days) -> Correction:
+    """Recompute every group of the changed days: no keys to find, no Spark job to find them.
+
+    When the input holding the day column is the only one that changed, a
+    group can change only if one of its rows did, and that row's day is
+    the group's day: the changed rows' days bound the affected groups. All
+    groups of those days are recomputed (a superset, each group whole), and
+    the target's rows of those days are the other side of the diff.
+    """
+    plan, columns = delta.plan, delta.columns
+    if delta.check_reads is not None:
+        delta.check_reads(_restrictions((), None, days))
+
+    def restrict(tree: Any) -> Any:
+        for (key_range, column_type), values in days.items():
+            column = f"{key_range.alias}.{key_range.column}"
+            tree = restrict_to_days(tree, column, column_type, values)
+        return tree
+
+    new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
+    desired = delta.frame(plan.blocks[0], new_views, columns, restrict).cache()
+    affected = _only_days(persisted, columns, plan, days).cache()
+    correction = _correct_releasing(
+        lambda: compute_correction(desired, affected, columns, on_driver=delta.on_driver),
+        desired,
+        affected,
+    )
+    correction.notes["restricted_days"] = _days_report(days)
+    correction.notes["affected_keys"] = "the changed rows' days, found on the driver"
+    return correction
+
+
+def _days_from_changes(delta: _Delta) -> _Days | None:
+    """The changed rows' days, read on the driver, when they bound every affected group.
+
+    Only when the one input that changed holds the day key's column (a
+    change of another input, joined in, can move a group of any day), its
+    change is on the driver as Arrow, and the days are few enough to inline.
+    The day is the cast's: a timestamp's date in the Spark session's time
+    zone, a ``TIMESTAMP_NTZ``'s own date.
+    """
+    changed = delta.bindings.changed
+    for key_range in delta.plan.key_ranges:
+        change = delta.bindings.changes.get(key_range.input)
+        if changed != {key_range.input} or change is None or change.arrow is None:
+            continue
+        column_type = _column_type(delta, key_range)
+        if column_type not in DAY_BOUND_TYPES:
+            continue
+        zone = delta.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+        values = _arrow_days(change.arrow, key_range.column, zone)
+        if values is not None:
+            return {(key_range, column_type): values}
+    return None
+
+
+def _arrow_days(tables: Sequence[pa.Table], column: str, zone: str) -> InlineKeys | None:
+    """The distinct days of ``column`` in ``tables`` (``None``: too many, or no such column)."""
+    import datetime as _dt
+    from zoneinfo import ZoneInfo
+
+    tz = ZoneInfo(zone)
+    days: set[_dt.date] = set()
+    has_null = False
+    for table in tables:
+        names = [n for n in table.column_names if n.lower() == column.lower()]
+        if len(names) != 1:
+            return None
+        for value in pc.unique(table.column(names[0])).to_pylist():
+            if value is None:
+                has_null = True
+            elif isinstance(value, _dt.datetime):
+                local = value.astimezone(tz) if value.tzinfo is not None else value
+                days.add(local.date())
+            else:
+                days.add(value)
+        if len(days) > INLINE_KEYS:
+            return None
+    return InlineKeys(tuple(sorted(days)), has_null)
+
+
+def _column_type(delta: _Delta, key_range: KeyRange) -> str | None:
+    """The Spark type (``simpleString``) of a day key's column in its input, if it has one."""
+    schema = delta.spark.table(delta.bindings.views[key_range.input][NEW]).schema
+    types = [f.dataType.simpleString() for f in schema.fields if f.name.lower() == key_range.column]
+    return types[0] if len(types) == 1 else None
+
+
 def _affected_days(delta: _Delta, keys: DataFrame, inline: InlineKeys | None) -> _Days:
     """The affected days of each day key whose column a range can bound (few enough to inline).
 
@@ -279,19 +370,16 @@ def _affected_days(delta: _Delta, keys: DataFrame, inline: InlineKeys | None) ->
     """
     out: _Days = {}
     for key_range in delta.plan.key_ranges:
-        schema = delta.spark.table(delta.bindings.views[key_range.input][NEW]).schema
-        types = [
-            f.dataType.simpleString() for f in schema.fields if f.name.lower() == key_range.column
-        ]
-        if len(types) != 1 or types[0] not in DAY_BOUND_TYPES:
-            log.info("day key %s: column type %s cannot be bounded", key_range.column, types)
+        column_type = _column_type(delta, key_range)
+        if column_type not in DAY_BOUND_TYPES:
+            log.info("day key %s: column type %s cannot be bounded", key_range.column, column_type)
             continue
         if inline is not None and len(delta.plan.key_sql) == 1:
             values: InlineKeys | None = inline
         else:
             values = _inline_keys(keys.select(f"__ct_k{key_range.index}").distinct())
         if values is not None:
-            out[(key_range, types[0])] = values
+            out[(key_range, str(column_type))] = values
     return out
 
 
