@@ -381,6 +381,19 @@ def test_the_first_definition_owns_a_table_and_a_second_is_refused(tmp_path: Pat
     assert TableKeys.OWNER_DAG in str(err.value)
 
 
+def test_a_registered_collection_cannot_be_claimed_by_a_view(tmp_path: Path) -> None:
+    """Its writers own it: a view ticking into it would undo their rows on every tick."""
+    from airflow_provider_ct.collections import register_collection
+
+    catalog = sqlite_config(tmp_path).load()
+    schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
+    table = register_collection(catalog, "lake.log", schema, "append-only")
+    before = dict(table.properties)
+    with pytest.raises(OwnershipError, match="registered append-only collection"):
+        claim(table, Owner("daily_dag", "view_daily"))
+    assert dict(catalog.load_table("lake.log").properties) == before  # nothing recorded
+
+
 def test_a_partitioned_collection_keeps_each_file_in_its_partition(tmp_path: Path) -> None:
     """Blind writes and retractions into ``bucket(2, k), v``: files and deletes per partition."""
     import pyarrow.parquet as pq

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.layout import TableLayout
 from airflow_provider_ct.core.settings import TRUE_VALUES, read_only
 from airflow_provider_ct.core.tables import iter_tables
@@ -53,7 +54,7 @@ class CollectionKeys:
     """Table properties and snapshot-summary keys of managed collections."""
 
     #: Table property: ``append-only`` or ``differential``.
-    KIND = "ct.collection.kind"
+    KIND = TableKeys.COLLECTION_KIND
     #: Table property: ``true`` makes this one collection read-only.
     READ_ONLY = "ct.collection.read-only"
     #: Table property prefix: ``ct.read-hold.<reader>`` is one reader's hold

@@ -59,3 +59,5 @@ class TableKeys:
     #: Who maintains the table: the DAG and the task group of its definition.
     OWNER_DAG = "ct.owner-dag"
     OWNER_GROUP = "ct.owner-group"
+    #: A registered collection's kind (its writers own it: no view may write it).
+    COLLECTION_KIND = "ct.collection.kind"

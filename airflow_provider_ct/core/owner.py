@@ -50,6 +50,7 @@ def claim(table: Table, owner: Owner, *, record: bool = True) -> Table:
     of the table's writers is unaffected); a concurrent claim by another
     definition is caught by reading the record back.
     """
+    _refuse_collection(table, owner)
     recorded = Owner.of(table)
     if recorded is None and not record:
         return table
@@ -68,3 +69,14 @@ def claim(table: Table, owner: Owner, *, record: bool = True) -> Table:
             f"{TableKeys.OWNER_DAG!r} and {TableKeys.OWNER_GROUP!r} (see docs/views.md)"
         )
     return table
+
+
+def _refuse_collection(table: Table, owner: Owner) -> None:
+    """A registered collection belongs to its writers: a view's corrections would undo theirs."""
+    kind = table.metadata.properties.get(TableKeys.COLLECTION_KIND)
+    if kind is not None:
+        raise OwnershipError(
+            f"table {'.'.join(table.name())} is a registered {kind} collection, written by its "
+            f"collection writers; {owner} cannot maintain it as well, so nothing was written. "
+            "Point the definition at another table"
+        )
