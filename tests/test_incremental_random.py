@@ -58,8 +58,9 @@ Environment: ``CT_INCR_SEED`` (default 20260611) chooses the history,
 ``CT_INCR_TICKS`` the number of view ticks (one view's mint, write and append;
 rounded up to whole steps that tick every view; default 4 steps' worth),
 ``CT_INCR_FULL_EVERY`` how often check (2) runs (default every 3rd step).
-Default run: 32 view ticks and 8 full-correction dry runs: 20 s in ``make test``
-on an idle 2-core machine (2026-11-25). Longer runs there, every tick exact:
+Default run: 40 view ticks (10 views) and 10 full-correction dry runs: 80-125 s
+on a 2-core machine shared with other runs (load 6-9, 2026-11-25). Longer
+runs, every tick exact (before the day-keyed views, on an idle machine):
 ``CT_INCR_TICKS=200`` 200 ticks and 64 full-correction checks in 3 min;
 ``CT_INCR_SEED=424242 CT_INCR_TICKS=400`` 400 ticks and 128 checks in 6 min 42 s.
 ``pytest -s`` prints a summary: ticks, the ``strategy`` each view's write

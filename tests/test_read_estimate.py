@@ -125,8 +125,18 @@ def test_auto_runs_in_full_when_the_restricted_read_is_every_file(
     assert by_flag["read_estimate"]["restricted_files"] == 5
     assert rows_of(catalog.load_table("est_f.flags")) == _oracle(events, "flag")
 
-    by_day = _tick(spark, spark_catalog_config, "est_f.days", days, 2_000)
-    assert by_day["strategy"] == "partition", by_day  # day 2's two files of five: kept
+    # The next tick goes full at once: the last estimate said so (no change read).
+    events.append(_rows(range(5_100, 5_102), DAYS[1]))
+    stamp(events, 2_500)
+    carried = _tick(spark, spark_catalog_config, "est_f.flags", flags, 2_500)
+    assert carried["strategy"] == "full" and "input_changes" not in carried, carried
+    assert carried["reason"].startswith("the last 1 batch(es) of this view went full because")
+    assert carried["read_estimate"] == {"share": 1.0, "carried": True}
+    events = catalog.load_table("est_f.events")
+    assert rows_of(catalog.load_table("est_f.flags")) == _oracle(events, "flag")
+
+    by_day = _tick(spark, spark_catalog_config, "est_f.days", days, 2_500)
+    assert by_day["strategy"] == "partition", by_day  # day 2's three files of six: kept
     assert rows_of(catalog.load_table("est_f.days")) == _oracle(events, "day")
 
     monkeypatch.setenv("CT_FULL_ABOVE_READ_SHARE", "0")  # the rule off: the group strategy

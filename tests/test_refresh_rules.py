@@ -187,3 +187,20 @@ def test_after_enough_batches_in_full_incremental_is_tried_again() -> None:
     assert history_reason(_past(*slow, *fulls, ("full", 100, 10)), 10, after) is None
     # Unknown sizes compare the costs as they are.
     assert history_reason(_past(*slow), UNKNOWN_ROWS, after) is not None
+
+
+def test_read_history_sends_a_view_full_until_it_is_time_to_estimate_again() -> None:
+    from airflow_provider_ct.core.refresh import PastTick, read_history_reason
+
+    def tick(share: float | None) -> PastTick:
+        return PastTick("full" if share is not None else "group", 100, 1_000, share)
+
+    assert read_history_reason([], 0.5, 3) is None
+    assert read_history_reason([tick(None)], 0.5, 3) is None  # the last batch estimated nothing
+    assert read_history_reason([tick(0.4)], 0.5, 3) is None  # below the share
+    found = read_history_reason([tick(None), tick(0.9)], 0.5, 3)
+    assert found is not None and found[1] == 0.9 and "last 1 batch(es)" in found[0]
+    assert read_history_reason([tick(0.9)] * 2, 0.5, 3) is not None
+    assert read_history_reason([tick(0.9)] * 3, 0.5, 3) is None  # every third: estimate again
+    assert read_history_reason([tick(0.9)] * 4, 0.5, 3) is not None
+    assert read_history_reason([tick(0.9)], 0.0, 3) is None  # the rule is off

@@ -33,6 +33,9 @@ class SummaryKeys:
     #: and the inputs' live rows it read: a view's own cost history.
     COMPUTE_MS = "ct.compute-ms"
     INPUT_ROWS = "ct.input-rows"
+    #: Share of the inputs' bytes a grouped tick's restricted reads covered,
+    #: when ``refresh="auto"`` ran it in full for that (``core/read_estimate``).
+    READ_SHARE = "ct.read-share"
 
     #: The spelling of the empty frontier (a closed collection) in ``ct.upper``.
     EMPTY_FRONTIER = "empty"

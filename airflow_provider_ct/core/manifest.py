@@ -216,6 +216,7 @@ MANIFEST_SUMMARY_KEYS = frozenset(
         SummaryKeys.INCREMENTAL_TICKS,
         SummaryKeys.COMPUTE_MS,
         SummaryKeys.INPUT_ROWS,
+        SummaryKeys.READ_SHARE,
         REFRESH_STATE,
     }
 )

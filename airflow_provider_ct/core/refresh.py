@@ -101,10 +101,44 @@ class PastTick:
     strategy: str
     compute_ms: int
     input_rows: int
+    #: The restricted reads' share of the inputs' bytes, if the read estimate sent it full.
+    read_share: float | None = None
 
 
 #: Incremental batches the rule compares (their median) with the last full one.
 INCREMENTAL_SAMPLE = 3
+
+
+def read_history_reason(
+    history: Sequence[PastTick], share_limit: float, retry_after: int
+) -> tuple[str, float] | None:
+    """Why the last batches' read estimates send this tick in full without a new one, or None.
+
+    The read estimate (:mod:`~airflow_provider_ct.core.read_estimate`) needs
+    the affected keys, so the inputs' changes are read before it can say
+    "full": a cost paid for nothing on every tick of a view whose restricted
+    reads always cover most files. A view whose newest batches all went full
+    for their reads goes full again at once, with the share they recorded,
+    and estimates again every ``retry_after`` batches (keys and clustering
+    change). Returns the reason and that share.
+    """
+    if share_limit <= 0 or retry_after <= 0 or not history:
+        return None
+    streak = 0
+    for past in reversed(history):
+        if past.read_share is None or past.read_share < share_limit:
+            break
+        streak += 1
+    if streak == 0 or streak % retry_after == 0:
+        return None
+    share = history[-1].read_share
+    assert share is not None
+    reason = (
+        f"the last {streak} batch(es) of this view went full because their restricted reads "
+        f"covered {share:.0%} of the inputs' bytes (at least {share_limit:.0%}); the change is "
+        f"not read to estimate again until {retry_after} such batches"
+    )
+    return reason, share
 
 
 def history_reason(history: Sequence[PastTick], rows: int, retry_after: int) -> str | None:

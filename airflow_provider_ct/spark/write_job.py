@@ -51,6 +51,7 @@ from airflow_provider_ct.core.refresh import (
     full_diff_on_driver,
     history_reason,
     large_change_reason,
+    read_history_reason,
     small_inputs_reason,
 )
 from airflow_provider_ct.core.refresh_state import refresh_state
@@ -63,6 +64,7 @@ from airflow_provider_ct.core.schema_change import (
     schema_error,
 )
 from airflow_provider_ct.core.settings import (
+    RETRY_INCREMENTAL_AFTER,
     full_read_share,
     full_rows_on_driver,
     large_change_share,
@@ -320,8 +322,17 @@ def _batch_summary(tick: _Tick, computed: _Computed) -> dict[str, str]:
         SummaryKeys.INCREMENTAL_TICKS: str(computed.incremental_ticks),
         SummaryKeys.COMPUTE_MS: str(round(computing * 1000)),
         SummaryKeys.INPUT_ROWS: str(rows),
+        **_read_share(computed),
         **refresh_state(digest, sources, tick.started_ms),
     }
+
+
+def _read_share(computed: _Computed) -> dict[str, str]:
+    """The restricted reads' share, when the read estimate sent this batch in full."""
+    estimate = computed.details.get("read_estimate")
+    if computed.strategy != FULL or not isinstance(estimate, dict) or "share" not in estimate:
+        return {}
+    return {SummaryKeys.READ_SHARE: str(estimate["share"])}
 
 
 def _prepare_target(
@@ -424,11 +435,13 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
         base, why_not = incremental_base(target.table, desc, sql=tick.sql, inputs=inputs)
     elif plan.incremental:
         why_not = "the target has no rows yet"
+    details: dict[str, Any] = {}
     if base is not None:
         why_not = _auto_full_reason(tick, inputs, base.before, target.table) or ""
+        why_not, details = (why_not, {}) if why_not else _recent_read_estimates(tick, target.table)
         base = None if why_not else base
     if base is None:
-        return _Computed(_full_correction(tick, target), FULL, why_not, 0)
+        return _Computed(_full_correction(tick, target), FULL, why_not, 0, details)
     verify_every = tick.verify_every
     verify = verify_every > 0 and base.incremental_ticks + 1 >= verify_every
     assert target.persisted is not None
@@ -456,6 +469,20 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
     if not verify:
         return _Computed(incr, strategy, plan.reason, base.incremental_ticks + 1, details)
     return _verify(target, incr, verify_every, details)
+
+
+def _recent_read_estimates(tick: _Tick, table: Any) -> tuple[str, dict[str, Any]]:
+    """``(reason, details)`` when the last read estimates send the tick full at once, else empty."""
+    if tick.read_share <= 0 or not tick.plan.grouped:
+        return "", {}
+    history = _history(table, query_hash(tick.sql))
+    found = read_history_reason(
+        history, tick.read_share, tick.retry_after or RETRY_INCREMENTAL_AFTER
+    )
+    if found is None:
+        return "", {}
+    reason, share = found
+    return reason, {"read_estimate": {"share": share, "carried": True}}
 
 
 def _read_check(
@@ -521,8 +548,18 @@ def _history(table: Any, digest: str, depth: int = 24) -> list[PastTick]:
             ms, rows = int(summary[SummaryKeys.COMPUTE_MS]), int(summary[SummaryKeys.INPUT_ROWS])
         except (KeyError, ValueError):
             continue  # a quiet batch, or one from before costs were recorded
-        past.append(PastTick(summary.get(SummaryKeys.REFRESH, FULL), ms, rows))
+        strategy = summary.get(SummaryKeys.REFRESH, FULL)
+        past.append(
+            PastTick(strategy, ms, rows, _float_or_none(summary.get(SummaryKeys.READ_SHARE)))
+        )
     return past
+
+
+def _float_or_none(value: str | None) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None
 
 
 def _full_correction(tick: _Tick, target: _Target) -> Correction:
