@@ -305,3 +305,34 @@ def test_day_restriction_is_a_range_of_the_bare_column(column_type: str, literal
     assert "OR `e`.`ts` IS NULL)" in sql
     none = restrict_to_days(tree, "e.ts", column_type, InlineKeys(()))
     assert "AND FALSE" in none.sql(dialect="spark")
+
+
+def test_the_changed_rows_days_are_the_casts_days() -> None:
+    """``CAST(ts AS DATE)``: an instant's date in the session's zone; a local time's own date."""
+    import pyarrow as pa
+
+    from airflow_provider_ct.spark.incremental import INLINE_KEYS, _arrow_days
+
+    utc = datetime.UTC
+    late = datetime.datetime(2026, 3, 2, 3, 30, tzinfo=utc)  # still March 1st in New York
+    aware = pa.table({"TS": pa.array([late, None], pa.timestamp("us", tz="UTC"))})
+    found = _arrow_days([aware], "ts", "America/New_York", instants=True)
+    assert found is not None and found.values == (datetime.date(2026, 3, 1),) and found.has_null
+    assert _arrow_days([aware], "ts", "UTC", instants=True).values == (  # type: ignore[union-attr]
+        datetime.date(2026, 3, 2),
+    )
+    naive = pa.table({"ts": pa.array([late.replace(tzinfo=None)], pa.timestamp("us"))})
+    as_instant = _arrow_days([naive], "ts", "America/New_York", instants=True)
+    assert as_instant is not None and as_instant.values == (datetime.date(2026, 3, 1),)
+    local = _arrow_days([naive], "ts", "America/New_York", instants=False)  # TIMESTAMP_NTZ
+    assert local is not None and local.values == (datetime.date(2026, 3, 2),)
+    many = pa.table(
+        {
+            "d": [
+                datetime.date(2000, 1, 1) + datetime.timedelta(days=i)
+                for i in range(INLINE_KEYS + 1)
+            ]
+        }
+    )
+    assert _arrow_days([many], "d", "UTC", instants=False) is None
+    assert _arrow_days([naive], "other", "UTC", instants=False) is None

@@ -323,14 +323,21 @@ def _days_from_changes(delta: _Delta) -> _Days | None:
         if column_type not in DAY_BOUND_TYPES:
             continue
         zone = delta.spark.conf.get("spark.sql.session.timeZone") or "UTC"
-        values = _arrow_days(change.arrow, key_range.column, zone)
+        values = _arrow_days(change.arrow, key_range.column, zone, column_type == "timestamp")
         if values is not None:
             return {(key_range, column_type): values}
     return None
 
 
-def _arrow_days(tables: Sequence[pa.Table], column: str, zone: str) -> InlineKeys | None:
-    """The distinct days of ``column`` in ``tables`` (``None``: too many, or no such column)."""
+def _arrow_days(
+    tables: Sequence[pa.Table], column: str, zone: str, instants: bool
+) -> InlineKeys | None:
+    """The distinct days of ``column`` in ``tables`` (``None``: too many, or no such column).
+
+    :param instants: the column is Spark's ``TIMESTAMP`` (an instant, stored
+        as UTC): its day is the date in ``zone``, also for a value that
+        reached Arrow without a time zone.
+    """
     import datetime as _dt
     from zoneinfo import ZoneInfo
 
@@ -345,8 +352,10 @@ def _arrow_days(tables: Sequence[pa.Table], column: str, zone: str) -> InlineKey
             if value is None:
                 has_null = True
             elif isinstance(value, _dt.datetime):
-                local = value.astimezone(tz) if value.tzinfo is not None else value
-                days.add(local.date())
+                if instants:
+                    aware = value if value.tzinfo is not None else value.replace(tzinfo=_dt.UTC)
+                    value = aware.astimezone(tz)
+                days.add(value.date())
             else:
                 days.add(value)
         if len(days) > INLINE_KEYS:
