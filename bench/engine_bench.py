@@ -12,11 +12,9 @@ first tick includes starting its driver; later ticks reuse it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -35,6 +33,7 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
 from airflow_provider_ct.engine import protocol  # noqa: E402
+from bench.bench_env import stop_drivers  # noqa: E402
 
 
 def _durations(dag_id: str, run_id: str) -> dict[str, float]:
@@ -68,12 +67,6 @@ def bench(engine: str, ticks: int) -> list[tuple[float, float]]:
     return times
 
 
-def _stop_drivers(folder: Path) -> None:
-    for pid_file in folder.glob(f"*/{protocol.PID_FILE}"):
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ticks", type=int, default=4)
@@ -95,7 +88,7 @@ def main() -> None:
     try:
         results = {engine: bench(engine, args.ticks) for engine in ("spark-submit", "warm")}
     finally:
-        _stop_drivers(warm_dir)
+        stop_drivers(warm_dir, protocol.PID_FILE)
     print("\nmedian of ticks 2..N (the warm driver already up):")
     for engine, times in results.items():
         later = sorted(times[1:])

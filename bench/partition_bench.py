@@ -58,7 +58,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -72,15 +71,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench" / "dags"))
-_WORK = Path(tempfile.mkdtemp(prefix="ct-partbench-"))
-_HOME = _WORK / "airflow"
-_HOME.mkdir()
-os.environ.setdefault("AIRFLOW_HOME", str(_HOME))
-os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_HOME}/airflow.db")
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "bench" / "dags"))
-os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
-os.environ["CT_PARTITION_BENCH_SPEC"] = str(_WORK / "spec.json")
+from bench.bench_env import isolated_airflow, stop_drivers  # noqa: E402
+
+_WORK = isolated_airflow("ct-partbench-", "CT_PARTITION_BENCH_SPEC")
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
 from airflow_provider_ct.core.settings import SMALL_INPUT_ROWS_ENV  # noqa: E402
@@ -558,20 +551,6 @@ def setup(args: argparse.Namespace) -> dict[str, Any]:
     return {"catalog": catalog, "spark": spark, "job_settings": warm.session_conf}
 
 
-def stop_drivers(folder: Path) -> None:
-    """SIGTERM the warm drivers this run started (only those under its own CT_WARM_DIR)."""
-    pids = []
-    for pid_file in folder.glob(f"*/{protocol.PID_FILE}"):
-        try:
-            pids.append(int(pid_file.read_text()))
-            os.kill(pids[-1], signal.SIGTERM)
-        except (OSError, ValueError):
-            continue
-    deadline = time.monotonic() + 60
-    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000, help="events (over 100 days)")
@@ -616,7 +595,7 @@ def main() -> int:
             ticks.append(tick)
             print_tick(tick)
     finally:
-        stop_drivers(warm_dir)
+        stop_drivers(warm_dir, protocol.PID_FILE)
         if ctx:
             ctx["spark"].stop()
         if not args.keep:

@@ -90,15 +90,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench" / "dags"))
-_WORK = Path(tempfile.mkdtemp(prefix="ct-tickbench-"))
-_HOME = _WORK / "airflow"
-_HOME.mkdir()
-os.environ.setdefault("AIRFLOW_HOME", str(_HOME))
-os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_HOME}/airflow.db")
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "bench" / "dags"))
-os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
-os.environ["CT_TICK_BENCH_SPEC"] = str(_WORK / "spec.json")
+from bench.bench_env import (  # noqa: E402
+    driver_processes,
+    isolated_airflow,
+    peak_memory_mb,
+    reset_peak_memory,
+    stop_drivers,
+)
+
+_WORK = isolated_airflow("ct-tickbench-", "CT_TICK_BENCH_SPEC")
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
 from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
@@ -112,6 +112,9 @@ from bench.tick_bench_compare import Column, ColumnRun, Tick, load_average  # no
 from tests.helpers import rows_of  # noqa: E402
 
 log = logging.getLogger("tick_bench")
+#: What the views' write tasks give the warm driver (``WriteOperator``'s default
+#: ``driver_memory``; the bench's DAGs set none): its JVM heap.
+DRIVER_MEMORY = "2g"
 TASKS = cmp.TASKS
 #: ``--engines warm-fused``: the engine with mint, write and append fused into one task.
 FUSED = "-fused"
@@ -278,6 +281,8 @@ def run_tick(dag: Any, column: str, kind: str, queries: list[tpch.TpchQuery]) ->
     t_ms = int(time.time() * 1000)
     time.sleep(1.2)
     load = load_average()
+    drivers = driver_processes(Path(os.environ[protocol.WARM_DIR_ENV]), protocol.PID_FILE)
+    reset_peak_memory(drivers)
     started = time.perf_counter()
     run = dag.test(logical_date=datetime.fromtimestamp(t_ms / 1000, UTC))
     wall = time.perf_counter() - started
@@ -285,6 +290,9 @@ def run_tick(dag: Any, column: str, kind: str, queries: list[tpch.TpchQuery]) ->
         raise SystemExit(f"{column} {kind} tick at {t_ms} ended {run.state}")
     durations, reports = _run_details(dag.dag_id, run.run_id)
     tick = Tick(column, kind, t_ms, round(wall, 2), load)
+    # Drivers started by this tick count from their start.
+    drivers |= driver_processes(Path(os.environ[protocol.WARM_DIR_ENV]), protocol.PID_FILE)
+    tick.driver_peak_mb = peak_memory_mb(drivers)
     for q in queries:
         report = reports.get(f"{q.name}.write") or {}
         tasks = {t: round(durations.get(f"{q.name}.{t}", 0.0), 2) for t in TASKS}
@@ -416,6 +424,10 @@ def summary_json(
         "quiet_over_cold": {r.column.label: r.ratio("quiet") for r in runs if r.cold},
         "busy_over_cold": {r.column.label: r.ratio("busy") for r in runs if r.cold},
         "write_tasks_ran_on": {r.column.label: r.chosen for r in runs if r.cold},
+        "driver_peak_mb": {
+            r.column.label: cmp.peak_of(t.driver_peak_mb for t in r.ticks) for r in runs if r.cold
+        },
+        "driver_memory": DRIVER_MEMORY,
         "exact": not views_wrong,
         "overwrite_exact": len(mismatches) == len(views_wrong),
         "mismatches": mismatches,
@@ -490,22 +502,6 @@ def setup(
     return ctx, queries
 
 
-def stop_drivers(folder: Path) -> None:
-    """SIGTERM the warm drivers this run started (only those under its own CT_WARM_DIR)."""
-    import signal
-
-    pids = []
-    for pid_file in folder.glob(f"*/{protocol.PID_FILE}"):
-        try:
-            pids.append(int(pid_file.read_text()))
-            os.kill(pids[-1], signal.SIGTERM)
-        except (OSError, ValueError):
-            continue
-    deadline = time.monotonic() + 60
-    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--sf", type=float, default=0.01, help="TPC-H scale factor")
@@ -554,7 +550,7 @@ def main() -> int:
             print(f"\n== {engine}: cold Spark start {ctx['cold'][engine]}", flush=True)
         runs = bench_columns(columns, args, ctx, queries)
     finally:
-        stop_drivers(warm_dir)
+        stop_drivers(warm_dir, protocol.PID_FILE)
         if ctx:
             ctx["spark"].stop()
         if not args.keep:

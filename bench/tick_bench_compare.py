@@ -74,6 +74,9 @@ class Tick:
     changes: dict[str, int] = field(default_factory=dict)
     views: dict[str, dict[str, Any]] = field(default_factory=dict)
     mismatches: list[dict[str, Any]] = field(default_factory=list)
+    #: Peak resident memory of the warm driver's processes during the tick, MB
+    #: (``python``: the job's driver program and its driver-side diff; ``jvm``: Spark's).
+    driver_peak_mb: dict[str, float] = field(default_factory=dict)
 
     def task_sum(self) -> float:
         return sum(sum(v["tasks"].values()) for v in self.views.values())
@@ -126,7 +129,8 @@ def print_tick(tick: Tick) -> None:
         f"\n### {tick.column} {tick.kind} tick at {tick.time_ms}: DAG run {tick.wall_s:.1f} s "
         f"({n} views, {tick.wall_s / max(1, n):.2f} s per view; tasks {tasks:.1f} s, "
         f"between tasks {tick.wall_s - tasks:.1f} s); load {tick.load}"
-        + (f"; changes {json.dumps(tick.changes)}" if tick.changes else ""),
+        + (f"; changes {json.dumps(tick.changes)}" if tick.changes else "")
+        + (f"; driver peak MB {json.dumps(tick.driver_peak_mb)}" if tick.driver_peak_mb else ""),
         flush=True,
     )
     print(
@@ -347,3 +351,12 @@ def print_scale_summary(totals: dict[str, Any], sf: float, views: int, busy_tick
         f"{_cell(totals['auto_over_full_incremental'])}",
         flush=True,
     )
+
+
+def peak_of(peaks: Any) -> dict[str, float]:
+    """The largest peak per process role over ticks (each a ``{role: MB}``)."""
+    out: dict[str, float] = {}
+    for peak in peaks:
+        for role, mb in peak.items():
+            out[role] = max(out.get(role, 0.0), mb)
+    return out

@@ -10,15 +10,13 @@ bench/dags/tick_bench_dag.py).
 
 from __future__ import annotations
 
-import json
-import os
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG
 
 from airflow_provider_ct import materialized_view
+from bench.bench_env import load_dags
 
 SPEC_ENV = "CT_PARTITION_BENCH_SPEC"
 
@@ -50,13 +48,5 @@ def build_dag(spec: dict[str, Any]) -> DAG:
     return dag
 
 
-def _load() -> dict[str, DAG]:
-    path = os.environ.get(SPEC_ENV)
-    if not path:
-        return {}
-    specs = json.loads(Path(path).read_text())
-    return {spec["dag_id"]: build_dag(spec) for spec in specs}
-
-
-DAGS = _load()
+DAGS = load_dags(SPEC_ENV, build_dag)
 globals().update(DAGS)
