@@ -75,11 +75,11 @@ def test_restrictions_keep_the_files_iceberg_would_read(
 
 def test_the_rule_needs_a_large_share_and_a_small_result() -> None:
     most = ReadEstimate(restricted_bytes=90, total_bytes=100, restricted_files=9, total_files=10)
-    reason = not_cheaper_reason(most, 0.5, target_bytes=9)
+    reason = not_cheaper_reason(most, 0.5, result_rows=1_000, small_result=1_000)
     assert reason is not None and "9 of the inputs' 10 data files (90%" in reason
-    assert not_cheaper_reason(most, 0.95, target_bytes=9) is None  # below the share
-    assert not_cheaper_reason(most, 0.5, target_bytes=10) is None  # a large result
-    assert not_cheaper_reason(most, 0.0, target_bytes=0) is None  # the rule is off
+    assert not_cheaper_reason(most, 0.95, result_rows=10, small_result=1_000) is None  # share
+    assert not_cheaper_reason(most, 0.5, result_rows=1_001, small_result=1_000) is None  # large
+    assert not_cheaper_reason(most, 0.0, result_rows=0, small_result=1_000) is None  # off
 
 
 def _tick(spark: Any, config: CatalogConfig, target: str, sql: str, time: int) -> dict[str, Any]:

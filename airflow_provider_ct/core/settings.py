@@ -45,6 +45,9 @@ LARGE_CHANGE_SHARE_ENV = "CT_FULL_ABOVE_CHANGE"
 FULL_READ_SHARE = 0.5
 #: Overrides :data:`FULL_READ_SHARE` in the job's environment; 0 turns the rule off.
 FULL_READ_SHARE_ENV = "CT_FULL_ABOVE_READ_SHARE"
+#: A view result this small (rows) costs its full correction little beyond the
+#: scan (the diff runs on the driver): the read estimate's rule applies only then.
+SMALL_RESULT_ROWS = 200_000
 
 #: ``refresh="auto"`` runs in full while the view's own incremental batches
 #: cost more than its full ones (``core/refresh.history_reason``), and tries

@@ -65,6 +65,7 @@ from airflow_provider_ct.core.schema_change import (
 )
 from airflow_provider_ct.core.settings import (
     RETRY_INCREMENTAL_AFTER,
+    SMALL_RESULT_ROWS,
     full_read_share,
     full_rows_on_driver,
     large_change_share,
@@ -498,12 +499,12 @@ def _read_check(
     if tick.read_share <= 0:
         return None
     pinned = {name: (inputs[name], snap) for name, snap in tick.desc.inputs.items()}
-    target_bytes = live_bytes(table, tick.desc.base_snapshot_id)
+    target_rows = live_rows(table, tick.desc.base_snapshot_id)
 
     def check(restrictions: dict[str, list[Restriction]]) -> None:
         estimate = estimate_reads(pinned, restrictions)
         log.info("restricted reads: %s", estimate.to_json())
-        reason = not_cheaper_reason(estimate, tick.read_share, target_bytes)
+        reason = not_cheaper_reason(estimate, tick.read_share, target_rows, SMALL_RESULT_ROWS)
         if reason is not None:
             raise IncrementalNotCheaperError(reason, estimate.to_json())
 
