@@ -330,3 +330,25 @@ def run_at_sealed_time(
     run = dag.test(run_conf={"time": time, **(conf or {})})
     assert run.state == state, run.state
     return time
+
+
+#: Spark SQL table properties of a merge-on-read v2 input (Spark's DML writes deletes).
+MERGE_ON_READ = (
+    "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read', "
+    "'write.update.mode'='merge-on-read')"
+)
+
+
+def fresh_events(spark: Any, namespace: str, columns: str, partitioned_by: str) -> None:
+    """An empty namespace ``ct.<namespace>`` holding only a merge-on-read ``events`` input.
+
+    Created with Spark SQL, as users create their tables: the tests of
+    views over tables the product did not create start from one.
+    """
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS ct.{namespace}")
+    for (name,) in spark.sql(f"SHOW TABLES IN ct.{namespace}").select("tableName").collect():
+        spark.sql(f"DROP TABLE IF EXISTS ct.{namespace}.{name} PURGE")
+    spark.sql(
+        f"CREATE TABLE ct.{namespace}.events ({columns}) USING iceberg "
+        f"PARTITIONED BY ({partitioned_by}) {MERGE_ON_READ}"
+    )

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from tests.helpers import rows_of
+from tests.helpers import fresh_events, rows_of
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
@@ -33,14 +33,8 @@ Event = tuple[int, dt.datetime, str, int]
 @pytest.fixture
 def lake(spark: Any, spark_lake: CatalogConfig) -> Any:
     """A fresh ``pr`` namespace with the partitioned input, in the Spark session's catalog."""
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS ct.pr")
-    for (name,) in spark.sql("SHOW TABLES IN ct.pr").select("tableName").collect():
-        spark.sql(f"DROP TABLE IF EXISTS ct.pr.{name} PURGE")
-    spark.sql(
-        "CREATE TABLE ct.pr.events (id BIGINT, ts TIMESTAMP, country STRING, amount BIGINT) "
-        "USING iceberg PARTITIONED BY (days(ts)) TBLPROPERTIES ('format-version'='2', "
-        "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')"
-    )
+    columns = "id BIGINT, ts TIMESTAMP, country STRING, amount BIGINT"
+    fresh_events(spark, "pr", columns, "days(ts)")
     sys.path.insert(0, str(ROOT / "tests" / "dags"))
     return spark_lake.load()
 

@@ -23,7 +23,7 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.timeline import Timeline
-from tests.helpers import rows_of, run_at_sealed_time
+from tests.helpers import fresh_events, rows_of, run_at_sealed_time
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
@@ -36,14 +36,7 @@ Event = tuple[dt.datetime, str, int]
 @pytest.fixture
 def lake(spark: Any, spark_lake: CatalogConfig) -> Any:
     """A fresh ``vt`` namespace with the input, in the Spark session's catalog."""
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS ct.vt")
-    for (name,) in spark.sql("SHOW TABLES IN ct.vt").select("tableName").collect():
-        spark.sql(f"DROP TABLE IF EXISTS ct.vt.{name} PURGE")
-    spark.sql(
-        "CREATE TABLE ct.vt.events (ts TIMESTAMP, country STRING, amount BIGINT) USING iceberg "
-        "PARTITIONED BY (days(ts)) TBLPROPERTIES ('format-version'='2', "
-        "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')"
-    )
+    fresh_events(spark, "vt", "ts TIMESTAMP, country STRING, amount BIGINT", "days(ts)")
     sys.path.insert(0, str(ROOT / "tests" / "dags"))
     return spark_lake.load()
 
