@@ -9,6 +9,8 @@ Run on demand, never in ``make test`` (see docs/views.md, "Benchmarks")::
     python bench/tick_bench.py --engines default,default-fused,spark-submit --ticks 2
     # refresh="auto" against refresh="full" and a plain-Spark INSERT OVERWRITE:
     python bench/tick_bench.py --engines warm --refresh auto,full --overwrite --sf 0.1 --ticks 2
+    # ... with one busy tick first that no sum counts (first plans, first changes):
+    python bench/tick_bench.py --engines warm --refresh auto,full --overwrite --sf 1 --warmup 1
 
 A **column** is one DAG of the views: an engine of ``--engines`` with a
 ``refresh`` of ``--refresh`` (``materialized_view(refresh=...)``; every
@@ -363,7 +365,7 @@ def column_tick(
 
 
 def tick_kinds(args: argparse.Namespace) -> list[str]:
-    kinds = ["initial"]
+    kinds = ["initial"] + ["warmup"] * args.warmup
     for _ in range(args.ticks):
         kinds += [] if args.quiet_only else ["busy"]
         kinds += [] if args.busy_only else ["quiet"]
@@ -387,7 +389,7 @@ def bench_columns(
     baseline = [r for r in runs if r.column.overwrite]
     for kind in tick_kinds(args):
         changes = {}
-        if kind == "busy":
+        if kind in ("busy", "warmup"):
             ctx["seed"] += 10
             changes = tpch.change_inputs(
                 ctx["spark"], ctx["seed"], args.rf_share, args.update_share
@@ -506,6 +508,13 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--sf", type=float, default=0.01, help="TPC-H scale factor")
     parser.add_argument("--ticks", type=int, default=1, help="busy+quiet pairs per column")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="busy ticks after the initial one, checked but left out of every sum: each "
+        "column's first incremental plans and first look at changed inputs",
+    )
     parser.add_argument("--engines", default="spark-submit,warm", help="engines, e.g. warm")
     parser.add_argument("--refresh", default="auto", help="refresh= per column, e.g. auto,full")
     parser.add_argument(
