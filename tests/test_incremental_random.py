@@ -201,6 +201,14 @@ VIEWS = (
         "FROM {a} AS a JOIN {b} AS b ON a.k = b.k GROUP BY CAST(a.ts AS DATE), b.w",
         ("a", "b"),
     ),
+    # The day of the optional side of a LEFT JOIN: a change of ``a`` alone
+    # also moves rows of ``b`` into or out of the NULL day.
+    View(
+        "daily_lj",
+        "SELECT CAST(a.ts AS DATE) AS day, COUNT(*) AS n, COUNT(a.id) AS na, SUM(b.w) AS w "
+        "FROM {b} AS b LEFT JOIN {a} AS a ON b.k = a.k GROUP BY CAST(a.ts AS DATE)",
+        ("a", "b"),
+    ),
     # A view over another view's table (left_j ticks first at every time).
     View(
         "over",

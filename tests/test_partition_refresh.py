@@ -143,3 +143,65 @@ def test_a_tick_reads_and_corrects_only_the_changed_days(lake: Any, spark: Any) 
     assert Counter(tuple(r) for r in one_day.collect()) == Counter(
         r for r in _daily(events).elements() if r[0] == days[4].date()
     )
+
+
+def test_the_optional_side_of_a_left_join_losing_its_last_match_moves_rows_to_the_null_day(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """Only the day's input changed, yet the NULL day changes too: it must be recomputed.
+
+    ``b LEFT JOIN a``, keyed by the day of ``a.ts``: deleting the only ``a``
+    row that matched ``b``'s row moves that row from the row's day to the
+    NULL day, a day no changed row carries.
+    """
+    import pyarrow as pa
+
+    from airflow_provider_ct.core.tables import create_managed_table
+    from airflow_provider_ct.operators.append import AppendOperator
+    from airflow_provider_ct.spark.write_job import run_write
+    from tests.conftest import SPARK_CATALOG_CONN
+    from tests.helpers import advance, mint_view_tick, replace_contents
+
+    catalog = spark_catalog_config.load()
+    catalog.create_namespace_if_not_exists("prlj")
+    a_schema = pa.schema([("k", pa.int64()), ("ts", pa.timestamp("us"))])
+    b_schema = pa.schema([("k", pa.int64()), ("w", pa.int64())])
+    a = create_managed_table(catalog, "prlj.a", a_schema)
+    b = create_managed_table(catalog, "prlj.b", b_schema)
+    day = dt.datetime(2026, 3, 1, 12)
+    a_rows = [(1, day), (2, day), (3, day + dt.timedelta(days=1))]
+    b_rows = [(1, 10), (2, 20), (3, 30), (4, 40)]
+    sql = (
+        "SELECT CAST(a.ts AS DATE) AS day, COUNT(*) AS n, SUM(b.w) AS w "
+        "FROM prlj.b AS b LEFT JOIN prlj.a AS a ON b.k = a.k GROUP BY CAST(a.ts AS DATE)"
+    )
+
+    def expected() -> Counter[tuple[Any, ...]]:
+        days = {k: ts.date() for k, ts in a_rows}
+        groups: dict[Any, list[int]] = {}
+        for k, w in b_rows:
+            groups.setdefault(days.get(k), []).append(w)
+        return Counter((d, len(ws), sum(ws)) for d, ws in groups.items())
+
+    def tick(time: int) -> dict[str, Any]:
+        decision = mint_view_tick(catalog, "prlj.daily", sql, time)
+        assert decision.description is not None, decision.reason
+        report = run_write(spark, spark_catalog_config, sql, decision.description).to_json()
+        AppendOperator(task_id="append", report=report, iceberg_conn_id=SPARK_CATALOG_CONN).execute(
+            {}
+        )
+        return report
+
+    def table(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
+        return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema)
+
+    replace_contents(a, 1_000, table(a_rows, a_schema))
+    replace_contents(b, 1_000, table(b_rows, b_schema))
+    tick(1_000)
+    assert rows_of(catalog.load_table("prlj.daily")) == expected()
+    a_rows = [r for r in a_rows if r[0] != 3]  # b's k=3 row loses its only match
+    replace_contents(a, 2_000, table(a_rows, a_schema))
+    advance(b, 2_000)  # b did not change
+    report = tick(2_000)
+    assert report["strategy"] == "partition", report
+    assert rows_of(catalog.load_table("prlj.daily")) == expected()

@@ -309,16 +309,21 @@ def _days_from_changes(delta: _Delta) -> _Days | None:
     """The changed rows' days, read on the driver, when they bound every affected group.
 
     Only when the one input that changed holds the day key's column (a
-    change of another input, joined in, can move a group of any day), its
+    change of another input, joined in, can move a group of any day) and is
+    not the optional side of a ``LEFT JOIN`` (losing its last match moves
+    preserved rows into the NULL day, which no changed row names), its
     change is on the driver as Arrow, and the days are few enough to inline.
     The day is the cast's: a timestamp's date in the Spark session's time
     zone, a ``TIMESTAMP_NTZ``'s own date.
     """
     changed = delta.bindings.changed
+    join = delta.plan.blocks[0].left_join
     for key_range in delta.plan.key_ranges:
         change = delta.bindings.changes.get(key_range.input)
         if changed != {key_range.input} or change is None or change.arrow is None:
             continue
+        if join is not None and join.optional == key_range.input:
+            continue  # a changed optional row also moves preserved rows to or from the NULL day
         column_type = _column_type(delta, key_range)
         if column_type not in DAY_BOUND_TYPES:
             continue
