@@ -293,8 +293,10 @@ def _whole_days(delta: _Delta, persisted: DataFrame, days: _Days) -> Correction:
         return tree
 
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
-    desired = delta.frame(plan.blocks[0], new_views, columns, restrict).cache()
-    affected = _only_days(persisted, columns, plan, days).cache()
+    desired = delta.frame(plan.blocks[0], new_views, columns, restrict)
+    affected = _only_days(persisted, columns, plan, days)
+    if not delta.on_driver:  # Spark's diff reads each side twice; the driver's pulls once
+        desired, affected = desired.cache(), affected.cache()
     correction = _correct_releasing(
         lambda: compute_correction(desired, affected, columns, on_driver=delta.on_driver),
         desired,
