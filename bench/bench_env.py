@@ -107,3 +107,35 @@ def peak_memory_mb(pids: dict[int, str]) -> dict[str, float]:
                 mb = int(line.split()[1]) / 1024
                 out[role] = round(max(out.get(role, 0.0), mb), 1)
     return out
+
+
+def catalog_connection_and_session(config: Any, app_name: str) -> tuple[Any, Any]:
+    """Point Airflow's default catalog connection at ``config``; a fresh metadata DB;
+    the warm driver's settings and a session of the same settings for the bench itself.
+
+    The bench's own session changes the inputs and runs its baselines with
+    the warm driver's settings, so the two sides compare like for like.
+    Returns ``(warm_spec, spark)``.
+    """
+    from airflow.utils import db
+
+    from airflow_provider_ct.engine.client import WarmSpec
+    from airflow_provider_ct.hooks.spark_job import DEFAULT_LOCAL_MASTER
+    from airflow_provider_ct.spark.conf import local_session
+
+    os.environ["AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT"] = json.dumps(
+        {
+            "conn_type": "iceberg_catalog",
+            "extra": {"uri": config.uri, "warehouse": config.warehouse},
+        }
+    )
+    db.resetdb()
+    warm = WarmSpec.for_catalog(config, master=DEFAULT_LOCAL_MASTER)
+    spark = local_session(
+        config,
+        master=warm.master,
+        app_name=app_name,
+        **{**warm.conf, "spark.sql.shuffle.partitions": "4"},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return warm, spark

@@ -71,7 +71,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench" / "dags"))
-from bench.bench_env import isolated_airflow, stop_drivers  # noqa: E402
+from bench.bench_env import (  # noqa: E402
+    catalog_connection_and_session,
+    isolated_airflow,
+    stop_drivers,
+)
 
 _WORK = isolated_airflow("ct-partbench-", "CT_PARTITION_BENCH_SPEC")
 
@@ -507,12 +511,6 @@ def setup(args: argparse.Namespace) -> dict[str, Any]:
     is started with the warm driver's settings (``WarmSpec``) and the
     overwrite runs with a warm job's session settings, as in bench/tick_bench.py.
     """
-    from airflow.utils import db
-
-    from airflow_provider_ct.engine.client import WarmSpec
-    from airflow_provider_ct.hooks.spark_job import DEFAULT_LOCAL_MASTER
-    from airflow_provider_ct.spark.conf import local_session
-
     config = CatalogConfig(
         uri=f"sqlite:///{_WORK / 'catalog.db'}", warehouse=(_WORK / "warehouse").as_uri()
     )
@@ -530,21 +528,7 @@ def setup(args: argparse.Namespace) -> dict[str, Any]:
         for refresh in REFRESH
     ]
     Path(os.environ["CT_PARTITION_BENCH_SPEC"]).write_text(json.dumps(specs, indent=1))
-    os.environ["AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT"] = json.dumps(
-        {
-            "conn_type": "iceberg_catalog",
-            "extra": {"uri": config.uri, "warehouse": config.warehouse},
-        }
-    )
-    db.resetdb()
-    warm = WarmSpec.for_catalog(config, master=DEFAULT_LOCAL_MASTER)
-    spark = local_session(
-        config,
-        master=warm.master,
-        app_name="partition-bench",
-        **{**warm.conf, "spark.sql.shuffle.partitions": "4"},
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    warm, spark = catalog_connection_and_session(config, "partition-bench")
     started = time.perf_counter()
     create_events(spark, args.rows, args.loads)
     print(f"== {args.rows} events over {DAYS} days in {time.perf_counter() - started:.1f} s")

@@ -93,6 +93,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench" / "dags"))
 from bench.bench_env import (  # noqa: E402
+    catalog_connection_and_session,
     driver_processes,
     isolated_airflow,
     peak_memory_mb,
@@ -461,11 +462,6 @@ def setup(
     started with the warm driver's settings (``WarmSpec``: master, driver
     memory, catalog) and the overwrite runs with a warm job's session settings.
     """
-    from airflow.utils import db
-
-    from airflow_provider_ct.engine.client import WarmSpec
-    from airflow_provider_ct.hooks.spark_job import DEFAULT_LOCAL_MASTER
-    from airflow_provider_ct.spark.conf import local_session
 
     config = CatalogConfig(
         uri=f"sqlite:///{_WORK / 'catalog.db'}", warehouse=(_WORK / "warehouse").as_uri()
@@ -478,21 +474,7 @@ def setup(
     for column in columns:
         catalog.create_namespace_if_not_exists(namespace(column))
     write_spec(columns, queries)
-    os.environ["AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT"] = json.dumps(
-        {
-            "conn_type": "iceberg_catalog",
-            "extra": {"uri": config.uri, "warehouse": config.warehouse},
-        }
-    )
-    db.resetdb()
-    warm = WarmSpec.for_catalog(config, master=DEFAULT_LOCAL_MASTER)
-    spark = local_session(
-        config,
-        master=warm.master,
-        app_name="tick-bench-changes",
-        **{**warm.conf, "spark.sql.shuffle.partitions": "4"},
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    warm, spark = catalog_connection_and_session(config, "tick-bench-changes")
     ctx = {
         "config": config,
         "catalog": catalog,
