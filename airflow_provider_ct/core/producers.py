@@ -214,28 +214,35 @@ def stage_snapshots(
             inputs=inputs,
             extra=extra_summary,
         )
-        update = tx.update_snapshot(snapshot_properties=props)
-        snapshot_producer: Any
-        if change.remove_files:
-            snapshot_producer = update.overwrite()
-            # Files to remove must be live in the state this snapshot builds on.
-            for data_file in _data_files_by_path(
-                tx.table_metadata, table.io, ".".join(table.name()), change.remove_files
-            ):
-                snapshot_producer.delete_data_file(data_file)
-        else:
-            snapshot_producer = update.fast_append()
-        for data_file in _staged_data_files(table, tx.table_metadata, change.add_files):
-            snapshot_producer.append_data_file(data_file)
-            partitions.add(data_file)
-        attach_delete_files(
-            snapshot_producer,
-            [position_delete_data_file(table.io, p, partitions.of) for p in change.delete_files],
-        )
-        snapshot_producer.commit()
-        producers.append(snapshot_producer)
+        producers.append(_stage_change(table, tx, partitions, change, props))
         lower = upper
     return tx, producers
+
+
+def _stage_change(
+    table: Table, tx: Transaction, partitions: _Partitions, change: TimedChange, props: Any
+) -> Any:
+    """One change's snapshot in ``tx``: its removed, added and delete files; its producer."""
+    update = tx.update_snapshot(snapshot_properties=props)
+    snapshot_producer: Any
+    if change.remove_files:
+        snapshot_producer = update.overwrite()
+        # Files to remove must be live in the state this snapshot builds on.
+        for data_file in _data_files_by_path(
+            tx.table_metadata, table.io, ".".join(table.name()), change.remove_files
+        ):
+            snapshot_producer.delete_data_file(data_file)
+    else:
+        snapshot_producer = update.fast_append()
+    for data_file in _staged_data_files(table, tx.table_metadata, change.add_files):
+        snapshot_producer.append_data_file(data_file)
+        partitions.add(data_file)
+    attach_delete_files(
+        snapshot_producer,
+        [position_delete_data_file(table.io, p, partitions.of) for p in change.delete_files],
+    )
+    snapshot_producer.commit()
+    return snapshot_producer
 
 
 def _frontier_only(tx: Transaction, props: dict[str, str]) -> Any:
