@@ -220,13 +220,14 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
         inline = _inline_keys(keys)
     days = _affected_days(delta, keys, inline)
     if delta.check_reads is not None:
-        delta.check_reads(_restrictions(found.members, inline, days))
+        try:
+            delta.check_reads(_restrictions(found.members, inline, days))
+        except Exception:
+            keys.unpersist()  # a warm driver outlives the job: free what this tick cached
+            raise
 
     def restrict(tree: Any) -> Any:
-        tree = restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline)
-        for (key_range, column_type), values in days.items():
-            column = f"{key_range.alias}.{key_range.column}"
-            tree = restrict_to_days(tree, column, column_type, values)
+        tree = _restrict_days(restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline), days)
         return restrict_columns_to_keys(tree, list(found.also), KEYS_VIEW, inline)
 
     # Cached: the correction reads the affected groups twice (the diff, then
@@ -273,6 +274,14 @@ def _restrictions(
 _Days = dict[tuple[KeyRange, str], InlineKeys]
 
 
+def _restrict_days(tree: Any, days: _Days) -> Any:
+    """``tree`` with each day key's column restricted to its affected days' ranges."""
+    for (key_range, column_type), values in days.items():
+        column = f"{key_range.alias}.{key_range.column}"
+        tree = restrict_to_days(tree, column, column_type, values)
+    return tree
+
+
 def _whole_days(delta: _Delta, persisted: DataFrame, days: _Days) -> Correction:
     """Recompute every group of the changed days: no keys to find, no Spark job to find them.
 
@@ -286,14 +295,10 @@ def _whole_days(delta: _Delta, persisted: DataFrame, days: _Days) -> Correction:
     if delta.check_reads is not None:
         delta.check_reads(_restrictions((), None, days))
 
-    def restrict(tree: Any) -> Any:
-        for (key_range, column_type), values in days.items():
-            column = f"{key_range.alias}.{key_range.column}"
-            tree = restrict_to_days(tree, column, column_type, values)
-        return tree
-
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
-    desired = delta.frame(plan.blocks[0], new_views, columns, restrict)
+    desired = delta.frame(
+        plan.blocks[0], new_views, columns, lambda tree: _restrict_days(tree, days)
+    )
     affected = _only_days(persisted, columns, plan, days)
     if not delta.on_driver:  # Spark's diff reads each side twice; the driver's pulls once
         desired, affected = desired.cache(), affected.cache()
