@@ -311,20 +311,20 @@ def test_the_changed_rows_days_are_the_casts_days() -> None:
     """``CAST(ts AS DATE)``: an instant's date in the session's zone; a local time's own date."""
     import pyarrow as pa
 
-    from airflow_provider_ct.spark.incremental import INLINE_KEYS, _arrow_days
+    from airflow_provider_ct.spark.days import INLINE_KEYS, arrow_days
 
     utc = datetime.UTC
     late = datetime.datetime(2026, 3, 2, 3, 30, tzinfo=utc)  # still March 1st in New York
     aware = pa.table({"TS": pa.array([late, None], pa.timestamp("us", tz="UTC"))})
-    found = _arrow_days([aware], "ts", "America/New_York", instants=True)
+    found = arrow_days([aware], "ts", "America/New_York", instants=True)
     assert found is not None and found.values == (datetime.date(2026, 3, 1),) and found.has_null
-    assert _arrow_days([aware], "ts", "UTC", instants=True).values == (  # type: ignore[union-attr]
+    assert arrow_days([aware], "ts", "UTC", instants=True).values == (  # type: ignore[union-attr]
         datetime.date(2026, 3, 2),
     )
     naive = pa.table({"ts": pa.array([late.replace(tzinfo=None)], pa.timestamp("us"))})
-    as_instant = _arrow_days([naive], "ts", "America/New_York", instants=True)
+    as_instant = arrow_days([naive], "ts", "America/New_York", instants=True)
     assert as_instant is not None and as_instant.values == (datetime.date(2026, 3, 1),)
-    local = _arrow_days([naive], "ts", "America/New_York", instants=False)  # TIMESTAMP_NTZ
+    local = arrow_days([naive], "ts", "America/New_York", instants=False)  # TIMESTAMP_NTZ
     assert local is not None and local.values == (datetime.date(2026, 3, 2),)
     many = pa.table(
         {
@@ -334,5 +334,5 @@ def test_the_changed_rows_days_are_the_casts_days() -> None:
             ]
         }
     )
-    assert _arrow_days([many], "d", "UTC", instants=False) is None
-    assert _arrow_days([naive], "other", "UTC", instants=False) is None
+    assert arrow_days([many], "d", "UTC", instants=False) is None
+    assert arrow_days([naive], "other", "UTC", instants=False) is None

@@ -38,8 +38,15 @@ from airflow_provider_ct.core.rewrites import (
     day_ranges,
     key_select,
     restrict_columns_to_keys,
-    restrict_to_days,
     restrict_to_keys,
+)
+from airflow_provider_ct.spark.days import (
+    INLINE_KEYS,
+    Days,
+    arrow_days,
+    days_report,
+    only_days,
+    restrict_days,
 )
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -227,7 +234,7 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
             raise
 
     def restrict(tree: Any) -> Any:
-        tree = _restrict_days(restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline), days)
+        tree = restrict_days(restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline), days)
         return restrict_columns_to_keys(tree, list(found.also), KEYS_VIEW, inline)
 
     # Cached: the correction reads the affected groups twice (the diff, then
@@ -236,7 +243,7 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     # Cached too: the diff reads the target's affected rows, and the
     # retractions are picked from them again (else a second target scan).
     affected = _affected_rows(persisted, columns, found, keys, inline)
-    affected = _only_days(affected, columns, plan, days).cache()
+    affected = only_days(affected, columns, plan, days).cache()
     correction = _correct_releasing(
         lambda: compute_correction(desired, affected, columns, on_driver=delta.on_driver),
         desired,
@@ -244,14 +251,14 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
         keys,
     )
     if plan.key_ranges:
-        correction.notes["restricted_days"] = _days_report(days)
+        correction.notes["restricted_days"] = days_report(days)
         if not days:  # no day could bound a read: what ran is the plain group strategy
             correction.notes["strategy"] = GROUP
     return correction
 
 
 def _restrictions(
-    members: tuple[tuple[str, str], ...], inline: InlineKeys | None, days: _Days
+    members: tuple[tuple[str, str], ...], inline: InlineKeys | None, days: Days
 ) -> dict[str, list[Restriction]]:
     """Per input, the restrictions of its read that reach Iceberg's scan planning.
 
@@ -270,19 +277,7 @@ def _restrictions(
     return out
 
 
-#: A day-keyed restriction: the key, its column's Spark type, and the affected days.
-_Days = dict[tuple[KeyRange, str], InlineKeys]
-
-
-def _restrict_days(tree: Any, days: _Days) -> Any:
-    """``tree`` with each day key's column restricted to its affected days' ranges."""
-    for (key_range, column_type), values in days.items():
-        column = f"{key_range.alias}.{key_range.column}"
-        tree = restrict_to_days(tree, column, column_type, values)
-    return tree
-
-
-def _whole_days(delta: _Delta, persisted: DataFrame, days: _Days) -> Correction:
+def _whole_days(delta: _Delta, persisted: DataFrame, days: Days) -> Correction:
     """Recompute every group of the changed days: no keys to find, no Spark job to find them.
 
     When the input holding the day column is the only one that changed, a
@@ -297,9 +292,9 @@ def _whole_days(delta: _Delta, persisted: DataFrame, days: _Days) -> Correction:
 
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
     desired = delta.frame(
-        plan.blocks[0], new_views, columns, lambda tree: _restrict_days(tree, days)
+        plan.blocks[0], new_views, columns, lambda tree: restrict_days(tree, days)
     )
-    affected = _only_days(persisted, columns, plan, days)
+    affected = only_days(persisted, columns, plan, days)
     if not delta.on_driver:  # Spark's diff reads each side twice; the driver's pulls once
         desired, affected = desired.cache(), affected.cache()
     correction = _correct_releasing(
@@ -307,12 +302,12 @@ def _whole_days(delta: _Delta, persisted: DataFrame, days: _Days) -> Correction:
         desired,
         affected,
     )
-    correction.notes["restricted_days"] = _days_report(days)
+    correction.notes["restricted_days"] = days_report(days)
     correction.notes["affected_keys"] = "the changed rows' days, found on the driver"
     return correction
 
 
-def _days_from_changes(delta: _Delta) -> _Days | None:
+def _days_from_changes(delta: _Delta) -> Days | None:
     """The changed rows' days, read on the driver, when they bound every affected group.
 
     Only when the one input that changed holds the day key's column (a
@@ -335,44 +330,10 @@ def _days_from_changes(delta: _Delta) -> _Days | None:
         if column_type not in DAY_BOUND_TYPES:
             continue
         zone = delta.spark.conf.get("spark.sql.session.timeZone") or "UTC"
-        values = _arrow_days(change.arrow, key_range.column, zone, column_type == "timestamp")
+        values = arrow_days(change.arrow, key_range.column, zone, column_type == "timestamp")
         if values is not None:
             return {(key_range, column_type): values}
     return None
-
-
-def _arrow_days(
-    tables: Sequence[pa.Table], column: str, zone: str, instants: bool
-) -> InlineKeys | None:
-    """The distinct days of ``column`` in ``tables`` (``None``: too many, or no such column).
-
-    :param instants: the column is Spark's ``TIMESTAMP`` (an instant, stored
-        as UTC): its day is the date in ``zone``, also for a value that
-        reached Arrow without a time zone.
-    """
-    import datetime as _dt
-    from zoneinfo import ZoneInfo
-
-    tz = ZoneInfo(zone)
-    days: set[_dt.date] = set()
-    has_null = False
-    for table in tables:
-        names = [n for n in table.column_names if n.lower() == column.lower()]
-        if len(names) != 1:
-            return None
-        for value in pc.unique(table.column(names[0])).to_pylist():
-            if value is None:
-                has_null = True
-            elif isinstance(value, _dt.datetime):
-                if instants:
-                    aware = value if value.tzinfo is not None else value.replace(tzinfo=_dt.UTC)
-                    value = aware.astimezone(tz)
-                days.add(value.date())
-            else:
-                days.add(value)
-        if len(days) > INLINE_KEYS:
-            return None
-    return InlineKeys(tuple(sorted(days)), has_null)
 
 
 def _column_type(delta: _Delta, key_range: KeyRange) -> str | None:
@@ -382,14 +343,14 @@ def _column_type(delta: _Delta, key_range: KeyRange) -> str | None:
     return types[0] if len(types) == 1 else None
 
 
-def _affected_days(delta: _Delta, keys: DataFrame, inline: InlineKeys | None) -> _Days:
+def _affected_days(delta: _Delta, keys: DataFrame, inline: InlineKeys | None) -> Days:
     """The affected days of each day key whose column a range can bound (few enough to inline).
 
     Read from the keys already computed (inlined literals, or one small job
     over the cached keys); a column of another type (a string cast to a
     date) or too many days leaves the key to the plain restriction.
     """
-    out: _Days = {}
+    out: Days = {}
     for key_range in delta.plan.key_ranges:
         column_type = _column_type(delta, key_range)
         if column_type not in DAY_BOUND_TYPES:
@@ -402,32 +363,6 @@ def _affected_days(delta: _Delta, keys: DataFrame, inline: InlineKeys | None) ->
         if values is not None:
             out[(key_range, str(column_type))] = values
     return out
-
-
-def _only_days(persisted: DataFrame, columns: list[str], plan: Plan, days: _Days) -> DataFrame:
-    """The target's rows of the affected days: its own partitions or statistics prune the read."""
-    from pyspark.sql import functions as F
-
-    for (key_range, _), values in days.items():
-        column = persisted[f"`{columns[plan.key_positions[key_range.index]]}`"]
-        kept = column.isin(list(values.values)) if values.values else F.lit(False)
-        persisted = persisted.where(kept | column.isNull() if values.has_null else kept)
-    return persisted
-
-
-def _days_report(days: _Days) -> dict[str, list[str]]:
-    """``alias.column`` -> the day ranges its reads were restricted to (for the report)."""
-    return {
-        f"{key_range.alias}.{key_range.column}": [
-            f"{start.isoformat()}..{end.isoformat()}" for start, end in day_ranges(values.values)
-        ]
-        + (["NULL"] if values.has_null else [])
-        for (key_range, _), values in days.items()
-    }
-
-
-#: Up to this many affected keys are written into the query as literals.
-INLINE_KEYS = 1000
 
 
 def _inlinable(data_type: Any) -> bool:
