@@ -127,6 +127,19 @@ class IncrementalMismatchError(CTError):
     """
 
 
+class StateMismatchError(CTError):
+    """A view's kept aggregate state cannot be used: it is missing, stale or edited.
+
+    The write job then rebuilds it from the inputs (in-place aggregates,
+    :mod:`airflow_provider_ct.core.aggregate_state`).
+    """
+
+
+class NotInPlaceError(CTError):
+    """The write job cannot keep this view's aggregates in place (inexact types, too many
+    groups); the message says why, and the view's fallback strategy runs instead."""
+
+
 class SparkJobError(CTError):
     """A Spark job failed with something other than one of our errors.
 

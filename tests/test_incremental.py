@@ -46,6 +46,16 @@ QUERIES = {
         " MIN(a.s) AS lo, MAX(a.v) AS hi, COUNT(DISTINCT a.s) AS ds"
         " FROM {ns}.a a LEFT JOIN {ns}.b b ON a.k = b.k GROUP BY b.name, a.k",
     ),
+    "aggregate": (
+        "aggregate",
+        "SELECT b.name, a.k, SUM(a.v) AS total, COUNT(*) AS n, COUNT(a.v) AS nv, AVG(a.v) AS av"
+        " FROM {ns}.a a LEFT JOIN {ns}.b b ON a.k = b.k GROUP BY b.name, a.k",
+    ),
+    "scalar": (
+        "aggregate",
+        "SELECT SUM(v) AS total, COUNT(*) AS n, AVG(v) AS av, SUM(CAST(v AS DECIMAL(10, 2)))"
+        " AS dec, COUNT(s) AS ns FROM {ns}.a WHERE v IS NULL OR v > 2",
+    ),
     "having": (
         "group",
         "SELECT k, SUM(v) AS total FROM {ns}.a GROUP BY k HAVING COUNT(*) > 1",

@@ -90,6 +90,7 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.layout import TableLayout
+from airflow_provider_ct.core.state_table import SUFFIX as STATE_SUFFIX
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.operators.append import AppendOperator
@@ -208,6 +209,27 @@ VIEWS = (
         "SELECT CAST(a.ts AS DATE) AS day, COUNT(*) AS n, COUNT(a.id) AS na, SUM(b.w) AS w "
         "FROM {b} AS b LEFT JOIN {a} AS a ON b.k = a.k GROUP BY CAST(a.ts AS DATE)",
         ("a", "b"),
+    ),
+    # In-place aggregates (SUM, COUNT, AVG kept from the signed change): over
+    # one input, over a join, and one group without GROUP BY. ``daily_lj``
+    # above is kept in place too.
+    View(
+        "inplace",
+        "SELECT k, SUM(v) AS total, COUNT(*) AS n, COUNT(v) AS nv, AVG(v) AS mean, "
+        "SUM(CAST(v AS DECIMAL(12, 2)) * 0.25) AS quarter, COUNT(s) AS ns FROM {a} GROUP BY k",
+        ("a",),
+    ),
+    View(
+        "inplace_j",
+        "SELECT b.w, COUNT(*) AS n, SUM(a.v) AS total, AVG(b.k) AS mk "
+        "FROM {a} AS a JOIN {b} AS b ON a.k = b.k GROUP BY b.w",
+        ("a", "b"),
+    ),
+    View(
+        "scalar",
+        "SELECT COUNT(*) AS n, SUM(v) AS total, AVG(v) AS mean, "
+        "SUM(CAST(v AS DECIMAL(9, 1)) * 0.5) AS half FROM {a} WHERE v IS NULL OR v > 3",
+        ("a",),
     ),
     # A view over another view's table (left_j ticks first at every time).
     View(
@@ -553,9 +575,12 @@ class World:
             stamp(table, time)
 
     def inject_drift(self) -> None:
-        """Rows inserted into or deleted from a view's table behind the product's back."""
+        """Rows inserted into or deleted from a view's table behind the product's back,
+        or an in-place view's kept state edited."""
         forced = self.step == 3 and not self.stats.drift  # every history of 3+ steps drifts
         if self.step == 1 or (self.rng.random() > 0.35 and not forced):
+            return
+        if self.rng.random() < 0.3 and self.drift_state():
             return
         candidates = [v for v in VIEWS if self.expected[v.name]]  # targets with rows
         if not candidates:
@@ -578,6 +603,17 @@ class World:
         assert drifted != self.expected[view.name], (
             f"{self.where(view.name)}: drift changed nothing"
         )
+
+    def drift_state(self) -> bool:
+        """Edit the kept state of an in-place view: its next tick must rebuild it, exactly."""
+        kept = [v for v in VIEWS if self.catalog.table_exists(f"{self.target(v)}{STATE_SUFFIX}")]
+        if not kept:
+            return False
+        view = self.rng.choice(kept)
+        state = f"{self.config.name}.{self.target(view)}{STATE_SUFFIX}"
+        self.spark_sql(f"UPDATE {state} SET __ct_rows = __ct_rows + 1")
+        self.stats.drift[f"state({view.name})"] += 1
+        return True
 
     def seal(self, time: int) -> None:
         for key in ("a", "b"):

@@ -51,7 +51,7 @@ def _daily(events: list[Event]) -> Counter[tuple[Any, ...]]:
     groups: dict[tuple[dt.date, str], list[int]] = {}
     for _, ts, country, amount in events:
         groups.setdefault((ts.date(), country), []).append(amount)
-    return Counter((d, c, len(a), sum(a)) for (d, c), a in groups.items())
+    return Counter((d, c, len(a), sum(a), max(a)) for (d, c), a in groups.items())
 
 
 def _tick(dag: Any, catalog: Any) -> dict[str, Any]:
@@ -172,7 +172,7 @@ def test_the_optional_side_of_a_left_join_losing_its_last_match_moves_rows_to_th
     a_rows = [(1, day), (2, day), (3, day + dt.timedelta(days=1))]
     b_rows = [(1, 10), (2, 20), (3, 30), (4, 40)]
     sql = (
-        "SELECT CAST(a.ts AS DATE) AS day, COUNT(*) AS n, SUM(b.w) AS w "
+        "SELECT CAST(a.ts AS DATE) AS day, COUNT(*) AS n, SUM(b.w) AS w, MAX(b.w) AS top "
         "FROM prlj.b AS b LEFT JOIN prlj.a AS a ON b.k = a.k GROUP BY CAST(a.ts AS DATE)"
     )
 
@@ -181,7 +181,7 @@ def test_the_optional_side_of_a_left_join_losing_its_last_match_moves_rows_to_th
         groups: dict[Any, list[int]] = {}
         for k, w in b_rows:
             groups.setdefault(days.get(k), []).append(w)
-        return Counter((d, len(ws), sum(ws)) for d, ws in groups.items())
+        return Counter((d, len(ws), sum(ws), max(ws)) for d, ws in groups.items())
 
     def tick(time: int) -> dict[str, Any]:
         decision = mint_view_tick(catalog, "prlj.daily", sql, time)

@@ -27,18 +27,26 @@ CASES = [
     ("SELECT k FROM s.a UNION ALL SELECT k FROM s.b", "linear", "UNION ALL of 2"),
     ("SELECT k, SUM(v) AS t, MAX(v) FROM s.a GROUP BY k HAVING COUNT(*) > 2", "group", "k"),
     ("SELECT UPPER(s) AS u, COUNT(DISTINCT v) FROM s.a GROUP BY u", "group", "UPPER(s)"),
-    ("SELECT k, COUNT(*) FROM s.a GROUP BY 1", "group", "GROUP BY k"),
+    ("SELECT k, MAX(v) FROM s.a GROUP BY 1", "group", "GROUP BY k"),
+    ("SELECT k, COUNT(*) FROM s.a GROUP BY 1", "aggregate", "COUNT(*) kept in place"),
+    ("SELECT k, SUM(v) AS t, AVG(v), COUNT(v) FROM s.a GROUP BY k", "aggregate", "SUM, AVG, COUNT"),
+    ("SELECT k, SUM(v) FILTER (WHERE v > 1) FROM s.a GROUP BY k", "group", "GROUP BY k"),
+    ("SELECT k, SUM(DISTINCT v) FROM s.a GROUP BY k", "group", "GROUP BY k"),
+    ("SELECT k, 100 * SUM(v) / SUM(w) FROM s.a GROUP BY k", "group", "GROUP BY k"),
     ("SELECT DISTINCT k, v FROM s.a", "group", "DISTINCT"),
-    ("SELECT CAST(ts AS DATE) AS d, COUNT(*) FROM s.a GROUP BY 1", "partition", "days"),
+    ("SELECT CAST(ts AS DATE) AS d, MIN(v) FROM s.a GROUP BY 1", "partition", "days"),
     (
-        "SELECT to_date(a.ts), b.n, SUM(v) FROM s.a a JOIN s.b b ON a.k = b.k GROUP BY 1, 2",
+        "SELECT to_date(a.ts), b.n, MAX(v) FROM s.a a JOIN s.b b ON a.k = b.k GROUP BY 1, 2",
         "partition",
         "days",
     ),
-    ("SELECT to_date(ts, 'yyyy-MM') AS d, COUNT(*) FROM s.a GROUP BY 1", "group", "TO_DATE"),
-    ("SELECT CAST(ts AS STRING) AS d, COUNT(*) FROM s.a GROUP BY 1", "group", "CAST"),
+    ("SELECT to_date(ts, 'yyyy-MM') AS d, MAX(v) FROM s.a GROUP BY 1", "group", "TO_DATE"),
+    ("SELECT CAST(ts AS STRING) AS d, MAX(v) FROM s.a GROUP BY 1", "group", "CAST"),
     ("SELECT DISTINCT CAST(ts AS DATE) FROM s.a", "group", "DISTINCT"),
-    ("SELECT COUNT(*) FROM s.a", "full", "without GROUP BY"),
+    ("SELECT COUNT(*) FROM s.a", "aggregate", "one group (no GROUP BY)"),
+    ("SELECT MAX(v) FROM s.a", "full", "without GROUP BY"),
+    ("SELECT SUM(v) / COUNT(*) FROM s.a", "full", "an expression over aggregates"),
+    ("SELECT SUM(v) FROM s.a LIMIT 1", "full", "LIMIT"),
     ("SELECT k, SUM(v) FROM s.a GROUP BY k, v", "full", "not an output column"),
     ("SELECT id, RANK() OVER (PARTITION BY k ORDER BY v) FROM s.a", "full", "window"),
     ("SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b)", "full", "subqueries"),
@@ -65,7 +73,7 @@ def test_strategy_and_reason(sql: str, strategy: str, why: str) -> None:
 def test_group_keys_are_mapped_to_output_positions() -> None:
     plan = plan_query(
         parse_query(
-            "SELECT SUM(v) AS t, b.n, a.k FROM s.a a JOIN s.b b ON a.k = b.k GROUP BY a.k, b.n"
+            "SELECT MAX(v) AS t, b.n, a.k FROM s.a a JOIN s.b b ON a.k = b.k GROUP BY a.k, b.n"
         )
     )
     assert plan.strategy == "group"
@@ -77,7 +85,7 @@ def test_group_keys_find_their_equal_input_columns() -> None:
     """A key in an inner join's equality class can be read from either input's change."""
     plan = plan_query(
         parse_query(
-            "SELECT a.k, b.z, COUNT(*) FROM s.a a, s.b b JOIN s.c c ON c.j = b.k "
+            "SELECT a.k, b.z, MAX(a.x) FROM s.a a, s.b b JOIN s.c c ON c.j = b.k "
             "WHERE a.k = b.k AND a.x > 1 GROUP BY a.k, b.z"
         )
     )
@@ -91,7 +99,7 @@ def test_group_keys_find_their_equal_input_columns() -> None:
 def test_left_join_equalities_prove_nothing_about_keys() -> None:
     """A LEFT JOIN's NULL-extended rows break ``a.k = b.k``: no shortcut for its keys."""
     plan = plan_query(
-        parse_query("SELECT b.k, COUNT(*) FROM s.a a LEFT JOIN s.b b ON a.k = b.k GROUP BY b.k")
+        parse_query("SELECT b.k, MAX(a.v) FROM s.a a LEFT JOIN s.b b ON a.k = b.k GROUP BY b.k")
     )
     assert plan.strategy == "group"
     assert plan.key_columns == ()
@@ -105,6 +113,28 @@ def test_or_and_expressions_prove_no_equality() -> None:
         )
     )
     assert [found.members for found in plan.key_columns] == [(("s.a", "a", "k"),)]
+
+
+def test_in_place_aggregates_keep_their_fallback_plan() -> None:
+    """An ``aggregate`` plan keeps the grouped plan the write job falls back to."""
+    plan = plan_query(
+        parse_query(
+            "SELECT CAST(ts AS DATE) AS d, COUNT(*) AS n, AVG(v) AS a, SUM(v) AS t, COUNT(v) "
+            "FROM s.a GROUP BY 1"
+        )
+    )
+    assert plan.strategy == "aggregate" and not plan.grouped
+    assert plan.in_place is not None
+    assert plan.in_place.arguments == ("v",)  # one argument: its sum and count serve all three
+    functions = [(a.position, a.function, a.argument) for a in plan.in_place.aggregates]
+    assert functions == [(1, "count", None), (2, "avg", 0), (3, "sum", 0), (4, "count", 0)]
+    fallback = plan.fallback("a DOUBLE argument")
+    assert fallback.strategy == "partition" and fallback.grouped and fallback.in_place is None
+    assert fallback.key_ranges == plan.key_ranges and fallback.key_ranges
+    assert fallback.reason.endswith("(not in place: a DOUBLE argument)")
+    scalar = plan_query(parse_query("SELECT COUNT(*), SUM(v) FROM s.a WHERE v > 1"))
+    assert scalar.strategy == "aggregate" and scalar.key_sql == ()
+    assert scalar.fallback("x").strategy == "full"
 
 
 def test_refresh_modes() -> None:
@@ -267,7 +297,7 @@ def test_large_change_share_from_the_environment(
 def test_day_keys_name_the_input_column_they_bound() -> None:
     plan = plan_query(
         parse_query(
-            "SELECT b.n, DATE(e.ts) AS day, COUNT(*) FROM s.events e JOIN s.b b ON e.k = b.k "
+            "SELECT b.n, DATE(e.ts) AS day, MAX(e.v) FROM s.events e JOIN s.b b ON e.k = b.k "
             "GROUP BY b.n, DATE(e.ts)"
         )
     )

@@ -96,7 +96,7 @@ def _oracle(table: Any, sql_key: str) -> Counter[tuple[Any, ...]]:
     for row in table.scan().to_arrow().to_pylist():
         key = row["flag"] if sql_key == "flag" else row["ts"].date()
         groups.setdefault(key, []).append(row["v"])
-    return Counter((k, len(v), sum(v)) for k, v in groups.items())
+    return Counter((k, len(v), sum(v), max(v)) for k, v in groups.items())
 
 
 @pytest.mark.spark
@@ -108,10 +108,13 @@ def test_auto_runs_in_full_when_the_restricted_read_is_every_file(
     catalog = spark_catalog_config.load()
     catalog.create_namespace_if_not_exists("est_f")
     events = _events(catalog, "est_f.events", TableLayout.parse(partition_by=["day(ts)"]))
-    flags = "SELECT flag, COUNT(*) AS n, SUM(v) AS total FROM est_f.events GROUP BY flag"
+    # MAX keeps both off in-place aggregates: their groups are recomputed.
+    flags = (
+        "SELECT flag, COUNT(*) AS n, SUM(v) AS total, MAX(v) AS hi FROM est_f.events GROUP BY flag"
+    )
     days = (
-        "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n, SUM(v) AS total FROM est_f.events "
-        "GROUP BY CAST(ts AS DATE)"
+        "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n, SUM(v) AS total, MAX(v) AS hi "
+        "FROM est_f.events GROUP BY CAST(ts AS DATE)"
     )
     for target, sql in (("est_f.flags", flags), ("est_f.days", days)):
         assert _tick(spark, spark_catalog_config, target, sql, 1_000)["strategy"] == "full"

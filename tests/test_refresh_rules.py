@@ -16,6 +16,7 @@ from airflow_provider_ct.core.refresh import (
     PastTick,
     full_diff_on_driver,
     history_reason,
+    join_reads_reason,
     large_change_reason,
     small_inputs_reason,
 )
@@ -204,3 +205,28 @@ def test_read_history_sends_a_view_full_until_it_is_time_to_estimate_again() -> 
     assert read_history_reason([tick(0.9)] * 3, 0.5, 3) is None  # every third: estimate again
     assert read_history_reason([tick(0.9)] * 4, 0.5, 3) is not None
     assert read_history_reason([tick(0.9)], 0.0, 3) is None  # the rule is off
+
+
+@pytest.mark.parametrize(
+    ("sizes", "changed", "expected"),
+    [
+        ({"l": 900}, ["l"], None),  # one input: only its change is read
+        ({"l": 900, "o": 100}, ["o"], "o are joined"),  # 2 * 900 / 1000: l read twice
+        ({"l": 900, "o": 100}, ["l"], None),  # 2 * 100 / 1000 = 20% < 50%
+        ({"l": 750, "o": 250}, ["l"], "50%"),  # exactly at the share
+        ({"l": 800, "o": 200}, ["l"], None),  # 40%
+        ({"l": 900, "o": 100}, ["l", "o"], "l, o"),
+        ({"l": 900, "o": 100}, [], None),
+        ({"l": 0, "o": 0}, ["o"], None),  # empty inputs: nothing to compare
+        ({"l": UNKNOWN_ROWS, "o": 100}, ["o"], None),  # sizes the summaries do not tell
+    ],
+)
+def test_join_reads_of_in_place_aggregates(
+    sizes: dict[str, int], changed: list[str], expected: str | None
+) -> None:
+    reason = join_reads_reason(sizes, changed, 0.5)
+    if expected is None:
+        assert reason is None
+    else:
+        assert reason is not None and expected in reason, reason
+    assert join_reads_reason(sizes, changed, 0.0) is None  # the rule is off

@@ -36,6 +36,9 @@ class SummaryKeys:
     #: Share of the inputs' bytes a grouped tick's restricted reads covered,
     #: when ``refresh="auto"`` ran it in full for that (``core/read_estimate``).
     READ_SHARE = "ct.read-share"
+    #: On a view's aggregate state table (``core/state_table``): JSON object
+    #: ``{table: snapshot_id | null}`` of the input snapshots the state reflects.
+    STATE_INPUTS = "ct.state-inputs"
 
     #: The spelling of the empty frontier (a closed collection) in ``ct.upper``.
     EMPTY_FRONTIER = "empty"
@@ -64,3 +67,5 @@ class TableKeys:
     OWNER_GROUP = "ct.owner-group"
     #: A registered collection's kind (its writers own it: no view may write it).
     COLLECTION_KIND = "ct.collection.kind"
+    #: On a view's aggregate state table: the view (target) it keeps the state of.
+    STATE_OF = "ct.state-of"

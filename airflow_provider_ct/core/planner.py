@@ -22,6 +22,12 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
   of the changed days are read (pruned by partition values, such as a
   ``days(ts)`` partition, and by column statistics), and the target's rows
   of those days are the only ones compared and corrected.
+* ``aggregate``: a ``GROUP BY`` (or an aggregate without one) whose select
+  list holds only the keys and bare ``SUM``, ``COUNT`` and ``AVG`` calls:
+  each affected group's new value is its kept state plus the aggregate of
+  the signed change (:mod:`.in_place`); no group is recomputed. The plan
+  keeps the ``group``/``partition`` (or ``full``) plan it falls back to when
+  the write job finds inexact argument types.
 * ``full``: anything else (windows, subqueries, CTEs, ``LIMIT``, ``UNION``
   without ``ALL``, a table read twice, outer joins other than one ``LEFT
   JOIN`` of two tables, aggregates without ``GROUP BY``, nondeterministic
@@ -36,11 +42,12 @@ the plan is written by :mod:`airflow_provider_ct.core.rewrites`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp
 
+from airflow_provider_ct.core.in_place import InPlace, in_place_shape
 from airflow_provider_ct.core.query import (
     ParsedQuery,
     nondeterministic_calls,
@@ -51,6 +58,7 @@ from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 LINEAR = "linear"
 GROUP = "group"
 PARTITION = "partition"
+AGGREGATE = "aggregate"
 FULL = "full"
 #: Strategies that recompute the groups a change affects.
 GROUPED = (GROUP, PARTITION)
@@ -139,6 +147,8 @@ class Plan:
     key_columns: tuple[KeyColumns, ...] = ()
     #: ``partition``: the grouping keys that are days of input columns.
     key_ranges: tuple[KeyRange, ...] = ()
+    #: ``aggregate``: the aggregates kept in place, and the plan to fall back to.
+    in_place: InPlace | None = None
 
     @property
     def incremental(self) -> bool:
@@ -148,6 +158,18 @@ class Plan:
     def grouped(self) -> bool:
         """Whether the tick recomputes affected groups (``group`` or ``partition``)."""
         return self.strategy in GROUPED
+
+    def fallback(self, why: str) -> Plan:
+        """The plan without in-place aggregates (``group``, ``partition`` or ``full``)."""
+        if self.in_place is None:
+            return self
+        reason = self.in_place.fallback_reason
+        return replace(
+            self,
+            strategy=self.in_place.fallback,
+            reason=f"{reason} (not in place: {why})" if reason else f"not in place: {why}",
+            in_place=None,
+        )
 
     def explain(self) -> list[str]:
         """Human-readable lines, like ``EXPLAIN``: the strategy, why, and the steps."""
@@ -213,7 +235,7 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
     distinct = select.args.get("distinct")
     if group is None and not distinct:
         if select.find(exp.AggFunc):
-            raise NotIncremental("an aggregate without GROUP BY (one group) is recomputed in full")
+            return _scalar_in_place(select, block)
         _check_linear_select(select)
         return Plan(LINEAR, _linear_reason(block), (block,), steps=(_block_step(0, block),))
     if select.args.get("limit") or select.args.get("offset"):
@@ -254,7 +276,52 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
             "their rows"
         )
     strategy = PARTITION if ranges else GROUP
-    return Plan(strategy, reason, (block,), positions, keys, steps, key_columns, ranges)
+    plan = Plan(strategy, reason, (block,), positions, keys, steps, key_columns, ranges)
+    shape = None if distinct else in_place_shape(select, items, positions)
+    if not isinstance(shape, InPlace):
+        return plan
+    return replace(
+        plan,
+        strategy=AGGREGATE,
+        reason=f"GROUP BY {', '.join(keys)}: {_in_place_reason(shape)}",
+        steps=_in_place_steps(block),
+        in_place=replace(shape, fallback=strategy, fallback_reason=reason),
+    )
+
+
+def _scalar_in_place(select: Any, block: Block) -> Plan:
+    """An aggregate without ``GROUP BY``: one group, kept in place, else recomputed in full."""
+    if select.args.get("limit") or select.args.get("offset"):
+        raise NotIncremental("LIMIT is recomputed in full")
+    shape = in_place_shape(select, list(select.expressions), ())
+    if not isinstance(shape, InPlace):
+        raise NotIncremental(
+            f"an aggregate without GROUP BY (one group) is recomputed in full: {shape}"
+        )
+    fallback = "an aggregate without GROUP BY (one group) is recomputed in full"
+    return Plan(
+        AGGREGATE,
+        f"one group (no GROUP BY): {_in_place_reason(shape)}",
+        (block,),
+        steps=_in_place_steps(block),
+        in_place=replace(shape, fallback=FULL, fallback_reason=fallback),
+    )
+
+
+def _in_place_reason(shape: InPlace) -> str:
+    return (
+        f"{shape.functions()} kept in place: each affected group's state plus the aggregate "
+        "of the signed change, no group recomputed"
+    )
+
+
+def _in_place_steps(block: Block) -> tuple[str, ...]:
+    return (
+        _block_step(0, block),
+        "aggregate the signed change per group: row count, and per argument its sum and "
+        "non-NULL count",
+        "add it to the groups' kept state; compute their rows; correct only their rows",
+    )
 
 
 def _key_ranges(select: Any, block: Block, keys: tuple[str, ...]) -> tuple[KeyRange, ...]:

@@ -14,7 +14,7 @@ apply.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from airflow_provider_ct.core.planner import FULL, GROUP
@@ -77,6 +77,35 @@ def large_change_reason(strategy: str, rows: int, changed: int, share: float) ->
         f"the inputs changed by about {changed:,} rows of {rows:,} ({changed / max(rows, 1):.1%}, "
         f"above {share:.0%}, {LARGE_CHANGE_SHARE_ENV}): a change this large touches most groups, "
         "and recomputing them costs more than a full correction"
+    )
+
+
+def join_reads_reason(
+    sizes: Mapping[str, int], changed: Collection[str], share: float
+) -> str | None:
+    """Why keeping aggregates in place would read about what the full correction reads, or None.
+
+    The delta rules join each changed input's change with the other inputs
+    as they are, read whole (twice: once for the rows gained, once for
+    those lost); the full correction reads every input once. A view over
+    one input, or whose changed inputs are small beside the rest, reads
+    little; a change of a large input joined with another large one reads
+    both again. Compared as bytes of the pinned snapshots' files.
+
+    :param sizes: input -> bytes of its pinned snapshot (summaries).
+    :param changed: the inputs whose snapshot moved since the last batch.
+    :param share: :func:`~airflow_provider_ct.core.settings.full_read_share` (0: off).
+    """
+    total = sum(sizes.values())
+    if share <= 0 or total <= 0 or total >= UNKNOWN_ROWS:
+        return None
+    read = sum(2 * (total - sizes[name]) for name in changed if name in sizes)
+    if read < share * total:
+        return None
+    return (
+        f"the changes of {', '.join(sorted(changed))} are joined with the other inputs read "
+        f"whole: about {read / total:.0%} of the inputs' bytes against 100% for the full "
+        f"correction (at least {share:.0%})"
     )
 
 

@@ -7,6 +7,8 @@ maintained incrementally; these functions produce the SQL that does it:
   choice of bindings (``new``, ``old``, ``plus``, ``minus``: the delta rules);
 * :func:`key_select` reads only a ``group`` block's grouping keys, to find the
   groups a change affects;
+* :func:`rows_select` reads an ``aggregate`` block's rows below the
+  aggregation: its grouping keys and its aggregates' arguments;
 * :func:`restrict_to_keys` and :func:`restrict_columns_to_keys` keep only the
   affected groups' rows, through a keys view or, for a few keys of one
   simple type, as literals (:class:`InlineKeys`).
@@ -50,6 +52,26 @@ def key_select(tree: Any, key_sql: tuple[str, ...]) -> Any:
     ]
     tree.set("expressions", keys)
     tree.set("distinct", exp.Distinct())
+    return tree
+
+
+def rows_select(tree: Any, key_sql: tuple[str, ...], arguments: tuple[str, ...]) -> Any:
+    """A block's FROM/WHERE with its keys (``__ct_k<i>``) and aggregate arguments
+    (``__ct_a<j>``) as its columns, one row per row below the aggregation."""
+    tree = tree.copy()
+    for arg in ("group", "having", "order", "limit", "distinct"):
+        tree.set(arg, None)
+    columns = [
+        *(
+            exp.alias_(exp.maybe_parse(k, dialect="spark"), f"__ct_k{i}")
+            for i, k in enumerate(key_sql)
+        ),
+        *(
+            exp.alias_(exp.maybe_parse(a, dialect="spark"), f"__ct_a{j}")
+            for j, a in enumerate(arguments)
+        ),
+    ]
+    tree.set("expressions", columns or [exp.alias_(exp.Literal.number(1), "__ct_one")])
     return tree
 
 

@@ -30,29 +30,20 @@ Nothing becomes visible until ``AppendOperator`` compare-and-appends it.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.changes import estimated_change_rows
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.layout import TargetSettings
-from airflow_provider_ct.core.planner import FULL, Plan, choose_plan
+from airflow_provider_ct.core.planner import AGGREGATE, FULL, choose_plan
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
-from airflow_provider_ct.core.read_estimate import Restriction, estimate_reads, not_cheaper_reason
 from airflow_provider_ct.core.refresh import (
-    PastTick,
     full_diff_on_driver,
-    history_reason,
-    large_change_reason,
-    read_history_reason,
-    small_inputs_reason,
 )
 from airflow_provider_ct.core.refresh_state import refresh_state
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
@@ -64,8 +55,6 @@ from airflow_provider_ct.core.schema_change import (
     schema_error,
 )
 from airflow_provider_ct.core.settings import (
-    RETRY_INCREMENTAL_AFTER,
-    SMALL_RESULT_ROWS,
     full_read_share,
     full_rows_on_driver,
     large_change_share,
@@ -79,7 +68,6 @@ from airflow_provider_ct.core.tables import (
     live_bytes,
     live_rows,
 )
-from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     CTError,
@@ -89,30 +77,21 @@ from airflow_provider_ct.exceptions import (
 from airflow_provider_ct.spark.correction import check_schema, correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.in_place_tick import in_place_computed, keep_state
 from airflow_provider_ct.spark.incremental import incremental_correction
 from airflow_provider_ct.spark.input_changes import Scratch, bind_inputs, read_pinned
+from airflow_provider_ct.spark.refresh_rules import (
+    auto_full_reason,
+    read_check,
+    recent_read_estimates,
+)
 from airflow_provider_ct.spark.stage_correction import stage_correction
+from airflow_provider_ct.spark.tick import Computed, PhaseClock, Target, Tick
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("airflow_provider_ct.write_job")
-
-
-class _PhaseClock:
-    """Wall time per phase of the job, for the log (where does a tick's time go?)."""
-
-    def __init__(self) -> None:
-        self._last = time.perf_counter()
-        self.phases: dict[str, float] = {}
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.phases[name] = round(now - self._last, 2)
-        self._last = now
-
-    def summary(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.phases.items())
 
 
 def _qualified(config: CatalogConfig, name: str) -> str:
@@ -130,30 +109,6 @@ def _register_inputs(
         read_pinned(spark, config, name, desc.inputs[name]).createOrReplaceTempView(view)
         views[name] = view
     return views
-
-
-@dataclass
-class _Target:
-    """The target as the job found it, and the query's rows and columns."""
-
-    table: Any
-    desired: DataFrame
-    columns: list[str]
-    #: The head (the description's base) with ``_file`` and ``_pos``; None: empty.
-    persisted: DataFrame | None
-    #: The schema the batch is staged under and commits (None: the table's own).
-    schema_change: SchemaChange | None = None
-
-
-@dataclass
-class _Computed:
-    """A correction and how it was computed (for the report)."""
-
-    correction: Correction
-    strategy: str
-    reason: str
-    incremental_ticks: int
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 def run_write(
@@ -187,7 +142,7 @@ def run_write(
         log.info("%s", reason)
         return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
 
-    clock = _PhaseClock()
+    clock = PhaseClock()
     views = _register_inputs(spark, config, desc, parsed.inputs)
     desired: DataFrame = spark.sql(parsed.pinned_sql(views))
     if table is None and dry_run:
@@ -208,10 +163,10 @@ def run_write(
     clock.lap("prepare")
     scratch = Scratch(spark, prepared.table)
     small, large = small_input_rows(refresh), large_change_share(refresh)
-    tick = _Tick(
-        spark, config, catalog, sql, desc, plan, verify_every, small, large, scratch, clock
-    )
+    tick = Tick(spark, config, catalog, sql, desc, plan, verify_every, small, large, scratch, clock)
     tick.retry_after = retry_incremental_after(refresh)
+    tick.input_views = views
+    prepared.query_schema = desired.schema
     tick.read_share = full_read_share(refresh)
     try:
         return _compute_and_stage(tick, prepared, dry_run)
@@ -229,35 +184,7 @@ def _load_or_none(catalog: Any, name: str) -> Any:
         return None
 
 
-@dataclass
-class _Tick:
-    """What the job was asked to do, and where it keeps its scratch files and times."""
-
-    spark: SparkSession
-    config: CatalogConfig
-    catalog: Any
-    sql: str
-    desc: BatchDescription
-    plan: Plan
-    verify_every: int
-    #: ``refresh="auto"`` runs in full over inputs of at most this many rows (0: never).
-    small_rows: int
-    #: ``refresh="auto"`` runs a group tick in full above this change share (0: never).
-    large_change: float
-    #: Holds the inputs' changes the correction's frames read: removed after staging.
-    scratch: Scratch
-    clock: _PhaseClock
-    #: When the job started (the draft materialized-view spec's refresh start).
-    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    #: ``refresh="auto"`` learns from the view's costs; incremental again after
-    #: this many batches in full (0: it does not).
-    retry_after: int = 0
-    #: ``refresh="auto"`` runs a group tick in full when its restricted reads
-    #: cover this share of the inputs' bytes (0: never; ``core/read_estimate``).
-    read_share: float = 0.0
-
-
-def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteReport:
+def _compute_and_stage(tick: Tick, target: Target, dry_run: bool) -> WriteReport:
     """Compute the correction, then report it (dry run) or stage it."""
     desc, plan, clock = tick.desc, tick.plan, tick.clock
     computed = _compute(tick, target)
@@ -300,12 +227,13 @@ def _compute_and_stage(tick: _Tick, target: _Target, dry_run: bool) -> WriteRepo
         schema_change=target.schema_change,
     )
     report.reason = computed.reason
+    keep_state(tick, computed)
     report.extra = {**extra, "phases": dict(clock.phases)}
     log.info("write job phases (s): %s", clock.summary())
     return report
 
 
-def _batch_summary(tick: _Tick, computed: _Computed) -> dict[str, str]:
+def _batch_summary(tick: Tick, computed: Computed) -> dict[str, str]:
     """What the batch's snapshot summary records of how it was computed.
 
     The query's hash lands with the batch: a later tick can then prove
@@ -328,7 +256,7 @@ def _batch_summary(tick: _Tick, computed: _Computed) -> dict[str, str]:
     }
 
 
-def _read_share(computed: _Computed) -> dict[str, str]:
+def _read_share(computed: Computed) -> dict[str, str]:
     """The restricted reads' share, when the read estimate sent this batch in full."""
     estimate = computed.details.get("read_estimate")
     if computed.strategy != FULL or not isinstance(estimate, dict) or "share" not in estimate:
@@ -346,7 +274,7 @@ def _prepare_target(
     settings: TargetSettings,
     *,
     dry_run: bool = False,
-) -> _Target | None:
+) -> Target | None:
     """Create the target on first use; plan its schema change to fit the query; read the head.
 
     A schema change is not committed here: the batch's files are staged
@@ -372,7 +300,7 @@ def _prepare_target(
         desired = desired.select(*[f"`{c}`" for c in columns])  # rows compare by name
         check_schema(desired, stored, desc.target)
         persisted = None if base is None else base.select(*[f"`{c}`" for c in columns], *_AT)
-        return _Target(table, desired, columns, persisted)
+        return Target(table, desired, columns, persisted)
     if dry_run:
         raise schema_error(diff, desc.target, "fail")
     change = plan_schema_change(table, diff, arrow_schema, settings.on_schema_change)
@@ -397,7 +325,7 @@ def _query_schema(desired: DataFrame) -> pa.Schema:
 
 def _changing_target(
     table: Any, change: SchemaChange, desired: DataFrame, base: DataFrame | None
-) -> _Target:
+) -> Target:
     """The target as it will be once ``change`` commits with this batch.
 
     The head is read as the new schema reads it, which is what the
@@ -423,11 +351,15 @@ def _changing_target(
             ],
             *_AT,
         )
-    return _Target(pending_table(table, change), desired, columns, persisted, change)
+    return Target(pending_table(table, change), desired, columns, persisted, change)
 
 
-def _compute(tick: _Tick, target: _Target) -> _Computed:
+def _compute(tick: Tick, target: Target) -> Computed:
     """The tick's correction: incremental where the plan and history allow, else full."""
+    if tick.plan.strategy == AGGREGATE:
+        in_place = in_place_computed(tick, target)  # None: tick.plan is now its fallback
+        if in_place is not None:
+            return in_place
     spark, config, desc, plan = tick.spark, tick.config, tick.desc, tick.plan
     base, why_not = (None, plan.reason)
     inputs: dict[str, Any] = {}
@@ -438,11 +370,11 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
         why_not = "the target has no rows yet"
     details: dict[str, Any] = {}
     if base is not None:
-        why_not = _auto_full_reason(tick, inputs, base.before, target.table) or ""
-        why_not, details = (why_not, {}) if why_not else _recent_read_estimates(tick, target.table)
+        why_not = auto_full_reason(tick, inputs, base.before, target.table) or ""
+        why_not, details = (why_not, {}) if why_not else recent_read_estimates(tick, target.table)
         base = None if why_not else base
     if base is None:
-        return _Computed(_full_correction(tick, target), FULL, why_not, 0, details)
+        return Computed(_full_correction(tick, target), FULL, why_not, 0, details)
     verify_every = tick.verify_every
     verify = verify_every > 0 and base.incremental_ticks + 1 >= verify_every
     assert target.persisted is not None
@@ -457,113 +389,22 @@ def _compute(tick: _Tick, target: _Target) -> _Computed:
             target.persisted,
             target.columns,
             on_driver=not verify,  # the verification compares two Spark corrections
-            check_reads=_read_check(tick, inputs, target.table),
+            check_reads=read_check(tick, inputs, target.table),
         )
     except IncrementalNotCheaperError as exc:
         details = {"read_estimate": exc.estimate} if exc.estimate else {}
-        return _Computed(_full_correction(tick, target), FULL, str(exc), 0, details)
+        return Computed(_full_correction(tick, target), FULL, str(exc), 0, details)
     except (IncrementalMismatchError, ChangesUnavailableError) as exc:
         reason = f"the incremental correction is not possible: {exc}"
-        return _Computed(_full_correction(tick, target), FULL, reason, 0)
+        return Computed(_full_correction(tick, target), FULL, reason, 0)
     details = {**bindings.report(), **incr.notes}
     strategy = str(details.pop("strategy", plan.strategy))
     if not verify:
-        return _Computed(incr, strategy, plan.reason, base.incremental_ticks + 1, details)
+        return Computed(incr, strategy, plan.reason, base.incremental_ticks + 1, details)
     return _verify(target, incr, verify_every, details)
 
 
-def _recent_read_estimates(tick: _Tick, table: Any) -> tuple[str, dict[str, Any]]:
-    """``(reason, details)`` when the last read estimates send the tick full at once, else empty."""
-    if tick.read_share <= 0 or not tick.plan.grouped:
-        return "", {}
-    history = _history(table, query_hash(tick.sql))
-    found = read_history_reason(
-        history, tick.read_share, tick.retry_after or RETRY_INCREMENTAL_AFTER
-    )
-    if found is None:
-        return "", {}
-    reason, share = found
-    return reason, {"read_estimate": {"share": share, "carried": True}}
-
-
-def _read_check(
-    tick: _Tick, inputs: dict[str, Any], table: Any
-) -> Callable[[dict[str, list[Restriction]]], None] | None:
-    """The cost check a grouped tick runs on its restricted reads (``auto`` only).
-
-    Prices the reads with Iceberg's scan planning over the pinned snapshots
-    (:mod:`~airflow_provider_ct.core.read_estimate`) and raises
-    :class:`IncrementalNotCheaperError`, carrying the estimate, when the
-    full correction would cost less.
-    """
-    if tick.read_share <= 0:
-        return None
-    pinned = {name: (inputs[name], snap) for name, snap in tick.desc.inputs.items()}
-    target_rows = live_rows(table, tick.desc.base_snapshot_id)
-
-    def check(restrictions: dict[str, list[Restriction]]) -> None:
-        estimate = estimate_reads(pinned, restrictions)
-        log.info("restricted reads: %s", estimate.to_json())
-        reason = not_cheaper_reason(estimate, tick.read_share, target_rows, SMALL_RESULT_ROWS)
-        if reason is not None:
-            raise IncrementalNotCheaperError(reason, estimate.to_json())
-
-    return check
-
-
-def _auto_full_reason(
-    tick: _Tick, inputs: dict[str, Any], before: dict[str, int | None], table: Any
-) -> str | None:
-    """Why the tick runs in full although its history allows an incremental one, or None.
-
-    The refresh rules (:mod:`airflow_provider_ct.core.refresh`) decide; this
-    gathers their numbers from the pinned snapshots' summaries, without
-    reading data: the inputs' live rows, and their estimated change since
-    the snapshots the target's last batch pinned (``before``).
-    """
-    pinned = {name: snap for name, snap in tick.desc.inputs.items() if snap is not None}
-    rows = sum(live_rows(inputs[name], snap) for name, snap in pinned.items())
-    small = small_inputs_reason(rows, tick.small_rows)
-    if small is not None:
-        return small
-    changed = sum(
-        estimated_change_rows(inputs[name], before.get(name), after)
-        for name, after in pinned.items()
-        if before.get(name) != after
-    )
-    large = large_change_reason(tick.plan.strategy, rows, changed, tick.large_change)
-    if large is not None or tick.plan.strategy == FULL:
-        return large
-    history = _history(table, query_hash(tick.sql))
-    return history_reason(history, rows, tick.retry_after)
-
-
-def _history(table: Any, digest: str, depth: int = 24) -> list[PastTick]:
-    """The view's last batches of this query that recorded their cost, oldest first."""
-    past = []
-    for entry in Timeline.of(table).entries[-depth:]:
-        summary = entry.summary
-        if summary.get(SummaryKeys.QUERY_HASH) != digest:
-            continue
-        try:
-            ms, rows = int(summary[SummaryKeys.COMPUTE_MS]), int(summary[SummaryKeys.INPUT_ROWS])
-        except (KeyError, ValueError):
-            continue  # a quiet batch, or one from before costs were recorded
-        strategy = summary.get(SummaryKeys.REFRESH, FULL)
-        past.append(
-            PastTick(strategy, ms, rows, _float_or_none(summary.get(SummaryKeys.READ_SHARE)))
-        )
-    return past
-
-
-def _float_or_none(value: str | None) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except ValueError:
-        return None
-
-
-def _full_correction(tick: _Tick, target: _Target) -> Correction:
+def _full_correction(tick: Tick, target: Target) -> Correction:
     """``desired - persisted`` in full; on the driver when the summaries say both are small."""
     limit = full_rows_on_driver(_estimated_size(tick, target, live_bytes))
     # Rows are only asked for when the driver may diff: for a new target
@@ -575,7 +416,7 @@ def _full_correction(tick: _Tick, target: _Target) -> Correction:
     )
 
 
-def _estimated_size(tick: _Tick, target: _Target, measure: Callable[[Any, int | None], int]) -> int:
+def _estimated_size(tick: Tick, target: Target, measure: Callable[[Any, int | None], int]) -> int:
     """Rows or bytes (``measure``: ``live_rows``, ``live_bytes``) of the target's head,
     or of the inputs for a new target, by snapshot summaries.
 
@@ -589,8 +430,8 @@ def _estimated_size(tick: _Tick, target: _Target, measure: Callable[[Any, int | 
 
 
 def _verify(
-    target: _Target, incr: Correction, verify_every: int, details: dict[str, Any]
-) -> _Computed:
+    target: Target, incr: Correction, verify_every: int, details: dict[str, Any]
+) -> Computed:
     """Every ``verify_every``-th tick: the full correction, and how far the incremental was off."""
     full = compute_correction(target.desired, target.persisted, target.columns)
     assert target.persisted is not None
@@ -600,6 +441,6 @@ def _verify(
     if fixed:
         log.warning("verification fixed %d rows the incremental correction got wrong", fixed)
     reason = f"verify_every={verify_every}: the full correction ran to verify the incremental ones"
-    return _Computed(
+    return Computed(
         full, FULL, reason, 0, {**details, "verified": True, "verify_fixed_rows": fixed}
     )

@@ -1,5 +1,8 @@
 """A day-keyed view over an input partitioned by day: the ``partition`` strategy.
 
+Its ``MAX`` keeps it off in-place aggregates (a deleted maximum needs the
+day's other rows), so the days are recomputed.
+
 ``tests/test_partition_refresh.py`` creates the input ``pr.events`` with
 Spark SQL and ticks this DAG at the times it passes in ``dag_run.conf``.
 """
@@ -13,7 +16,8 @@ from airflow.sdk import DAG
 from airflow_provider_ct import materialized_view
 
 DAILY_SQL = (
-    "SELECT CAST(ts AS DATE) AS day, country, COUNT(*) AS n, SUM(amount) AS total "
+    "SELECT CAST(ts AS DATE) AS day, country, COUNT(*) AS n, SUM(amount) AS total, "
+    "MAX(amount) AS biggest "
     "FROM pr.events GROUP BY CAST(ts AS DATE), country"
 )
 

@@ -1,0 +1,213 @@
+"""In-place aggregates' arithmetic: state plus signed change, and the rows it gives.
+
+The state of a view kept in place (:mod:`.in_place`) holds per group its
+keys (``__ct_k0``...), its row count (``__ct_rows``) and per distinct
+aggregate argument ``j`` the sum (``__ct_s<j>``) and the non-NULL count
+(``__ct_n<j>``) of its values. A tick's change has the same columns, signed
+(rows leaving a group count negative), as Spark aggregated it; this module
+adds the two exactly and computes the output rows of the affected groups,
+with Spark's results:
+
+* ``COUNT(*)`` is the row count, ``COUNT(x)`` the non-NULL count;
+* ``SUM(x)`` is the sum, or NULL once no non-NULL value is left;
+* ``AVG(x)`` of a decimal is Spark's: the sum divided by the count rounded
+  half-up to 39 significant digits, then half-up to the result's scale (NULL
+  if it overflows the result's precision); of an integral type, the
+  quotient of the two as doubles (Spark sums them as doubles, which is the
+  exact sum below 2**53: a larger sum is refused, and the group recomputed);
+* a group whose row count reaches zero disappears; without ``GROUP BY``
+  the one group always exists (``COUNT`` 0, ``SUM`` and ``AVG`` NULL).
+
+Only integral and decimal sums are kept (exact arithmetic: floating-point
+sums depend on the order of addition). Pure Python and Arrow, no Spark: the
+arithmetic can be tested on its own against Spark's aggregates.
+"""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_ct.core.in_place import AVG, COUNT, SUM, InPlace
+from airflow_provider_ct.exceptions import StateMismatchError
+
+ROWS = "__ct_rows"
+#: Spark's ``Decimal`` division context (precision 38 + 1, half-up).
+_SPARK_DIVISION = decimal.Context(prec=39, rounding=ROUND_HALF_UP)
+#: Wide enough that sums of 38-digit decimals never round.
+_EXACT = decimal.Context(prec=200, rounding=ROUND_HALF_UP, Emax=10**6, Emin=-(10**6))
+#: Doubles hold every integer up to here exactly.
+_DOUBLE_EXACT = 2**53
+
+
+def key_column(index: int) -> str:
+    return f"__ct_k{index}"
+
+
+def sum_column(index: int) -> str:
+    return f"__ct_s{index}"
+
+
+def count_column(index: int) -> str:
+    return f"__ct_n{index}"
+
+
+def value_columns(arguments: int) -> list[str]:
+    """The state's columns after the keys: row count, then sum and count per argument."""
+    out = [ROWS]
+    for j in range(arguments):
+        out += [sum_column(j), count_column(j)]
+    return out
+
+
+@dataclass
+class GroupState:
+    """One group's state: its keys and counts, exactly."""
+
+    key: tuple[Any, ...]
+    rows: int
+    sums: list[Any]
+    counts: list[int]
+
+
+def _groups(table: pa.Table | None, keys: int, arguments: int) -> dict[tuple[Any, ...], GroupState]:
+    if table is None or table.num_rows == 0:
+        return {}
+    names = [key_column(i) for i in range(keys)] + value_columns(arguments)
+    columns = [table.column(n).to_pylist() for n in names]
+    out: dict[tuple[Any, ...], GroupState] = {}
+    for row in zip(*columns, strict=True):
+        key = tuple(row[:keys])
+        values = row[keys:]
+        sums = [values[1 + 2 * j] for j in range(arguments)]
+        counts = [int(values[2 + 2 * j] or 0) for j in range(arguments)]
+        out[key] = GroupState(key, int(values[0] or 0), sums, counts)
+    return out
+
+
+def combine(
+    state: pa.Table | None, change: pa.Table, keys: int, arguments: int, *, scalar: bool
+) -> tuple[pa.Table, list[GroupState]]:
+    """``(new state, the affected groups' new states)``: ``state + change``, exactly.
+
+    Groups left without rows are dropped from the state (kept, empty, for a
+    scalar aggregate); the affected list still names them, so their rows
+    are retracted. A count below zero means the state was not what the
+    change was computed against: :class:`StateMismatchError`.
+    """
+    groups = _groups(state, keys, arguments)
+    affected: list[GroupState] = []
+    for delta in _groups(change, keys, arguments).values():
+        old = groups.get(delta.key) or GroupState(delta.key, 0, [None] * arguments, [0] * arguments)
+        new = GroupState(
+            delta.key,
+            old.rows + delta.rows,
+            [_add(a, b) for a, b in zip(old.sums, delta.sums, strict=True)],
+            [a + b for a, b in zip(old.counts, delta.counts, strict=True)],
+        )
+        if new.rows < 0 or any(c < 0 or c > max(new.rows, 0) for c in new.counts):
+            raise StateMismatchError(
+                f"group {delta.key!r} would hold {new.rows} rows and {new.counts} values: the "
+                "kept state is not the one the change was computed against"
+            )
+        new.sums = [s if c else None for s, c in zip(new.sums, new.counts, strict=True)]
+        groups[delta.key] = new
+        affected.append(new)
+    kept = [g for g in groups.values() if g.rows > 0 or scalar]
+    return _state_table(kept, change.schema, keys, arguments), affected
+
+
+def _add(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, Decimal) or isinstance(b, Decimal):
+        return _EXACT.add(Decimal(a), Decimal(b))
+    return a + b
+
+
+def _state_table(
+    groups: Sequence[GroupState], schema: pa.Schema, keys: int, arguments: int
+) -> pa.Table:
+    columns: list[list[Any]] = [[g.key[i] for g in groups] for i in range(keys)]
+    columns.append([g.rows for g in groups])
+    for j in range(arguments):
+        columns.append([g.sums[j] for g in groups])
+        columns.append([g.counts[j] for g in groups])
+    return _table(columns, schema)
+
+
+def _table(columns: list[list[Any]], schema: pa.Schema) -> pa.Table:
+    arrays = [pa.array(v, type=f.type) for v, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def output_rows(
+    groups: Sequence[GroupState],
+    in_place: InPlace,
+    key_positions: Sequence[int],
+    schema: pa.Schema,
+    *,
+    scalar: bool,
+) -> pa.Table:
+    """The view's rows of ``groups`` (those with rows left), with ``schema`` (the target's)."""
+    columns: list[list[Any]] = [[] for _ in schema]
+    for group in groups:
+        if group.rows <= 0 and not scalar:
+            continue
+        for i, position in enumerate(key_positions):
+            columns[position].append(group.key[i])
+        for aggregate in in_place.aggregates:
+            field_type = schema.field(aggregate.position).type
+            columns[aggregate.position].append(_value(group, aggregate, field_type))
+    return _table(columns, schema)
+
+
+def _value(group: GroupState, aggregate: Any, field_type: pa.DataType) -> Any:
+    if aggregate.argument is None:
+        return group.rows
+    total, count = group.sums[aggregate.argument], group.counts[aggregate.argument]
+    if aggregate.function == COUNT:
+        return count
+    if count == 0:
+        return None
+    if aggregate.function == SUM:
+        return total
+    assert aggregate.function == AVG
+    if pa.types.is_decimal(field_type):
+        return spark_decimal_average(total, count, field_type.precision, field_type.scale)
+    if abs(total) >= _DOUBLE_EXACT:
+        raise StateMismatchError(
+            f"an integral AVG whose sum {total} is past 2**53: Spark's double sum is not exact"
+        )
+    return float(total) / float(count)
+
+
+def spark_decimal_average(total: Decimal, count: int, precision: int, scale: int) -> Decimal | None:
+    """Spark's ``AVG`` of decimals from their exact sum and count (NULL on overflow)."""
+    quotient = _SPARK_DIVISION.divide(Decimal(total), Decimal(count))
+    rounded = quotient.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=_EXACT)
+    integral = rounded.adjusted() + 1 if rounded else 0
+    return None if integral > precision - scale else rounded
+
+
+__all__ = [
+    "AVG",
+    "COUNT",
+    "ROWS",
+    "SUM",
+    "GroupState",
+    "combine",
+    "count_column",
+    "key_column",
+    "output_rows",
+    "spark_decimal_average",
+    "sum_column",
+    "value_columns",
+]

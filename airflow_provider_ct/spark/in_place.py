@@ -1,0 +1,241 @@
+"""In-place aggregates in the write job: Spark aggregates the change, the driver adds.
+
+For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.core.in_place`):
+
+* **The change's state.** The delta rules' terms (:func:`.incremental.terms`)
+  give the rows below the aggregation that the inputs' changes add and
+  remove; one Spark aggregation turns them into each affected group's signed
+  row count and, per argument, signed sum and non-NULL count (a small table,
+  pulled through Arrow). ``SUM`` over the signed values keeps Spark's sum
+  type, so the view's decimal precision and scale carry over.
+* **Kept state plus change**, on the driver, exactly
+  (:func:`~airflow_provider_ct.core.aggregate_state.combine`), gives the
+  affected groups' rows; they are diffed with the target's rows of those
+  groups by the usual correction (:func:`.diff.compute_correction`).
+* **Rebuild.** Without a usable state (:mod:`~airflow_provider_ct.core.state_table`)
+  the state of every group is aggregated from the pinned inputs in one
+  scan, and the whole target is diffed against its rows: the full
+  correction, computed through the state, which is then kept.
+
+Refused with :class:`NotInPlaceError` (the plan's fallback runs): an
+argument of a floating-point or other inexact type under ``SUM``/``AVG``,
+a grouping key of a floating-point or nested type (``NaN`` and ``-0.0``
+group as Spark normalizes them, not as Python compares them), more groups
+than the driver holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_ct.core.aggregate_state import (
+    ROWS,
+    GroupState,
+    combine,
+    count_column,
+    key_column,
+    output_rows,
+    sum_column,
+)
+from airflow_provider_ct.core.in_place import AVG, SUM, InPlace
+from airflow_provider_ct.core.planner import Plan
+from airflow_provider_ct.core.rewrites import bind_tables, rows_select
+from airflow_provider_ct.exceptions import NotInPlaceError
+from airflow_provider_ct.spark.diff import compute_correction
+from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.incremental import register_left_join_restrictions, terms
+from airflow_provider_ct.spark.input_changes import Bindings, Scratch
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+SIGN = "__ct_sign"
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """One view's in-place computation in one job: its plan, inputs and target's shape."""
+
+    spark: SparkSession
+    plan: Plan
+    catalog_name: str
+    #: Input name -> the view its pinned snapshot (``new``) is registered as.
+    new_views: dict[str, str]
+    #: The query's Spark schema, in its select list's order (the rows' types).
+    schema: Any
+    #: The target's columns, in the table's order (what the diff compares).
+    columns: list[str]
+    scratch: Scratch
+    #: Most groups the driver keeps (the state of every group is held there).
+    max_groups: int
+
+    @property
+    def in_place(self) -> InPlace:
+        assert self.plan.in_place is not None
+        return self.plan.in_place
+
+    @property
+    def scalar(self) -> bool:
+        return not self.plan.key_sql
+
+    def rows(self, views: dict[str, str]) -> DataFrame:
+        """The block's rows below the aggregation over ``views``: keys, then arguments."""
+        block = self.plan.blocks[0]
+        tree = rows_select(block.tree, self.plan.key_sql, self.in_place.arguments)
+        return self.spark.sql(bind_tables(tree, views, self.catalog_name).sql(dialect="spark"))
+
+
+@dataclass
+class InPlaceResult:
+    """A tick's correction and the state to keep once its batch is staged."""
+
+    correction: Correction
+    state: pa.Table
+    groups: int
+
+
+def check_types(agg: Aggregation) -> None:
+    """Raise :class:`NotInPlaceError` unless every key and summed argument is exact."""
+    from pyspark.sql import types as T
+
+    fields = agg.rows(agg.new_views).schema.fields  # analysis only: no job
+    keys, arguments = fields[: len(agg.plan.key_sql)], fields[len(agg.plan.key_sql) :]
+    for field in keys:
+        if isinstance(field.dataType, T.FloatType | T.DoubleType | T.MapType | T.ArrayType):
+            raise NotInPlaceError(f"grouping key of type {field.dataType.simpleString()}")
+        if isinstance(field.dataType, T.StructType):
+            raise NotInPlaceError(f"grouping key of type {field.dataType.simpleString()}")
+    exact = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType)
+    summed = _summed(agg.in_place)
+    for j, field in enumerate(arguments):
+        if j in summed and not isinstance(field.dataType, exact):
+            raise NotInPlaceError(
+                f"SUM/AVG of {agg.in_place.arguments[j]} ({field.dataType.simpleString()}): "
+                "only integral and decimal sums are exact"
+            )
+
+
+def _summed(in_place: InPlace) -> set[int]:
+    """Arguments whose sum is kept (those of ``SUM`` and ``AVG``; ``COUNT`` needs none)."""
+    return {
+        a.argument
+        for a in in_place.aggregates
+        if a.argument is not None and a.function in (SUM, AVG)
+    }
+
+
+def change_state(agg: Aggregation, bindings: Bindings) -> pa.Table:
+    """Each affected group's signed row count, sums and counts, from the inputs' changes."""
+    from pyspark.sql import functions as F
+
+    register_left_join_restrictions(agg.spark, agg.plan, bindings)
+    parts = [
+        agg.rows(term.views).withColumn(SIGN, F.lit(term.sign))
+        for term in terms(agg.plan, bindings)
+    ]
+    frame = parts[0] if parts else agg.rows(agg.new_views).limit(0).withColumn(SIGN, F.lit(1))
+    for part in parts[1:]:
+        frame = frame.unionByName(part)
+    sign = F.col(SIGN)
+    summed = _summed(agg.in_place)
+    values = [F.sum(sign).cast("long").alias(ROWS)]
+    for j in range(len(agg.in_place.arguments)):
+        argument = F.col(f"__ct_a{j}")
+        total = F.sum(F.when(sign > 0, argument).otherwise(-argument))
+        values.append(total.alias(sum_column(j)) if j in summed else _no_sum(j))
+        counted = F.sum(F.when(argument.isNotNull(), sign).otherwise(F.lit(0)))
+        values.append(counted.cast("long").alias(count_column(j)))
+    return _pull(_grouped(agg, frame).agg(*values), agg.max_groups, "changed groups")
+
+
+def full_state(agg: Aggregation) -> pa.Table:
+    """The state of every group, aggregated from the pinned inputs (one scan)."""
+    from pyspark.sql import functions as F
+
+    summed = _summed(agg.in_place)
+    values = [F.count(F.lit(1)).alias(ROWS)]
+    for j in range(len(agg.in_place.arguments)):
+        argument = F.col(f"__ct_a{j}")
+        values.append(F.sum(argument).alias(sum_column(j)) if j in summed else _no_sum(j))
+        values.append(F.count(argument).alias(count_column(j)))
+    frame = agg.rows(agg.new_views)
+    return _pull(_grouped(agg, frame).agg(*values), agg.max_groups, "groups")
+
+
+def _no_sum(j: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.lit(None).cast("long").alias(sum_column(j))
+
+
+def _grouped(agg: Aggregation, frame: DataFrame) -> Any:
+    """``frame`` grouped by the view's keys, renamed to the state's key columns."""
+    keys = [f"__ct_k{i}" for i in range(len(agg.plan.key_sql))]
+    return frame.groupBy(*[frame[k].alias(key_column(i)) for i, k in enumerate(keys)])
+
+
+def _pull(frame: DataFrame, limit: int, what: str) -> pa.Table:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    batches = frame.limit(limit + 1)._collect_as_arrow()
+    schema = to_arrow_schema(frame.schema)
+    table = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+    if table.num_rows > limit:
+        raise NotInPlaceError(f"more than {limit} {what}: the state is kept on the driver")
+    return table
+
+
+def correct(
+    agg: Aggregation,
+    persisted: DataFrame | None,
+    kept: pa.Table | None,
+    change: pa.Table,
+) -> InPlaceResult:
+    """The correction from ``kept + change`` (a rebuild: ``kept`` None, ``change`` the full state).
+
+    Only the groups in ``change`` are compared with the target: their rows
+    (``<=>`` on every key), or the whole target in a rebuild.
+    """
+    keys, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
+    state, affected = combine(kept, change, keys, arguments, scalar=agg.scalar)
+    desired = _desired(agg, affected)
+    have = persisted
+    if persisted is not None and kept is not None and not agg.scalar:
+        have = _affected_rows(agg, persisted, change)
+    correction = compute_correction(desired, have, agg.columns, on_driver=True)
+    correction.notes["affected_groups"] = len(affected)
+    return InPlaceResult(correction, state, state.num_rows)
+
+
+def _desired(agg: Aggregation, affected: list[GroupState]) -> DataFrame:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(agg.schema)
+    rows = output_rows(affected, agg.in_place, agg.plan.key_positions, schema, scalar=agg.scalar)
+    frame = agg.scratch.frame(agg.spark, rows, agg.schema)
+    return frame.select(*[f"`{c}`" for c in agg.columns])
+
+
+def _affected_rows(agg: Aggregation, persisted: DataFrame, change: pa.Table) -> DataFrame:
+    """The target's rows whose keys are those of ``change``'s groups."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    names = [key_column(i) for i in range(len(agg.plan.key_sql))]
+    fields = [agg.schema.fields[p] for p in agg.plan.key_positions]
+    key_schema = T.StructType(
+        [T.StructField(n, f.dataType, True) for n, f in zip(names, fields, strict=True)]
+    )
+    keys = agg.scratch.frame(agg.spark, change.select(names), key_schema)
+    condition = None
+    for name, position in zip(names, agg.plan.key_positions, strict=True):
+        column = agg.schema.fields[position].name
+        clause = persisted[f"`{column}`"].eqNullSafe(keys[name])
+        condition = clause if condition is None else condition & clause
+    return persisted.join(F.broadcast(keys), condition, "left_semi")

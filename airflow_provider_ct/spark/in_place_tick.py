@@ -1,0 +1,144 @@
+"""One tick of a view whose aggregates are kept in place: incremental, or a rebuild.
+
+The ``aggregate`` strategy (:mod:`.in_place`) runs when the target's history
+allows an incremental tick (:mod:`airflow_provider_ct.core.incremental`),
+the refresh rules do not send it full, and the kept state reflects exactly
+the input snapshots the change starts from
+(:mod:`airflow_provider_ct.core.state_table`). Otherwise the tick *rebuilds*:
+the state of every group from the pinned inputs in one scan, and the full
+correction from it, so the next tick finds a state to add to. Either way
+the state is kept once the batch is staged (:func:`keep_state`).
+
+:class:`~airflow_provider_ct.exceptions.NotInPlaceError` (inexact types,
+too many groups) and a ``verify_every`` tick leave the view to its
+fallback plan (``group``, ``partition`` or ``full``), run by the write job.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow_provider_ct.core.incremental import incremental_base
+from airflow_provider_ct.core.planner import AGGREGATE, FULL
+from airflow_provider_ct.core.query import query_hash
+from airflow_provider_ct.core.refresh import join_reads_reason
+from airflow_provider_ct.core.settings import SMALL_RESULT_ROWS
+from airflow_provider_ct.core.state_table import read_state, write_state
+from airflow_provider_ct.core.tables import live_bytes
+from airflow_provider_ct.exceptions import (
+    ChangesUnavailableError,
+    IncrementalMismatchError,
+    NotInPlaceError,
+    StateMismatchError,
+)
+from airflow_provider_ct.spark.in_place import (
+    Aggregation,
+    InPlaceResult,
+    change_state,
+    check_types,
+    correct,
+    full_state,
+)
+from airflow_provider_ct.spark.input_changes import bind_inputs
+from airflow_provider_ct.spark.refresh_rules import auto_full_reason
+from airflow_provider_ct.spark.tick import Computed, Target, Tick
+
+log = logging.getLogger("airflow_provider_ct.write_job")
+
+
+def in_place_computed(tick: Tick, target: Target) -> Computed | None:
+    """The tick's correction through the kept state, or None: run ``tick.plan`` (its fallback).
+
+    On None, ``tick.plan`` has been replaced by the fallback plan, with why.
+    """
+    if tick.verify_every > 0:
+        tick.plan = tick.plan.fallback("verify_every compares the incremental and full paths")
+        return None
+    agg = Aggregation(
+        tick.spark,
+        tick.plan,
+        tick.config.name,
+        tick.input_views,
+        target.query_schema,
+        target.columns,
+        tick.scratch,
+        SMALL_RESULT_ROWS,
+    )
+    try:
+        check_types(agg)
+        return _computed(tick, target, agg)
+    except NotInPlaceError as exc:
+        log.info("aggregates not kept in place: %s", exc)
+        tick.plan = tick.plan.fallback(str(exc))
+        return None
+
+
+def _computed(tick: Tick, target: Target, agg: Aggregation) -> Computed:
+    base, why = None, "the target has no rows yet"
+    inputs: dict[str, Any] = {}
+    if target.persisted is not None:
+        inputs = {name: tick.catalog.load_table(name) for name in tick.desc.inputs}
+        base, why = incremental_base(target.table, tick.desc, sql=tick.sql, inputs=inputs)
+    if base is not None:
+        why = auto_full_reason(tick, inputs, base.before, target.table) or ""
+        _check_join_reads(tick, inputs, base.before)
+    if base is not None and not why:
+        try:
+            kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), base.before)
+            result, details = _incremental(tick, target, agg, inputs, base.before, kept)
+            return _done(result, AGGREGATE, tick.plan.reason, base.incremental_ticks + 1, details)
+        except (StateMismatchError, ChangesUnavailableError, IncrementalMismatchError) as exc:
+            why = f"the kept aggregate state is rebuilt: {exc}"
+    log.info("rebuilding the aggregate state of %s: %s", tick.desc.target, why)
+    result = correct(agg, target.persisted, None, full_state(agg))
+    return _done(result, FULL, why, 0, {"aggregate_state": "rebuilt"})
+
+
+def _check_join_reads(tick: Tick, inputs: dict[str, Any], before: dict[str, int | None]) -> None:
+    """Raise :class:`NotInPlaceError` when the delta rules' joins read about what full reads.
+
+    Decided from snapshot summaries before any change is read; the fallback
+    plan then runs with its own rules (``refresh="auto"`` only).
+    """
+    pinned = tick.desc.inputs
+    sizes = {name: live_bytes(inputs[name], snap) for name, snap in pinned.items()}
+    changed = [name for name, snap in pinned.items() if before.get(name) != snap]
+    reason = join_reads_reason(sizes, changed, tick.read_share)
+    if reason is not None:
+        raise NotInPlaceError(reason)
+
+
+def _incremental(
+    tick: Tick,
+    target: Target,
+    agg: Aggregation,
+    inputs: dict[str, Any],
+    before: dict[str, int | None],
+    kept: Any,
+) -> tuple[InPlaceResult, dict[str, Any]]:
+    bindings = bind_inputs(
+        tick.spark, tick.config, tick.plan, inputs, before, tick.desc.inputs, tick.scratch
+    )
+    try:
+        tick.clock.lap("changes")
+        change = change_state(agg, bindings)
+        result = correct(agg, target.persisted, kept, change)
+    finally:
+        bindings.release_arrow()
+    return result, {**bindings.report(), "aggregate_state": "kept"}
+
+
+def _done(
+    result: InPlaceResult, strategy: str, reason: str, ticks: int, details: dict[str, Any]
+) -> Computed:
+    notes = {**details, **result.correction.notes, "state_groups": result.groups}
+    return Computed(result.correction, strategy, reason, ticks, notes, state=result.state)
+
+
+def keep_state(tick: Tick, computed: Computed) -> None:
+    """Keep the state a tick computed, for the input snapshots it pinned (after staging)."""
+    if computed.state is None:
+        return
+    digest = query_hash(tick.sql)
+    write_state(tick.catalog, tick.desc.target, computed.state, digest, tick.desc.inputs)

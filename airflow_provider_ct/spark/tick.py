@@ -1,0 +1,100 @@
+"""What one write job works with: the tick it was asked for, the target it found, the
+correction it computed, and the clock of its phases.
+
+Kept apart from :mod:`.write_job` so the modules that compute a tick's
+correction in their own way (:mod:`.in_place_tick`) and the refresh rules
+(:mod:`.refresh_rules`) share these without importing the job itself.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.planner import Plan
+from airflow_provider_ct.core.schema_change import SchemaChange
+from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.input_changes import Scratch
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class PhaseClock:
+    """Wall time per phase of the job, for the log (where does a tick's time go?)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = round(now - self._last, 2)
+        self._last = now
+
+    def summary(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.phases.items())
+
+
+@dataclass
+class Target:
+    """The target as the job found it, and the query's rows and columns."""
+
+    table: Any
+    desired: DataFrame
+    columns: list[str]
+    #: The head (the description's base) with ``_file`` and ``_pos``; None: empty.
+    persisted: DataFrame | None
+    #: The schema the batch is staged under and commits (None: the table's own).
+    schema_change: SchemaChange | None = None
+    #: The query's own schema, in its select list's order (``desired`` follows
+    #: the table's column order).
+    query_schema: Any = None
+
+
+@dataclass
+class Computed:
+    """A correction and how it was computed (for the report)."""
+
+    correction: Correction
+    strategy: str
+    reason: str
+    incremental_ticks: int
+    details: dict[str, Any] = field(default_factory=dict)
+    #: In-place aggregates: the state to keep once the batch is staged.
+    state: pa.Table | None = None
+
+
+@dataclass
+class Tick:
+    """What the job was asked to do, and where it keeps its scratch files and times."""
+
+    spark: SparkSession
+    config: CatalogConfig
+    catalog: Any
+    sql: str
+    desc: BatchDescription
+    plan: Plan
+    verify_every: int
+    #: ``refresh="auto"`` runs in full over inputs of at most this many rows (0: never).
+    small_rows: int
+    #: ``refresh="auto"`` runs a group tick in full above this change share (0: never).
+    large_change: float
+    #: Holds the inputs' changes the correction's frames read: removed after staging.
+    scratch: Scratch
+    clock: PhaseClock
+    #: When the job started (the draft materialized-view spec's refresh start).
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    #: ``refresh="auto"`` learns from the view's costs; incremental again after
+    #: this many batches in full (0: it does not).
+    retry_after: int = 0
+    #: ``refresh="auto"`` runs a group tick in full when its restricted reads
+    #: cover this share of the inputs' bytes (0: never; ``core/read_estimate``).
+    read_share: float = 0.0
+    #: Input name -> the temp view of its pinned snapshot.
+    input_views: dict[str, str] = field(default_factory=dict)

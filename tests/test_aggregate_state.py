@@ -1,0 +1,113 @@
+"""In-place aggregates' arithmetic: exact sums, Spark's averages, groups that empty out.
+
+The oracle for ``AVG`` is Spark itself (its ``avg`` over rows the test
+chose), since its decimal rounding is what the view's full correction gives.
+"""
+
+from __future__ import annotations
+
+import random
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_ct.core.aggregate_state import (
+    combine,
+    output_rows,
+    spark_decimal_average,
+)
+from airflow_provider_ct.core.in_place import AVG, COUNT, SUM, Aggregate, InPlace
+from airflow_provider_ct.exceptions import StateMismatchError
+
+STATE = pa.schema(
+    [
+        ("__ct_k0", pa.string()),
+        ("__ct_rows", pa.int64()),
+        ("__ct_s0", pa.decimal128(25, 2)),
+        ("__ct_n0", pa.int64()),
+    ]
+)
+VIEW = pa.schema(
+    [
+        ("k", pa.string()),
+        ("n", pa.int64()),
+        ("total", pa.decimal128(25, 2)),
+        ("avg", pa.decimal128(19, 6)),
+        ("nv", pa.int64()),
+    ]
+)
+IN_PLACE = InPlace(
+    ("v",),
+    (
+        Aggregate(1, COUNT, None),
+        Aggregate(2, SUM, 0),
+        Aggregate(3, AVG, 0),
+        Aggregate(4, COUNT, 0),
+    ),
+)
+
+
+def _state(rows: list[tuple[Any, ...]]) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(STATE.names, r, strict=True)) for r in rows], STATE)
+
+
+def test_state_plus_change_is_exact_and_empty_groups_disappear() -> None:
+    d = Decimal
+    kept = _state([("a", 3, d("10.10"), 2), ("b", 1, d("0.01"), 1), (None, 2, None, 0)])
+    change = _state([("a", -1, d("-0.10"), -1), ("b", -1, d("-0.01"), -1), ("c", 2, None, 0)])
+    state, affected = combine(kept, change, 1, 1, scalar=False)
+    by_key = {r["__ct_k0"]: r for r in state.to_pylist()}
+    assert set(by_key) == {"a", None, "c"}  # b lost its last row
+    assert by_key["a"]["__ct_rows"] == 2 and by_key["a"]["__ct_s0"] == d("10.00")
+    assert by_key["c"]["__ct_s0"] is None and by_key["c"]["__ct_n0"] == 0
+    rows = output_rows(affected, IN_PLACE, (0,), VIEW, scalar=False).to_pylist()
+    # b is affected but gone: no row (its old row is retracted by the diff).
+    assert rows == [
+        {"k": "a", "n": 2, "total": d("10.00"), "avg": d("10.000000"), "nv": 1},
+        {"k": "c", "n": 2, "total": None, "avg": None, "nv": 0},
+    ]
+
+
+def test_a_scalar_aggregate_keeps_its_one_group_when_empty() -> None:
+    kept = _state([("", 1, Decimal("2.50"), 1)])
+    state, affected = combine(kept, _state([("", -1, Decimal("-2.50"), -1)]), 1, 1, scalar=True)
+    assert state.num_rows == 1
+    rows = output_rows(affected, IN_PLACE, (0,), VIEW, scalar=True).to_pylist()
+    assert rows == [{"k": "", "n": 0, "total": None, "avg": None, "nv": 0}]
+
+
+def test_a_change_below_zero_means_the_state_was_not_its_base() -> None:
+    with pytest.raises(StateMismatchError, match="not the one the change was computed against"):
+        combine(_state([("a", 1, Decimal(1), 1)]), _state([("a", -2, None, 0)]), 1, 1, scalar=False)
+
+
+@pytest.mark.spark
+def test_decimal_average_is_sparks(spark: Any) -> None:
+    """Sums and counts whose quotient rounds (half-up, including exact halves) as Spark's AVG."""
+    rng = random.Random(7)
+    groups: list[list[Decimal]] = [
+        [Decimal("0.01")] + [Decimal("0.00")] * 19_999,  # 5e-7: an exact half at scale 6
+        [Decimal("0.01"), Decimal("0.02"), Decimal("0.00")],  # 0.01: no rounding
+        [Decimal("-0.01")] + [Decimal("0.00")] * 19_999,  # a negative half
+        [Decimal("2.00"), Decimal("1.00"), Decimal("1.00")],  # 1.333333...
+        [Decimal("9999999999999.99")] * 3,  # the largest values of the type
+    ]
+    for _ in range(40):
+        size = rng.randint(1, 30)
+        groups.append(
+            [Decimal(rng.randint(-(10**15) + 1, 10**15 - 1)).scaleb(-2) for _ in range(size)]
+        )
+    rows = [(g, v) for g, values in enumerate(groups) for v in values]
+    frame = spark.createDataFrame(rows, "g INT, v DECIMAL(15, 2)")
+    frame.createOrReplaceTempView("avg_oracle")
+    got = spark.sql(
+        "SELECT g, AVG(v) AS a, SUM(v) AS s, COUNT(v) AS n FROM avg_oracle GROUP BY g"
+    ).collect()
+    result_type = spark.sql("SELECT AVG(v) FROM avg_oracle").schema.fields[0].dataType
+    assert (result_type.precision, result_type.scale) == (19, 6)
+    assert len(got) == len(groups)
+    for row in got:
+        mine = spark_decimal_average(row["s"], row["n"], 19, 6)
+        assert mine == row["a"], (row["g"], row["s"], row["n"], mine, row["a"])
