@@ -19,7 +19,7 @@ from airflow_provider_ct.core.aggregate_state import (
     spark_decimal_average,
 )
 from airflow_provider_ct.core.in_place import AVG, COUNT, SUM, Aggregate, InPlace
-from airflow_provider_ct.exceptions import StateMismatchError
+from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
 
 STATE = pa.schema(
     [
@@ -111,3 +111,14 @@ def test_decimal_average_is_sparks(spark: Any) -> None:
     for row in got:
         mine = spark_decimal_average(row["s"], row["n"], 19, 6)
         assert mine == row["a"], (row["g"], row["s"], row["n"], mine, row["a"])
+
+
+def test_a_sum_past_its_type_leaves_the_view_to_its_fallback() -> None:
+    """Spark's BIGINT SUM wraps around where the exact sum does not: not kept in place."""
+    schema = pa.schema([("__ct_k0", pa.string()), ("__ct_rows", pa.int64())])
+    schema = schema.append(pa.field("__ct_s0", pa.int64())).append(pa.field("__ct_n0", pa.int64()))
+    big = 2**63 - 1
+    kept = pa.Table.from_pylist([{"__ct_k0": "a", "__ct_rows": 1, "__ct_s0": big, "__ct_n0": 1}])
+    change = pa.Table.from_pylist([{"__ct_k0": "a", "__ct_rows": 1, "__ct_s0": 1, "__ct_n0": 1}])
+    with pytest.raises(NotInPlaceError, match="a sum past its type"):
+        combine(kept.cast(schema), change.cast(schema), 1, 1, scalar=False)

@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_ct.core.in_place import AVG, COUNT, SUM, InPlace
-from airflow_provider_ct.exceptions import StateMismatchError
+from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
 
 ROWS = "__ct_rows"
 #: Spark's ``Decimal`` division context (precision 38 + 1, half-up).
@@ -144,7 +144,16 @@ def _state_table(
 
 
 def _table(columns: list[list[Any]], schema: pa.Schema) -> pa.Table:
-    arrays = [pa.array(v, type=f.type) for v, f in zip(columns, schema, strict=True)]
+    """``columns`` as ``schema``'s types; a value past its type is Spark's overflow, not ours.
+
+    Spark's ``SUM`` of a ``BIGINT`` wraps around and its decimal ``SUM``
+    turns NULL past the type's precision; exact sums do neither, so such a
+    view is left to its fallback plan (:class:`NotInPlaceError`).
+    """
+    try:
+        arrays = [pa.array(v, type=f.type) for v, f in zip(columns, schema, strict=True)]
+    except (pa.ArrowInvalid, OverflowError) as exc:
+        raise NotInPlaceError(f"a sum past its type ({exc}): Spark overflows there") from None
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

@@ -47,6 +47,13 @@ from typing import Any
 
 from sqlglot import exp
 
+from airflow_provider_ct.core.group_keys import (
+    KeyColumns,
+    KeyRange,
+    affected_keys_steps,
+    key_columns,
+    key_ranges,
+)
 from airflow_provider_ct.core.in_place import InPlace, in_place_shape
 from airflow_provider_ct.core.query import (
     ParsedQuery,
@@ -91,44 +98,6 @@ class Block:
     #: The inputs it reads, normalized, each exactly once.
     inputs: tuple[str, ...]
     left_join: LeftJoin | None = None
-
-
-@dataclass(frozen=True)
-class KeyColumns:
-    """Input columns equal to one grouping key on every row the block keeps.
-
-    Found through the block's column equalities (inner-join ``ON`` and
-    ``WHERE`` conjuncts, ``o.cust = c.id``). A changed row of an input that
-    holds such a column can only move groups whose key is that column's
-    value, so the affected keys come from the inputs' changes alone, with no
-    join (see :mod:`airflow_provider_ct.spark.incremental`).
-    """
-
-    #: Index of the key in :attr:`Plan.key_sql`.
-    index: int
-    #: ``(input, alias, column)`` of every column in the key's equality class.
-    members: tuple[tuple[str, str, str], ...]
-
-    def columns_of(self, name: str) -> list[str]:
-        """``alias.column`` of the members that belong to input ``name``."""
-        return [f"{a}.{c}" for n, a, c in self.members if n == name]
-
-
-@dataclass(frozen=True)
-class KeyRange:
-    """A grouping key that is the day of one input column (``CAST(t.ts AS DATE)``).
-
-    Rows of day ``d`` are exactly the rows whose column lies in ``[d, d + 1)``
-    (midnight in the session's time zone, as the cast computes it), so the
-    affected days bound the column: a predicate Iceberg prunes files with,
-    which the cast itself hides from it.
-    """
-
-    #: Index of the key in :attr:`Plan.key_sql`.
-    index: int
-    input: str
-    alias: str
-    column: str
 
 
 @dataclass(frozen=True)
@@ -238,6 +207,30 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
             return _scalar_in_place(select, block)
         _check_linear_select(select)
         return Plan(LINEAR, _linear_reason(block), (block,), steps=(_block_step(0, block),))
+    _check_grouped_select(select, group, distinct)
+    items = list(select.expressions)
+    if distinct:
+        positions = tuple(range(len(items)))
+        keys = tuple(i.unalias().sql(dialect="spark") for i in items)
+        if any(i.find(exp.AggFunc) for i in items):
+            raise NotIncremental("SELECT DISTINCT over aggregates is recomputed in full")
+    else:
+        positions, keys = _group_keys(select, items)
+    plan = _grouped_plan(select, block, positions, keys, distinct=bool(distinct))
+    shape = None if distinct else in_place_shape(select, items, positions)
+    if not isinstance(shape, InPlace):
+        return plan
+    return replace(
+        plan,
+        strategy=AGGREGATE,
+        reason=f"GROUP BY {', '.join(keys)}: {_in_place_reason(shape)}",
+        steps=_in_place_steps(block),
+        in_place=replace(shape, fallback=plan.strategy, fallback_reason=plan.reason),
+    )
+
+
+def _check_grouped_select(select: Any, group: Any, distinct: Any) -> None:
+    """Raise :class:`NotIncremental` for a ``GROUP BY``/``DISTINCT`` no grouped plan handles."""
     if select.args.get("limit") or select.args.get("offset"):
         raise NotIncremental("LIMIT is recomputed in full")
     if distinct and (group is not None or distinct.args.get("on")):
@@ -249,23 +242,24 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
     items = list(select.expressions)
     if any(isinstance(i, exp.Star) or (i.find(exp.Star) and not _is_count_star(i)) for i in items):
         raise NotIncremental("SELECT * with GROUP BY / DISTINCT is recomputed in full")
-    if distinct:
-        positions = tuple(range(len(items)))
-        keys = tuple(i.unalias().sql(dialect="spark") for i in items)
-        if any(i.find(exp.AggFunc) for i in items):
-            raise NotIncremental("SELECT DISTINCT over aggregates is recomputed in full")
-    else:
-        positions, keys = _group_keys(select, items)
+
+
+def _grouped_plan(
+    select: Any, block: Block, positions: tuple[int, ...], keys: tuple[str, ...], *, distinct: bool
+) -> Plan:
+    """The ``group`` (or, with day keys, ``partition``) plan of a grouped block."""
     reason = (
         f"GROUP BY {', '.join(keys)}: groups whose keys occur in the change are recomputed"
         if not distinct
         else "SELECT DISTINCT: rows whose values occur in the change are recomputed"
     )
-    key_columns = _key_columns(select, block, keys)
-    ranges = () if distinct else _key_ranges(select, block, keys)
+    tables = zip(_tables(select), block.inputs, strict=True)
+    aliases = {t.alias_or_name.lower(): name for t, name in tables}
+    columns = () if block.left_join is not None else key_columns(select, aliases, keys)
+    ranges = () if distinct else key_ranges(aliases, keys)
     steps = (
         _block_step(0, block),
-        *_affected_keys_steps(keys, key_columns, ranges),
+        *affected_keys_steps(keys, columns, ranges),
         "recompute those groups over the new inputs; correct only their rows of the target",
     )
     if ranges:
@@ -276,17 +270,7 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
             "their rows"
         )
     strategy = PARTITION if ranges else GROUP
-    plan = Plan(strategy, reason, (block,), positions, keys, steps, key_columns, ranges)
-    shape = None if distinct else in_place_shape(select, items, positions)
-    if not isinstance(shape, InPlace):
-        return plan
-    return replace(
-        plan,
-        strategy=AGGREGATE,
-        reason=f"GROUP BY {', '.join(keys)}: {_in_place_reason(shape)}",
-        steps=_in_place_steps(block),
-        in_place=replace(shape, fallback=strategy, fallback_reason=reason),
-    )
+    return Plan(strategy, reason, (block,), positions, keys, steps, columns, ranges)
 
 
 def _scalar_in_place(select: Any, block: Block) -> Plan:
@@ -322,129 +306,6 @@ def _in_place_steps(block: Block) -> tuple[str, ...]:
         "non-NULL count",
         "add it to the groups' kept state; compute their rows; correct only their rows",
     )
-
-
-def _key_ranges(select: Any, block: Block, keys: tuple[str, ...]) -> tuple[KeyRange, ...]:
-    """The grouping keys that are the day (a ``DATE`` cast) of an input column."""
-    tables = _tables(select)
-    aliases = {t.alias_or_name.lower(): n for t, n in zip(tables, block.inputs, strict=True)}
-    classes = _ColumnClasses(aliases)
-    out = []
-    for index, key in enumerate(keys):
-        column = _day_of(exp.maybe_parse(key, dialect="spark"))
-        ref = classes.ref(column) if column is not None else None
-        if ref is not None:
-            out.append(KeyRange(index, aliases[ref[0]], ref[0], ref[1]))
-    return tuple(out)
-
-
-def _day_of(node: Any) -> Any:
-    """The column ``node`` takes the day of (``CAST(c AS DATE)``, ``TO_DATE(c)``), if any."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    day_cast = isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE)
-    to_date = isinstance(node, exp.TsOrDsToDate) and node.args.get("format") is None
-    if not (day_cast or to_date):
-        return None
-    inner = node.this
-    return inner if isinstance(inner, exp.Column) and inner.name else None
-
-
-def _affected_keys_steps(
-    keys: tuple[str, ...], key_columns: tuple[KeyColumns, ...], ranges: tuple[KeyRange, ...]
-) -> list[str]:
-    lines = [
-        f"affected days of {keys[r.index]}: reads of {r.input} restricted to those days of "
-        f"{r.alias}.{r.column} (pruned by partitions and column statistics)"
-        for r in ranges
-    ]
-    if ranges:
-        return [
-            *lines,
-            "affected keys: the grouping keys of the changed rows below the aggregation",
-        ]
-    for found in key_columns:
-        columns = ", ".join(f"{a}.{c}" for _, a, c in found.members)
-        lines.append(
-            f"affected keys: {keys[found.index]} read from the changed rows of {columns} "
-            "where every changed input has one of them (no join)"
-        )
-    lines.append(
-        f"{'otherwise a' if lines else 'A'}ffected keys: the grouping keys of the changed rows "
-        "below the aggregation"
-    )
-    return lines
-
-
-def _key_columns(select: Any, block: Block, keys: tuple[str, ...]) -> tuple[KeyColumns, ...]:
-    """Each grouping key that is a column, with every input column equal to it.
-
-    Only inner joins: a ``LEFT JOIN`` row may carry a NULL key while the
-    preserved side's column holds a value, so its equalities prove nothing.
-    """
-    if block.left_join is not None:
-        return ()
-    tables = _tables(select)
-    aliases = {t.alias_or_name.lower(): n for t, n in zip(tables, block.inputs, strict=True)}
-    classes = _ColumnClasses(aliases)
-    conjuncts: list[Any] = []
-    where = select.args.get("where")
-    if where is not None:
-        conjuncts.extend(_conjuncts(where.this))
-    for join in select.args.get("joins") or []:
-        if join.args.get("on") is not None:
-            conjuncts.extend(_conjuncts(join.args["on"]))
-    for c in conjuncts:
-        if isinstance(c, exp.EQ):
-            classes.union(c.this, c.expression)
-    out = []
-    for index, key in enumerate(keys):
-        members = classes.members(exp.maybe_parse(key, dialect="spark"))
-        if members:
-            out.append(KeyColumns(index, members))
-    return tuple(out)
-
-
-def _conjuncts(node: Any) -> list[Any]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return list(node.flatten()) if isinstance(node, exp.And) else [node]
-
-
-class _ColumnClasses:
-    """Union-find over ``(alias, column)``: columns proven equal on every kept row."""
-
-    def __init__(self, aliases: dict[str, str]) -> None:
-        self.aliases = aliases
-        self.parent: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def ref(self, node: Any) -> tuple[str, str] | None:
-        if not isinstance(node, exp.Column) or not node.name:
-            return None
-        table = node.table.lower()
-        if not table and len(self.aliases) == 1:
-            table = next(iter(self.aliases))
-        return (table, node.name.lower()) if table in self.aliases else None
-
-    def find(self, ref: tuple[str, str]) -> tuple[str, str]:
-        while self.parent.get(ref, ref) != ref:
-            ref = self.parent[ref]
-        return ref
-
-    def union(self, left: Any, right: Any) -> None:
-        a, b = self.ref(left), self.ref(right)
-        if a is not None and b is not None:
-            self.parent.setdefault(a, a)
-            self.parent.setdefault(b, b)
-            self.parent[self.find(a)] = self.find(b)
-
-    def members(self, node: Any) -> tuple[tuple[str, str, str], ...]:
-        ref = self.ref(node)
-        if ref is None:
-            return ()
-        root = self.find(ref)
-        refs = {r for r in self.parent if self.find(r) == root} | {ref}
-        return tuple(sorted((self.aliases[a], a, c) for a, c in refs))
 
 
 def _is_count_star(node: Any) -> bool:

@@ -181,7 +181,7 @@ def restrict_to_days(tree: Any, column: str, column_type: str, days: InlineKeys)
     """``tree`` keeping only rows whose ``column`` lies in one of ``days`` (or is NULL if one is).
 
     Implied by the block's own restriction to the affected days of
-    ``CAST(column AS DATE)`` (a :class:`~.planner.KeyRange`), so it changes no
+    ``CAST(column AS DATE)`` (a :class:`~.group_keys.KeyRange`), so it changes no
     result; it is there because a range of the bare column is what Spark
     hands to Iceberg, which then skips every file of other days by its
     partition values and column statistics. Day starts are midnights in the
