@@ -352,3 +352,33 @@ def fresh_events(spark: Any, namespace: str, columns: str, partitioned_by: str) 
         f"CREATE TABLE ct.{namespace}.events ({columns}) USING iceberg "
         f"PARTITIONED BY ({partitioned_by}) {MERGE_ON_READ}"
     )
+
+
+def task_xcom(dag_id: str, run_id: str, task_id: str) -> Any:
+    """A task instance's return value from Airflow's metadata DB (``{}`` if it pushed none)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        found = session.scalars(
+            select(XComModel).where(
+                XComModel.dag_id == dag_id,
+                XComModel.run_id == run_id,
+                XComModel.task_id == task_id,
+                XComModel.key == "return_value",
+            )
+        ).all()
+        return XComModel.deserialize_value(found[0]) if found else {}
+
+
+def files_by_day(table: Any) -> dict[Any, set[str]]:
+    """Every live data and delete file of a table partitioned by a day, by that day."""
+    import datetime as _dt
+
+    out: dict[Any, set[str]] = {}
+    for task in table.scan().plan_files():
+        for file in (task.file, *task.delete_files):
+            day = _dt.date(1970, 1, 1) + _dt.timedelta(days=file.partition[0])
+            out.setdefault(day, set()).add(file.file_path)
+    return out

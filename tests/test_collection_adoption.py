@@ -50,7 +50,7 @@ from airflow_provider_ct.exceptions import (
     SchemaMismatchError,
 )
 from tests.conftest import SCHEMA
-from tests.helpers import live_data_files, local_path, rows_of
+from tests.helpers import live_data_files, local_path, rows_of, task_xcom
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -367,23 +367,6 @@ def _dag_module() -> Any:
     return collection_adoption
 
 
-def _xcom(dag_id: str, run_id: str, task_id: str) -> Any:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        row = session.scalars(
-            select(XComModel).where(
-                XComModel.dag_id == dag_id,
-                XComModel.run_id == run_id,
-                XComModel.task_id == task_id,
-                XComModel.key == "return_value",
-            )
-        ).one()
-        return XComModel.deserialize_value(row)
-
-
 BY_SERVICE = PartitionSpec(
     PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="service")
 )
@@ -428,24 +411,26 @@ def test_the_register_operator_adopts_through_dag_test(
     run = module.adoption_dag.test(logical_date=datetime(2026, 8, 1, tzinfo=UTC))
     assert run.state == "success", run.state
     for task_id in ("register_audit", "register_status"):
-        report = _xcom("ct_collection_adoption", run.run_id, task_id)
+        report = task_xcom("ct_collection_adoption", run.run_id, task_id)
         assert report["status"] == "adopted" and report["adoption"]["time"] >= started
     audit, status = catalog.load_table("adopt.audit"), catalog.load_table("adopt.status")
     assert audit.spec() == BY_SERVICE and status.spec() == BY_SERVICE
     blind = [tuple(r) for r in module.BLIND_ROWS]
     assert rows_of(audit) == Counter(audit_rows) + Counter(blind)
     assert rows_of(status) == Counter([("api", "degraded"), ("search", "up")])
-    update = _xcom("ct_collection_adoption", run.run_id, "update")
+    update = task_xcom("ct_collection_adoption", run.run_id, "update")
     assert (update["status"], update["inserted"], update["retracted"]) == ("landed", 1, 1)
-    adopted_at = _xcom("ct_collection_adoption", run.run_id, "register_audit")["adoption"]["time"]
+    adopted_at = task_xcom("ct_collection_adoption", run.run_id, "register_audit")["adoption"][
+        "time"
+    ]
     assert rows_of(audit, Timeline.of(audit).snapshot_at(adopted_at)) == Counter(audit_rows)
     assert int(Timeline.of(audit).upper.time) >= started  # type: ignore[arg-type]
 
     again = module.adoption_dag.test(logical_date=datetime(2026, 8, 2, tzinfo=UTC))
     assert again.state == "success", again.state
     for task_id in ("register_audit", "register_status"):
-        assert _xcom("ct_collection_adoption", again.run_id, task_id)["status"] == "existing"
-    assert _xcom("ct_collection_adoption", again.run_id, "update")["status"] == "in-sync"
+        assert task_xcom("ct_collection_adoption", again.run_id, task_id)["status"] == "existing"
+    assert task_xcom("ct_collection_adoption", again.run_id, "update")["status"] == "in-sync"
     adoptions = [
         e
         for e in Timeline.of(catalog.load_table("adopt.audit")).entries

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from tests.helpers import fresh_events, rows_of
+from tests.helpers import files_by_day, fresh_events, rows_of, task_xcom
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
@@ -97,38 +97,12 @@ def _tick(dag: Any, catalog: Any) -> dict[str, dict[str, Any]]:
         _time.sleep(0.05)
     run = dag.test(run_conf={"time": now_ms() - 1_050})
     assert run.state == "success", run.state
-    return {g: _xcom(dag.dag_id, run.run_id, f"{g}.write") for g in ("daily", "total")}
-
-
-def _xcom(dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        found = session.scalars(
-            select(XComModel).where(
-                XComModel.dag_id == dag_id,
-                XComModel.run_id == run_id,
-                XComModel.task_id == task_id,
-                XComModel.key == "return_value",
-            )
-        ).all()
-        return XComModel.deserialize_value(found[0]) if found else {}
+    return {g: task_xcom(dag.dag_id, run.run_id, f"{g}.write") for g in ("daily", "total")}
 
 
 def _state_pins(catalog: Any, name: str) -> dict[str, Any]:
     summary = catalog.load_table(name).metadata.current_snapshot().summary
     return json.loads(summary["ct.state-inputs"])
-
-
-def _files_by_day(table: Any) -> dict[dt.date, set[str]]:
-    out: dict[dt.date, set[str]] = {}
-    for task in table.scan().plan_files():
-        for file in (task.file, *task.delete_files):
-            day = dt.date(1970, 1, 1) + dt.timedelta(days=file.partition[0])
-            out.setdefault(day, set()).add(file.file_path)
-    return out
 
 
 def test_in_place_ticks_are_exact_and_keep_their_state(lake: Any, spark: Any) -> None:
@@ -148,7 +122,7 @@ def test_in_place_ticks_are_exact_and_keep_their_state(lake: Any, spark: Any) ->
     assert rows_of(lake.load_table("ip.total")) == _total(events)
     head = lake.load_table("ip.events").metadata.current_snapshot().snapshot_id
     assert _state_pins(lake, "ip.daily__ct_state") == {"ip.events": head}
-    before = _files_by_day(lake.load_table("ip.daily"))
+    before = files_by_day(lake.load_table("ip.daily"))
 
     # An update (merge-on-read) on day 1, a delete and an insert on day 3 with a
     # NULL price, and every row of day 2 deleted: its groups disappear.
@@ -170,7 +144,7 @@ def test_in_place_ticks_are_exact_and_keep_their_state(lake: Any, spark: Any) ->
     assert rows_of(lake.load_table("ip.total")) == _total(events)
     head = lake.load_table("ip.events").metadata.current_snapshot().snapshot_id
     assert _state_pins(lake, "ip.daily__ct_state") == {"ip.events": head}
-    after = _files_by_day(lake.load_table("ip.daily"))
+    after = files_by_day(lake.load_table("ip.daily"))
     assert after[days[0].date()] == before[days[0].date()]  # no change reached day 0
 
     # A hand edit of the kept state: the next tick notices and rebuilds it.

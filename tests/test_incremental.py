@@ -56,6 +56,13 @@ QUERIES = {
         "SELECT SUM(v) AS total, COUNT(*) AS n, AVG(v) AS av, SUM(CAST(v AS DECIMAL(10, 2)))"
         " AS dec, COUNT(s) AS ns FROM {ns}.a WHERE v IS NULL OR v > 2",
     ),
+    "in_place_exprs": (
+        "aggregate",
+        "SELECT k, s, COUNT(*) AS n, SUM(CAST(v AS DECIMAL(12, 2)) * 1.5 - id) AS x, AVG(v) AS av,"
+        " SUM(CASE WHEN s LIKE 'x%' THEN v WHEN s IS NULL THEN -1 ELSE 0 END) AS xs,"
+        " COUNT(v) AS nv FROM {ns}.a WHERE (v BETWEEN 1 AND 8 OR v IS NULL) AND NOT id = 3"
+        " AND k IN (1, 2, 3, NULL) GROUP BY k, s",
+    ),
     "having": (
         "group",
         "SELECT k, SUM(v) AS total FROM {ns}.a GROUP BY k HAVING COUNT(*) > 1",
@@ -325,3 +332,31 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
     else:
         assert on_driver == InlineKeys(expected[1], has_null=expected[2])
     assert on_driver == _inline_keys(frame.distinct())
+
+
+@pytest.mark.parametrize("name", ["scalar", "in_place_exprs"])
+def test_in_place_on_the_driver_equals_spark(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The same ticks kept in place by Spark jobs and on the driver: equal, and the oracle's."""
+    ns = f"incr_paths_{name}"
+    catalog = spark_catalog_config.load()
+    inputs = Inputs(catalog, ns, seed=11 + len(name))
+    sql = QUERIES[name][1].format(ns=ns)
+    for n in range(1, 6):
+        time = 1_000 * n
+        inputs.mutate(time - 500, change_b=False)
+        inputs.seal(time)
+        monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")  # no driver: Spark's jobs
+        by_spark = _tick(spark, spark_catalog_config, f"{ns}.by_spark", sql, time)
+        monkeypatch.delenv("CT_DRIVER_DIFF_ROWS")
+        on_driver = _tick(spark, spark_catalog_config, f"{ns}.on_driver", sql, time)
+        if n > 1:
+            assert by_spark["strategy"] == on_driver["strategy"] == "aggregate"
+            assert by_spark["change_state_on"] == "spark", by_spark
+            assert by_spark["diffed_on"] == "spark"
+            assert on_driver["change_state_on"] == "driver", on_driver
+            assert on_driver["diffed_on"] == "driver"
+        spark_rows = rows_of(catalog.load_table(f"{ns}.by_spark"))
+        assert spark_rows == rows_of(catalog.load_table(f"{ns}.on_driver")), (name, n)
+        assert _normalized(spark_rows) == _normalized(inputs.oracle(sql)), (name, n)

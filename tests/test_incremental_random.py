@@ -666,7 +666,8 @@ class World:
         assert out["appended"], f"{self.where(view.name)}: {out}"
         self.stats.view_ticks += 1
         strategy = str(report.extra.get("strategy", "-"))
-        self.stats.strategies[view.name][strategy] += 1
+        where = report.extra.get("change_state_on")  # in place: by Spark or on the driver
+        self.stats.strategies[view.name][f"{strategy}({where})" if where else strategy] += 1
         reason = str(report.extra.get("reason") or report.reason or "")
         if reason:  # snapshot ids folded, so that one reason counts once
             self.stats.reasons[f"{strategy}: {re.sub(r'[0-9]{6,}', 'N', reason)}"[:120]] += 1

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from tests.helpers import fresh_events, rows_of
+from tests.helpers import files_by_day, fresh_events, rows_of, task_xcom
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
@@ -65,34 +65,7 @@ def _tick(dag: Any, catalog: Any) -> dict[str, Any]:
         _time.sleep(0.05)
     run = dag.test(run_conf={"time": now_ms() - 1_050})
     assert run.state == "success", run.state
-    return _xcom(dag.dag_id, run.run_id, "daily.write")
-
-
-def _xcom(dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        found = session.scalars(
-            select(XComModel).where(
-                XComModel.dag_id == dag_id,
-                XComModel.run_id == run_id,
-                XComModel.task_id == task_id,
-                XComModel.key == "return_value",
-            )
-        ).all()
-        return XComModel.deserialize_value(found[0]) if found else {}
-
-
-def _files_by_day(table: Any) -> dict[dt.date, set[str]]:
-    """Every live data and delete file of the target, by its ``day`` partition."""
-    out: dict[dt.date, set[str]] = {}
-    for task in table.scan().plan_files():
-        for file in (task.file, *task.delete_files):
-            day = dt.date(1970, 1, 1) + dt.timedelta(days=file.partition[0])
-            out.setdefault(day, set()).add(file.file_path)
-    return out
+    return task_xcom(dag.dag_id, run.run_id, "daily.write")
 
 
 def test_a_tick_reads_and_corrects_only_the_changed_days(lake: Any, spark: Any) -> None:
@@ -112,7 +85,7 @@ def test_a_tick_reads_and_corrects_only_the_changed_days(lake: Any, spark: Any) 
     assert first["strategy"] == "full"  # the target had no rows yet
     daily = lake.load_table("pr.daily")
     assert rows_of(daily) == _daily(events)
-    before = _files_by_day(daily)
+    before = files_by_day(daily)
     assert set(before) == {d.date() for d in days}
 
     # Change two days that are not adjacent: an update (merge-on-read) on day 1,
@@ -131,7 +104,7 @@ def test_a_tick_reads_and_corrects_only_the_changed_days(lake: Any, spark: Any) 
     }
     daily = lake.load_table("pr.daily")
     assert rows_of(daily) == _daily(events)
-    after = _files_by_day(daily)
+    after = files_by_day(daily)
     for day in {d.date() for d in days} - changed:
         assert after[day] == before[day], f"day {day} was rewritten"
     for day in changed:

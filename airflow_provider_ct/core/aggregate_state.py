@@ -107,7 +107,7 @@ def combine(
         new = GroupState(
             delta.key,
             old.rows + delta.rows,
-            [_add(a, b) for a, b in zip(old.sums, delta.sums, strict=True)],
+            [add_exact(a, b) for a, b in zip(old.sums, delta.sums, strict=True)],
             [a + b for a, b in zip(old.counts, delta.counts, strict=True)],
         )
         if new.rows < 0 or any(c < 0 or c > max(new.rows, 0) for c in new.counts):
@@ -119,10 +119,11 @@ def combine(
         groups[delta.key] = new
         affected.append(new)
     kept = [g for g in groups.values() if g.rows > 0 or scalar]
-    return _state_table(kept, change.schema, keys, arguments), affected
+    return state_table(kept, change.schema, keys, arguments), affected
 
 
-def _add(a: Any, b: Any) -> Any:
+def add_exact(a: Any, b: Any) -> Any:
+    """``a + b`` without rounding (NULL is nothing to add)."""
     if a is None:
         return b
     if b is None:
@@ -132,9 +133,10 @@ def _add(a: Any, b: Any) -> Any:
     return a + b
 
 
-def _state_table(
+def state_table(
     groups: Sequence[GroupState], schema: pa.Schema, keys: int, arguments: int
 ) -> pa.Table:
+    """``groups`` as rows of the state's ``schema`` (keys, row count, sums and counts)."""
     columns: list[list[Any]] = [[g.key[i] for g in groups] for i in range(keys)]
     columns.append([g.rows for g in groups])
     for j in range(arguments):
@@ -212,11 +214,13 @@ __all__ = [
     "ROWS",
     "SUM",
     "GroupState",
+    "add_exact",
     "combine",
     "count_column",
     "key_column",
     "output_rows",
     "spark_decimal_average",
+    "state_table",
     "sum_column",
     "value_columns",
 ]

@@ -342,3 +342,35 @@ def _matching(rows: pa.Table, deleted: pa.Table) -> np.ndarray:
     joined = pa.table(left).join(pa.table(right), keys, join_type="left semi")
     hit[joined.column(_ROW).to_numpy()] = True
     return hit
+
+
+def rows_with_positions(table: Table, snapshot_id: int, columns: Sequence[str]) -> pa.Table:
+    """Every live row of a snapshot on ``columns``, with its ``_file`` and ``_pos``.
+
+    What Spark's ``_file`` and ``_pos`` metadata columns give, read on the
+    driver with the same delete rules as the changes: a small table's rows
+    can then be compared and retracted without a Spark job.
+    """
+    metadata = table.metadata
+    snapshot = metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise ChangesUnavailableError(f"snapshot {snapshot_id} is not in the table's metadata")
+    schema = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
+    schema = schema or table.schema()
+    ids = [schema.find_field(name).field_id for name in columns]
+    reader = FileReader(table, schema, ids)
+    state = Manifests(table).state(snapshot)
+    specs = dict(metadata.specs())
+    parts = []
+    for path, entry in sorted(state.data.items()):
+        live = np.nonzero(_live(reader, specs, state, entry))[0]
+        rows = reader.rows(entry).take(pa.array(live))
+        rows = rows.append_column("_file", pa.array([path] * len(live), pa.string()))
+        parts.append(rows.append_column("_pos", pa.array(live, pa.int64())))
+    if not parts:
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        arrow = schema_to_pyarrow(reader.read_schema, include_field_ids=False)
+        arrow = arrow.append(pa.field("_file", pa.string())).append(pa.field("_pos", pa.int64()))
+        return arrow.empty_table()
+    return pa.concat_tables(parts, promote_options="permissive")

@@ -41,9 +41,14 @@ from airflow_provider_ct.core.aggregate_state import (
     output_rows,
     sum_column,
 )
+from airflow_provider_ct.core.arrow_eval import ArrowEvaluator, NotOnDriver, node_key, typed_nodes
 from airflow_provider_ct.core.in_place import AVG, SUM, InPlace
+from airflow_provider_ct.core.in_place_driver import Expressions, diff_rows
+from airflow_provider_ct.core.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.core.planner import Plan
 from airflow_provider_ct.core.rewrites import bind_tables, rows_select
+from airflow_provider_ct.core.snapshot_files import rows_with_positions
+from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.exceptions import NotInPlaceError
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -74,6 +79,12 @@ class Aggregation:
     scratch: Scratch
     #: Most groups the driver keeps (the state of every group is held there).
     max_groups: int
+    #: Most rows the driver evaluates or diffs without Spark (0: always Spark).
+    driver_rows: int = 0
+    #: The target (PyIceberg) and the snapshot the batch is based on, for the
+    #: driver's diff; ``None``: diff in Spark.
+    table: Any = None
+    base_snapshot_id: int | None = None
 
     @property
     def in_place(self) -> InPlace:
@@ -154,6 +165,72 @@ def change_state(agg: Aggregation, bindings: Bindings) -> pa.Table:
     return _pull(_grouped(agg, frame).agg(*values), agg.max_groups, "changed groups")
 
 
+def driver_change_state(agg: Aggregation, bindings: Bindings, schema: pa.Schema) -> pa.Table | None:
+    """:func:`change_state` on the driver, for one input whose change is there and small.
+
+    ``None`` when Spark must compute it (several inputs, a change too large
+    or not on the driver, an expression or value :mod:`.arrow_eval` leaves to
+    Spark; the reason is logged). ``schema``: the kept state's.
+    """
+    block = agg.plan.blocks[0]
+    if len(block.inputs) != 1 or agg.driver_rows <= 0:
+        return None
+    change = bindings.changes.get(block.inputs[0])
+    if change is None or change.arrow is None:
+        return None
+    plus, minus = change.arrow
+    if plus.num_rows + minus.num_rows > agg.driver_rows:
+        return None
+    parts = _expressions(agg)
+    alias = _tables_alias(block.tree)
+    try:
+        types = _node_types(agg, parts)
+        sides = [(1, ArrowEvaluator(plus, alias, types)), (-1, ArrowEvaluator(minus, alias, types))]
+        return change_state_rows(sides, parts, schema)
+    except NotOnDriver as exc:
+        log.info("the change's state is computed by Spark: %s", exc)
+        return None
+
+
+def _expressions(agg: Aggregation) -> Expressions:
+    from sqlglot import exp
+
+    where = agg.plan.blocks[0].tree.args.get("where")
+    return Expressions(
+        where=where.this if where is not None else None,
+        keys=tuple(exp.maybe_parse(k, dialect="spark") for k in agg.plan.key_sql),
+        arguments=tuple(exp.maybe_parse(a, dialect="spark") for a in agg.in_place.arguments),
+        summed=frozenset(_summed(agg.in_place)),
+    )
+
+
+def _tables_alias(tree: Any) -> str:
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    return str(from_.this.alias_or_name)
+
+
+def _node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
+    """The Spark type of every node the driver evaluates: one analysis, no job."""
+    from pyspark.sql.pandas.types import to_arrow_type
+    from sqlglot import exp
+
+    roots = [*parts.keys, *parts.arguments, *([parts.where] if parts.where is not None else [])]
+    nodes = typed_nodes(roots)
+    tree = agg.plan.blocks[0].tree.copy()
+    for arg in ("where", "group", "having", "order", "limit", "distinct"):
+        tree.set(arg, None)
+    tree.set("expressions", [exp.alias_(n.copy(), f"__ct_t{i}") for i, n in enumerate(nodes)])
+    bound = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
+    fields = agg.spark.sql(bound).schema.fields
+    out: dict[str, pa.DataType] = {}
+    for node, field in zip(nodes, fields, strict=True):
+        try:
+            out[node_key(node)] = to_arrow_type(field.dataType)
+        except TypeError:
+            continue  # a type Arrow cannot carry: the node is left to Spark
+    return out
+
+
 def full_state(agg: Aggregation) -> pa.Table:
     """The state of every group, aggregated from the pinned inputs (one scan)."""
     from pyspark.sql import functions as F
@@ -204,13 +281,45 @@ def correct(
     """
     keys, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
     state, affected = combine(kept, change, keys, arguments, scalar=agg.scalar)
-    desired = _desired(agg, affected)
-    have = persisted
-    if persisted is not None and kept is not None and not agg.scalar:
-        have = _affected_rows(agg, persisted, change)
-    correction = compute_correction(desired, have, agg.columns, on_driver=True)
+    correction = _driver_correction(agg, affected, rebuild=kept is None)
+    if correction is None:
+        desired = _desired(agg, affected)
+        have = persisted
+        if persisted is not None and kept is not None and not agg.scalar:
+            have = _affected_rows(agg, persisted, change)
+        correction = compute_correction(desired, have, agg.columns, on_driver=True)
     correction.notes["affected_groups"] = len(affected)
     return InPlaceResult(correction, state, state.num_rows)
+
+
+def _driver_correction(
+    agg: Aggregation, affected: list[GroupState], *, rebuild: bool
+) -> Correction | None:
+    """The affected groups' correction diffed on the driver against the target's rows
+    read with their positions; None when the target is too large (or new): Spark diffs."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if agg.table is None or agg.base_snapshot_id is None or agg.driver_rows <= 0:
+        return None
+    if live_rows(agg.table, agg.base_snapshot_id) > agg.driver_rows:
+        return None
+    have = rows_with_positions(agg.table, agg.base_snapshot_id, agg.columns)
+    if not rebuild and not agg.scalar:
+        have = _of_groups(agg, have, affected)
+    schema = to_arrow_schema(agg.schema)
+    rows = output_rows(affected, agg.in_place, agg.plan.key_positions, schema, scalar=agg.scalar)
+    diff = diff_rows(rows.select(agg.columns), have, agg.columns)
+    inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
+    log.info("in-place rows diffed on the driver: +%d -%d", inserted, retracted)
+    return Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
+
+
+def _of_groups(agg: Aggregation, have: pa.Table, affected: list[GroupState]) -> pa.Table:
+    """The rows of ``have`` in the affected groups (equal keys, NULL matching NULL)."""
+    names = [agg.schema.fields[p].name for p in agg.plan.key_positions]
+    wanted = {group.key for group in affected}
+    keys = zip(*(have.column(n).to_pylist() for n in names), strict=True)
+    return have.filter(pa.array([key in wanted for key in keys], pa.bool_()))
 
 
 def _desired(agg: Aggregation, affected: list[GroupState]) -> DataFrame:

@@ -23,7 +23,7 @@ from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.planner import AGGREGATE, FULL
 from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.refresh import join_reads_reason
-from airflow_provider_ct.core.settings import SMALL_RESULT_ROWS
+from airflow_provider_ct.core.settings import SMALL_RESULT_ROWS, rows_on_driver
 from airflow_provider_ct.core.state_table import read_state, write_state
 from airflow_provider_ct.core.tables import live_bytes
 from airflow_provider_ct.exceptions import (
@@ -38,6 +38,7 @@ from airflow_provider_ct.spark.in_place import (
     change_state,
     check_types,
     correct,
+    driver_change_state,
     full_state,
 )
 from airflow_provider_ct.spark.input_changes import bind_inputs
@@ -64,6 +65,9 @@ def in_place_computed(tick: Tick, target: Target) -> Computed | None:
         target.columns,
         tick.scratch,
         SMALL_RESULT_ROWS,
+        driver_rows=rows_on_driver(),
+        table=target.table if target.schema_change is None else None,
+        base_snapshot_id=tick.desc.base_snapshot_id,
     )
     try:
         check_types(agg)
@@ -122,11 +126,15 @@ def _incremental(
     )
     try:
         tick.clock.lap("changes")
-        change = change_state(agg, bindings)
+        change = driver_change_state(agg, bindings, kept.schema)
+        on_driver = change is not None
+        if change is None:
+            change = change_state(agg, bindings)
         result = correct(agg, target.persisted, kept, change)
     finally:
         bindings.release_arrow()
-    return result, {**bindings.report(), "aggregate_state": "kept"}
+    details = {"aggregate_state": "kept", "change_state_on": "driver" if on_driver else "spark"}
+    return result, {**bindings.report(), **details}
 
 
 def _done(
