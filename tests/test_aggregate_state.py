@@ -122,3 +122,16 @@ def test_a_sum_past_its_type_leaves_the_view_to_its_fallback() -> None:
     change = pa.Table.from_pylist([{"__ct_k0": "a", "__ct_rows": 1, "__ct_s0": 1, "__ct_n0": 1}])
     with pytest.raises(NotInPlaceError, match="a sum past its type"):
         combine(kept.cast(schema), change.cast(schema), 1, 1, scalar=False)
+
+
+def test_an_empty_change_of_one_group_still_names_the_group() -> None:
+    """Without GROUP BY the group exists with no rows changed (as Spark's aggregate gives
+    one row), so the target's row is compared with it, not retracted for lack of one."""
+    from airflow_provider_ct.core.in_place_driver import Expressions, change_state
+
+    schema = pa.schema(
+        [("__ct_rows", pa.int64()), ("__ct_s0", pa.int64()), ("__ct_n0", pa.int64())]
+    )
+    parts = Expressions(where=None, keys=(), arguments=(None,), summed=frozenset({0}))
+    state = change_state([], parts, schema)
+    assert state.to_pylist() == [{"__ct_rows": 0, "__ct_s0": None, "__ct_n0": 0}]

@@ -45,6 +45,8 @@ def change_state(
     :raises NotOnDriver: an expression, type or value Spark must decide.
     """
     groups: dict[tuple[Any, ...], GroupState] = {}
+    if not parts.keys:  # one group, always there (as Spark's aggregate without GROUP BY)
+        groups[()] = GroupState((), 0, [None] * len(parts.arguments), [0] * len(parts.arguments))
     for sign, rows in sides:
         kept = rows.mask(parts.where) if parts.where is not None else None
         keys = [_values(rows, node, kept) for node in parts.keys]

@@ -165,24 +165,17 @@ def change_state(agg: Aggregation, bindings: Bindings) -> pa.Table:
     return _pull(_grouped(agg, frame).agg(*values), agg.max_groups, "changed groups")
 
 
-def driver_change_state(agg: Aggregation, bindings: Bindings, schema: pa.Schema) -> pa.Table | None:
-    """:func:`change_state` on the driver, for one input whose change is there and small.
+def driver_change_state(
+    agg: Aggregation, plus: pa.Table, minus: pa.Table, schema: pa.Schema
+) -> pa.Table | None:
+    """:func:`change_state` on the driver, from the one input's change as Arrow.
 
-    ``None`` when Spark must compute it (several inputs, a change too large
-    or not on the driver, an expression or value :mod:`.arrow_eval` leaves to
-    Spark; the reason is logged). ``schema``: the kept state's.
+    ``None`` when Spark must compute it (an expression or value
+    :mod:`~airflow_provider_ct.core.arrow_eval` leaves to Spark; the reason
+    is logged). ``schema``: the kept state's.
     """
-    block = agg.plan.blocks[0]
-    if len(block.inputs) != 1 or agg.driver_rows <= 0:
-        return None
-    change = bindings.changes.get(block.inputs[0])
-    if change is None or change.arrow is None:
-        return None
-    plus, minus = change.arrow
-    if plus.num_rows + minus.num_rows > agg.driver_rows:
-        return None
     parts = _expressions(agg)
-    alias = _tables_alias(block.tree)
+    alias = _tables_alias(agg.plan.blocks[0].tree)
     try:
         types = _node_types(agg, parts)
         sides = [(1, ArrowEvaluator(plus, alias, types)), (-1, ArrowEvaluator(minus, alias, types))]
@@ -304,7 +297,7 @@ def _driver_correction(
     if live_rows(agg.table, agg.base_snapshot_id) > agg.driver_rows:
         return None
     have = rows_with_positions(agg.table, agg.base_snapshot_id, agg.columns)
-    if not rebuild and not agg.scalar:
+    if not rebuild:
         have = _of_groups(agg, have, affected)
     schema = to_arrow_schema(agg.schema)
     rows = output_rows(affected, agg.in_place, agg.plan.key_positions, schema, scalar=agg.scalar)
@@ -316,6 +309,8 @@ def _driver_correction(
 
 def _of_groups(agg: Aggregation, have: pa.Table, affected: list[GroupState]) -> pa.Table:
     """The rows of ``have`` in the affected groups (equal keys, NULL matching NULL)."""
+    if agg.scalar:  # one group: all rows, or none when the group is not affected
+        return have if affected else have.slice(0, 0)
     names = [agg.schema.fields[p].name for p in agg.plan.key_positions]
     wanted = {group.key for group in affected}
     keys = zip(*(have.column(n).to_pylist() for n in names), strict=True)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from airflow_provider_ct.core.changes import TableChanges, estimated_change_rows, table_changes
 from airflow_provider_ct.core.incremental import incremental_base
-from airflow_provider_ct.core.planner import AGGREGATE, FULL
+from airflow_provider_ct.core.planner import AGGREGATE, FULL, referenced_columns
 from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.refresh import join_reads_reason
 from airflow_provider_ct.core.settings import SMALL_RESULT_ROWS, rows_on_driver
@@ -121,20 +122,67 @@ def _incremental(
     before: dict[str, int | None],
     kept: Any,
 ) -> tuple[InPlaceResult, dict[str, Any]]:
+    """The tick from the kept state: on the driver when it can, else with Spark's jobs."""
+    read = _one_input_change(tick, agg, inputs, before)
+    if read is not None and _rows(read[1]) <= agg.driver_rows:
+        name, changes = read
+        tick.clock.lap("changes")
+        change = driver_change_state(agg, changes.inserted, changes.deleted, kept.schema)
+        if change is not None:
+            result = correct(agg, target.persisted, kept, change)
+            return result, {**_report(name, changes), "change_state_on": "driver"}
+    known = {read[0]: read[1]} if read is not None else None
     bindings = bind_inputs(
-        tick.spark, tick.config, tick.plan, inputs, before, tick.desc.inputs, tick.scratch
+        tick.spark, tick.config, tick.plan, inputs, before, tick.desc.inputs, tick.scratch, known
     )
     try:
         tick.clock.lap("changes")
-        change = driver_change_state(agg, bindings, kept.schema)
-        on_driver = change is not None
-        if change is None:
-            change = change_state(agg, bindings)
-        result = correct(agg, target.persisted, kept, change)
+        result = correct(agg, target.persisted, kept, change_state(agg, bindings))
     finally:
         bindings.release_arrow()
-    details = {"aggregate_state": "kept", "change_state_on": "driver" if on_driver else "spark"}
-    return result, {**bindings.report(), **details}
+    return result, {**bindings.report(), "aggregate_state": "kept", "change_state_on": "spark"}
+
+
+def _one_input_change(
+    tick: Tick, agg: Aggregation, inputs: dict[str, Any], before: dict[str, int | None]
+) -> tuple[str, TableChanges] | None:
+    """The change of a one-input view, read on the driver, when it is small enough for it.
+
+    Read before any Spark view is made: a tick the driver computes needs none.
+    """
+    block = agg.plan.blocks[0]
+    if len(block.inputs) != 1 or agg.driver_rows <= 0:
+        return None
+    name = block.inputs[0]
+    after = tick.desc.inputs.get(name)
+    if after is None or estimated_change_rows(inputs[name], before.get(name), after) > (
+        agg.driver_rows
+    ):
+        return None
+    metadata = inputs[name].metadata
+    snapshot = metadata.snapshot_by_id(after)
+    schema = None
+    if snapshot is not None and snapshot.schema_id is not None:
+        schema = metadata.schema_by_id(snapshot.schema_id)
+    schema = schema or inputs[name].schema()
+    columns = referenced_columns(tick.plan, {name: schema.column_names}, tick.config.name)
+    changes = table_changes(inputs[name], before.get(name), after, columns=columns[name])
+    return name, changes  # larger than the driver takes: Spark's jobs start from it
+
+
+def _report(name: str, changes: TableChanges) -> dict[str, Any]:
+    """What the report says of a change read on the driver (as ``Bindings.report``)."""
+    counts = {"inserted": changes.inserted.num_rows, "deleted": changes.deleted.num_rows}
+    return {
+        "input_changes": {name: counts},
+        "files_read": changes.files_read,
+        "bytes_read": changes.bytes_read,
+        "aggregate_state": "kept",
+    }
+
+
+def _rows(changes: TableChanges) -> int:
+    return int(changes.inserted.num_rows + changes.deleted.num_rows)
 
 
 def _done(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_ct.core.changes import table_changes
+from airflow_provider_ct.core.changes import TableChanges, table_changes
 from airflow_provider_ct.core.planner import Plan, referenced_columns
 from airflow_provider_ct.spark.frames import changes_to_spark
 
@@ -131,6 +131,7 @@ def input_change(
     after_id: int,
     scratch: Scratch,
     columns: list[str],
+    known: TableChanges | None = None,
 ) -> InputChange:
     """The rows the input gained and lost between ``before`` and ``after``, on ``columns``.
 
@@ -141,10 +142,11 @@ def input_change(
     metadata cannot tell (an expired snapshot, a schema change).
 
     :param after: the input at ``after_id``, as Spark reads it (for its types).
+    :param known: the same change, already read (on these columns).
     """
     from pyspark.sql.types import StructType
 
-    changes = table_changes(table, before, after_id, columns=columns)
+    changes = known or table_changes(table, before, after_id, columns=columns)
     wanted = set(columns)
     schema = StructType([f for f in after.schema.fields if f.name in wanted])
     plus = scratch.frame(spark, changes.inserted, schema)
@@ -168,10 +170,12 @@ def bind_inputs(
     before: Mapping[str, int | None],
     after: Mapping[str, int | None],
     scratch: Scratch,
+    known: Mapping[str, TableChanges] | None = None,
 ) -> Bindings:
     """Register every input's views; compute the changes of those that moved.
 
     :param tables: the inputs as PyIceberg loaded them for the history check.
+    :param known: changes already read (on the columns the plan reads), by input.
     """
     views: dict[str, dict[str, str]] = {}
     changed: set[str] = set()
@@ -186,7 +190,14 @@ def bind_inputs(
         new = after[name]
         if before[name] != new and new is not None:
             change = input_change(
-                spark, tables[name], before[name], frames[name], new, scratch, columns[name]
+                spark,
+                tables[name],
+                before[name],
+                frames[name],
+                new,
+                scratch,
+                columns[name],
+                (known or {}).get(name),
             )
             change.plus.createOrReplaceTempView(names[PLUS])
             change.minus.createOrReplaceTempView(names[MINUS])
