@@ -48,7 +48,7 @@ from airflow_provider_ct.core.in_place_driver import change_state as change_stat
 from airflow_provider_ct.core.planner import Plan
 from airflow_provider_ct.core.rewrites import bind_tables, rows_select
 from airflow_provider_ct.core.snapshot_files import rows_with_positions
-from airflow_provider_ct.core.tables import live_rows
+from airflow_provider_ct.core.tables import live_files, live_rows
 from airflow_provider_ct.exceptions import NotInPlaceError
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -61,6 +61,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SIGN = "__ct_sign"
+#: Most files of the target the driver reads to diff (it reads them all, unpruned).
+DRIVER_READ_FILES = 64
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,8 @@ def _driver_correction(
         return None
     if live_rows(agg.table, agg.base_snapshot_id) > agg.driver_rows:
         return None
+    if live_files(agg.table, agg.base_snapshot_id) > DRIVER_READ_FILES:
+        return None  # every file is read: a partitioned target's pruning is Spark's
     have = rows_with_positions(agg.table, agg.base_snapshot_id, agg.columns)
     if not rebuild:
         have = _of_groups(agg, have, affected)
