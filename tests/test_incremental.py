@@ -360,3 +360,33 @@ def test_in_place_on_the_driver_equals_spark(
         spark_rows = rows_of(catalog.load_table(f"{ns}.by_spark"))
         assert spark_rows == rows_of(catalog.load_table(f"{ns}.on_driver")), (name, n)
         assert _normalized(spark_rows) == _normalized(inputs.oracle(sql)), (name, n)
+
+
+def test_in_place_views_verify_every_nth_tick_through_their_fallback(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """``verify_every=3``: two ticks in place, the third verified by the group strategy's
+    full comparison, then the state (not kept that tick) rebuilt, then in place again."""
+    ns = "incr_verify_in_place"
+    catalog = spark_catalog_config.load()
+    inputs = Inputs(catalog, ns, seed=23)
+    sql = QUERIES["aggregate"][1].format(ns=ns)
+    seen = []
+    for n in range(1, 7):
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.v", sql, 1_000 * n, verify_every=3)
+        seen.append((report["strategy"], report.get("verified", False)))
+        got = _normalized(rows_of(catalog.load_table(f"{ns}.v")))
+        assert got == _normalized(inputs.oracle(sql)), (n, report)
+        if report.get("verified"):
+            assert report["verify_fixed_rows"] == 0
+            assert "not in place: verify_every=3" in report["plan"][1], report["plan"]
+    assert seen == [
+        ("full", False),  # the first tick: the state is built
+        ("aggregate", False),
+        ("aggregate", False),
+        ("full", True),  # verified through the fallback (group)
+        ("full", False),  # the state, not kept by the verified tick, is rebuilt
+        ("aggregate", False),
+    ], seen

@@ -10,7 +10,7 @@ correction from it, so the next tick finds a state to add to. Either way
 the state is kept once the batch is staged (:func:`keep_state`).
 
 :class:`~airflow_provider_ct.exceptions.NotInPlaceError` (inexact types,
-too many groups) and a ``verify_every`` tick leave the view to its
+too many groups) and a ``verify_every`` tick (the N-th) leave the view to its
 fallback plan (``group``, ``partition`` or ``full``), run by the write job.
 """
 
@@ -54,9 +54,6 @@ def in_place_computed(tick: Tick, target: Target) -> Computed | None:
 
     On None, ``tick.plan`` has been replaced by the fallback plan, with why.
     """
-    if tick.verify_every > 0:
-        tick.plan = tick.plan.fallback("verify_every compares the incremental and full paths")
-        return None
     agg = Aggregation(
         tick.spark,
         tick.plan,
@@ -86,6 +83,9 @@ def _computed(tick: Tick, target: Target, agg: Aggregation) -> Computed:
         inputs = {name: tick.catalog.load_table(name) for name in tick.desc.inputs}
         base, why = incremental_base(target.table, tick.desc, sql=tick.sql, inputs=inputs)
     if base is not None:
+        verify = tick.verify_every
+        if verify > 0 and base.incremental_ticks + 1 >= verify:
+            raise NotInPlaceError(f"verify_every={verify}: the fallback's tick is verified")
         why = auto_full_reason(tick, inputs, base.before, target.table) or ""
         _check_join_reads(tick, inputs, base.before)
     if base is not None and not why:

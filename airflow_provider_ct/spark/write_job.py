@@ -186,7 +186,7 @@ def _load_or_none(catalog: Any, name: str) -> Any:
 
 def _compute_and_stage(tick: Tick, target: Target, dry_run: bool) -> WriteReport:
     """Compute the correction, then report it (dry run) or stage it."""
-    desc, plan, clock = tick.desc, tick.plan, tick.clock
+    desc, clock = tick.desc, tick.clock
     computed = _compute(tick, target)
     clock.lap("diff")
     correction = computed.correction
@@ -202,7 +202,7 @@ def _compute_and_stage(tick: Tick, target: Target, dry_run: bool) -> WriteReport
     extra = {
         "strategy": computed.strategy,
         "diffed_on": correction.diffed_on,
-        "plan": plan.explain(),
+        "plan": tick.plan.explain(),  # after the computation: a fallback's, if it fell back
         **computed.details,
         "phases": clock.phases,
     }
