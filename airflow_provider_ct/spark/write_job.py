@@ -40,7 +40,7 @@ from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.layout import TargetSettings
-from airflow_provider_ct.core.planner import AGGREGATE, FULL, choose_plan
+from airflow_provider_ct.core.planner import AGGREGATE, FULL, Plan, choose_plan
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
 from airflow_provider_ct.core.refresh import (
     full_diff_on_driver,
@@ -161,17 +161,34 @@ def run_write(
         reason = "target was created and written concurrently"
         return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
-    scratch = Scratch(spark, prepared.table)
-    small, large = small_input_rows(refresh), large_change_share(refresh)
-    tick = Tick(spark, config, catalog, sql, desc, plan, verify_every, small, large, scratch, clock)
-    tick.retry_after = retry_incremental_after(refresh)
-    tick.input_views = views
     prepared.query_schema = desired.schema
-    tick.read_share = full_read_share(refresh)
+    scratch = Scratch(spark, prepared.table)
+    tick = _tick(spark, config, catalog, sql, desc, plan, refresh, verify_every, scratch, clock)
+    tick.input_views = views
     try:
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
         tick.scratch.remove()
+
+
+def _tick(
+    spark: SparkSession,
+    config: CatalogConfig,
+    catalog: Any,
+    sql: str,
+    desc: BatchDescription,
+    plan: Plan,
+    refresh: str,
+    verify_every: int,
+    scratch: Scratch,
+    clock: PhaseClock,
+) -> Tick:
+    """The tick's settings: the refresh rules ``refresh`` turns on, with their thresholds."""
+    small, large = small_input_rows(refresh), large_change_share(refresh)
+    tick = Tick(spark, config, catalog, sql, desc, plan, verify_every, small, large, scratch, clock)
+    tick.retry_after = retry_incremental_after(refresh)
+    tick.read_share = full_read_share(refresh)
+    return tick
 
 
 def _load_or_none(catalog: Any, name: str) -> Any:
