@@ -146,6 +146,10 @@ def test_in_place_ticks_are_exact_and_keep_their_state(lake: Any, spark: Any) ->
     assert _state_pins(lake, "ip.daily__ct_state") == {"ip.events": head}
     after = files_by_day(lake.load_table("ip.daily"))
     assert after[days[0].date()] == before[days[0].date()]  # no change reached day 0
+    # The driver read only the target's files of the changed days (its day partitions).
+    assert report["daily"]["diffed_on"] == "driver"
+    read = report["daily"]["target_files_read"]
+    assert 0 < read <= sum(len(before[d.date()]) for d in days[1:]) < sum(map(len, before.values()))
 
     # A hand edit of the kept state: the next tick notices and rebuilds it.
     spark.sql("UPDATE ct.ip.daily__ct_state SET __ct_rows = __ct_rows + 5")

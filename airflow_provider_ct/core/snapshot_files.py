@@ -22,8 +22,9 @@ delete semantics live; the walk only decides which steps to take.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
 _ROW = "__ct_row"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -344,12 +346,18 @@ def _matching(rows: pa.Table, deleted: pa.Table) -> np.ndarray:
     return hit
 
 
-def rows_with_positions(table: Table, snapshot_id: int, columns: Sequence[str]) -> pa.Table:
+def rows_with_positions(
+    table: Table, snapshot_id: int, columns: Sequence[str], row_filter: Any = None
+) -> pa.Table:
     """Every live row of a snapshot on ``columns``, with its ``_file`` and ``_pos``.
 
     What Spark's ``_file`` and ``_pos`` metadata columns give, read on the
     driver with the same delete rules as the changes: a small table's rows
     can then be compared and retracted without a Spark job.
+
+    :param row_filter: a PyIceberg expression: only the data files Iceberg's
+        scan planning keeps for it (partition values, column statistics) are
+        read, whole (a superset of the matching rows; the caller filters).
     """
     metadata = table.metadata
     snapshot = metadata.snapshot_by_id(snapshot_id)
@@ -362,7 +370,16 @@ def rows_with_positions(table: Table, snapshot_id: int, columns: Sequence[str]) 
     state = Manifests(table).state(snapshot)
     specs = dict(metadata.specs())
     parts = []
+    kept = None
+    if row_filter is not None:
+        scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter)
+        try:
+            kept = {task.file.file_path for task in scan.plan_files()}
+        except (ValueError, TypeError) as exc:  # a value the column's type refuses: read all
+            log.info("no file pruning for %s: %s", row_filter, exc)
     for path, entry in sorted(state.data.items()):
+        if kept is not None and path not in kept:
+            continue
         live = np.nonzero(_live(reader, specs, state, entry))[0]
         rows = reader.rows(entry).take(pa.array(live))
         rows = rows.append_column("_file", pa.array([path] * len(live), pa.string()))

@@ -26,6 +26,7 @@ than the driver holds.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,7 @@ from airflow_provider_ct.core.rewrites import bind_tables, rows_select
 from airflow_provider_ct.core.snapshot_files import rows_with_positions
 from airflow_provider_ct.core.tables import live_files, live_rows
 from airflow_provider_ct.exceptions import NotInPlaceError
+from airflow_provider_ct.spark.days import INLINE_KEYS
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.incremental import register_left_join_restrictions, terms
@@ -300,7 +302,9 @@ def _driver_correction(
         return None
     if live_files(agg.table, agg.base_snapshot_id) > DRIVER_READ_FILES:
         return None  # every file is read: a partitioned target's pruning is Spark's
-    have = rows_with_positions(agg.table, agg.base_snapshot_id, agg.columns)
+    row_filter = None if rebuild or agg.scalar else _groups_filter(agg, affected)
+    have = rows_with_positions(agg.table, agg.base_snapshot_id, agg.columns, row_filter)
+    files_read = len(set(have.column("_file").to_pylist()))
     if not rebuild:
         have = _of_groups(agg, have, affected)
     schema = to_arrow_schema(agg.schema)
@@ -308,7 +312,36 @@ def _driver_correction(
     diff = diff_rows(rows.select(agg.columns), have, agg.columns)
     inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
     log.info("in-place rows diffed on the driver: +%d -%d", inserted, retracted)
-    return Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
+    correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
+    correction.notes["target_files_read"] = files_read
+    return correction
+
+
+def _groups_filter(agg: Aggregation, affected: list[GroupState]) -> Any:
+    """A PyIceberg filter holding the affected groups' keys (each key ``IN`` its values):
+    the files it prunes (a target partitioned by a key) are not read. None: no pruning."""
+    from pyiceberg import expressions
+
+    iceberg: Any = expressions  # pydantic models: their constructors confuse mypy
+    out: Any = None
+    for index, position in enumerate(agg.plan.key_positions):
+        values = {group.key[index] for group in affected}
+        present = [v for v in values if v is not None]
+        exact = all(_prunable(v) for v in present)
+        if len(present) > INLINE_KEYS or not exact:
+            continue
+        name = agg.schema.fields[position].name
+        clause = iceberg.In(name, set(present)) if present else iceberg.AlwaysFalse()
+        if None in values:
+            clause = iceberg.Or(clause, iceberg.IsNull(name))
+        out = clause if out is None else iceberg.And(out, clause)
+    return out
+
+
+def _prunable(value: Any) -> bool:
+    """A key value PyIceberg's literals take exactly (not a timestamp: its zone is Spark's)."""
+    plain = isinstance(value, str | int | datetime.date)
+    return plain and not isinstance(value, datetime.datetime)
 
 
 def _of_groups(agg: Aggregation, have: pa.Table, affected: list[GroupState]) -> pa.Table:
