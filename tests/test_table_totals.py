@@ -9,7 +9,6 @@ from airflow_provider_ct.core.tables import (
     UNKNOWN_ROWS,
     create_managed_table,
     live_bytes,
-    live_files,
     live_rows,
 )
 
@@ -31,11 +30,6 @@ def test_rows_and_bytes_follow_the_files_of_each_snapshot(
     assert live_rows(table, first) == 100
     assert 0 < live_bytes(table, first) < sum(sizes)
     assert live_rows(table, 12345) == live_bytes(table, 12345) == UNKNOWN_ROWS  # no such snapshot
-    assert live_files(table, None) == len(sizes) == 2  # data files; no delete file yet
-    assert live_files(table, first) == 1
-    table.delete("id = 7")  # copy-on-write by PyIceberg: the second file is rewritten
-    assert live_files(table, None) == len(table.inspect.files())
-    assert live_files(table, 12345) == UNKNOWN_ROWS
 
 
 def test_estimated_change_rows_sum_what_each_snapshot_touched_and_skip_compaction(

@@ -347,8 +347,12 @@ def _matching(rows: pa.Table, deleted: pa.Table) -> np.ndarray:
 
 
 def rows_with_positions(
-    table: Table, snapshot_id: int, columns: Sequence[str], row_filter: Any = None
-) -> pa.Table:
+    table: Table,
+    snapshot_id: int,
+    columns: Sequence[str],
+    row_filter: Any = None,
+    max_files: int | None = None,
+) -> pa.Table | None:
     """Every live row of a snapshot on ``columns``, with its ``_file`` and ``_pos``.
 
     What Spark's ``_file`` and ``_pos`` metadata columns give, read on the
@@ -358,6 +362,7 @@ def rows_with_positions(
     :param row_filter: a PyIceberg expression: only the data files Iceberg's
         scan planning keeps for it (partition values, column statistics) are
         read, whole (a superset of the matching rows; the caller filters).
+    :param max_files: None (nothing read) when more data files than this are to be read.
     """
     metadata = table.metadata
     snapshot = metadata.snapshot_by_id(snapshot_id)
@@ -377,9 +382,10 @@ def rows_with_positions(
             kept = {task.file.file_path for task in scan.plan_files()}
         except (ValueError, TypeError) as exc:  # a value the column's type refuses: read all
             log.info("no file pruning for %s: %s", row_filter, exc)
-    for path, entry in sorted(state.data.items()):
-        if kept is not None and path not in kept:
-            continue
+    chosen = [(p, e) for p, e in sorted(state.data.items()) if kept is None or p in kept]
+    if max_files is not None and len(chosen) > max_files:
+        return None
+    for path, entry in chosen:
         live = np.nonzero(_live(reader, specs, state, entry))[0]
         rows = reader.rows(entry).take(pa.array(live))
         rows = rows.append_column("_file", pa.array([path] * len(live), pa.string()))

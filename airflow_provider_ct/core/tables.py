@@ -149,13 +149,6 @@ def live_bytes(table: Table, snapshot_id: int | None) -> int:
     return UNKNOWN_ROWS if size is None else size
 
 
-def live_files(table: Table, snapshot_id: int | None) -> int:
-    """Data and delete files of ``snapshot_id`` per its summary (or :data:`UNKNOWN_ROWS`)."""
-    data = _summary_total(table, snapshot_id, "total-data-files")
-    deletes = _summary_total(table, snapshot_id, "total-delete-files", absent=0)
-    return UNKNOWN_ROWS if data is None or deletes is None else data + deletes
-
-
 def _summary_total(
     table: Table, snapshot_id: int | None, key: str, absent: int | None = None
 ) -> int | None:

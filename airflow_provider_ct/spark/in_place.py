@@ -49,7 +49,7 @@ from airflow_provider_ct.core.in_place_driver import change_state as change_stat
 from airflow_provider_ct.core.planner import Plan
 from airflow_provider_ct.core.rewrites import bind_tables, rows_select
 from airflow_provider_ct.core.snapshot_files import rows_with_positions
-from airflow_provider_ct.core.tables import live_files, live_rows
+from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.exceptions import NotInPlaceError
 from airflow_provider_ct.spark.days import INLINE_KEYS
 from airflow_provider_ct.spark.diff import compute_correction
@@ -63,7 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SIGN = "__ct_sign"
-#: Most files of the target the driver reads to diff (it reads them all, unpruned).
+#: Most files of the target the driver reads to diff, after Iceberg's pruning by the
+#: affected keys (each is read whole, one by one; past this, Spark's scan).
 DRIVER_READ_FILES = 64
 
 
@@ -300,10 +301,12 @@ def _driver_correction(
         return None
     if live_rows(agg.table, agg.base_snapshot_id) > agg.driver_rows:
         return None
-    if live_files(agg.table, agg.base_snapshot_id) > DRIVER_READ_FILES:
-        return None  # every file is read: a partitioned target's pruning is Spark's
     row_filter = None if rebuild or agg.scalar else _groups_filter(agg, affected)
-    have = rows_with_positions(agg.table, agg.base_snapshot_id, agg.columns, row_filter)
+    have = rows_with_positions(
+        agg.table, agg.base_snapshot_id, agg.columns, row_filter, DRIVER_READ_FILES
+    )
+    if have is None:
+        return None  # more files than the driver reads one by one: Spark's scan
     files_read = len(set(have.column("_file").to_pylist()))
     if not rebuild:
         have = _of_groups(agg, have, affected)
