@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.tables import iter_tables
 from tests.helpers import files_by_day, fresh_events, rows_of, task_xcom
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,6 +123,8 @@ def test_in_place_ticks_are_exact_and_keep_their_state(lake: Any, spark: Any) ->
     assert rows_of(lake.load_table("ip.total")) == _total(events)
     head = lake.load_table("ip.events").metadata.current_snapshot().snapshot_id
     assert _state_pins(lake, "ip.daily__ct_state") == {"ip.events": head}
+    listed = dict(iter_tables(lake, ["ip"]))  # what the demo and the registry list
+    assert set(listed) == {"ip.daily", "ip.events", "ip.total"}  # not the state tables
     before = files_by_day(lake.load_table("ip.daily"))
 
     # An update (merge-on-read) on day 1, a delete and an insert on day 3 with a

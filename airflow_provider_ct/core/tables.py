@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.layout import TableLayout
@@ -58,15 +57,10 @@ def create_managed_table(
     ``layout`` (partitioning, sort order, the user's properties) applies to
     a table created here only: one that exists keeps its own.
     """
-    from pyiceberg.exceptions import (
-        CommitFailedException,
-        NamespaceAlreadyExistsError,
-        TableAlreadyExistsError,
-    )
+    from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 
     namespace, _ = split_identifier(identifier)
-    with contextlib.suppress(NamespaceAlreadyExistsError):
-        catalog.create_namespace(namespace)
+    _ensure_namespace(catalog, namespace)
     layout = layout or TableLayout()
     props = {**layout.properties, **MANAGED_TABLE_PROPERTIES, **(properties or {})}
     try:
@@ -88,6 +82,27 @@ def create_managed_table(
     return table
 
 
+def _ensure_namespace(catalog: Any, namespace: str) -> None:
+    """Create ``namespace`` unless it exists, also when another task creates it meanwhile.
+
+    Two tasks registering tables of one new namespace race: the loser's
+    insert fails in the catalog's database (the SQL catalog raises its
+    driver's integrity error, not ``NamespaceAlreadyExistsError``). A
+    namespace that exists afterwards is what both wanted.
+    """
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+    try:
+        catalog.create_namespace(namespace)
+    except NamespaceAlreadyExistsError:
+        return
+    except Exception:
+        if catalog.namespace_exists(namespace):
+            log.info("namespace %s was created concurrently", namespace)
+            return
+        raise
+
+
 def ensure_name_mapping(table: Table) -> None:
     """Set ``schema.name-mapping.default`` if missing (needed to read id-less Parquet)."""
     from pyiceberg.table import TableProperties
@@ -105,7 +120,8 @@ def iter_tables(
     """``(name, table)`` for every table in ``namespaces``, sorted by name per namespace.
 
     Namespaces that do not exist (yet) and tables dropped while listing are
-    skipped: callers list while other processes create and drop.
+    skipped: callers list while other processes create and drop. So are the
+    state tables of in-place views (``core/state_table.py``).
     """
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
@@ -119,6 +135,8 @@ def iter_tables(
                 table = catalog.load_table(identifier)
             except NoSuchTableError:
                 continue
+            if TableKeys.STATE_OF in table.properties:
+                continue  # a view's aggregate state: its cache, not a table of the lake
             yield ".".join(identifier), table
 
 
