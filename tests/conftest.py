@@ -51,6 +51,21 @@ from tests.warm import private_warm_dir  # noqa: E402
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 
 
+@pytest.fixture(autouse=True)
+def empty_file_cache() -> Iterator[None]:
+    """Each test starts with this process's driver file cache empty.
+
+    Tests count the files a change reads; a file another test's history left
+    cached would make those counts depend on the order tests run in.
+    """
+    from airflow_provider_ct.core.file_cache import file_cache
+
+    cache = file_cache()
+    if cache is not None:
+        cache.clear()
+    yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warm_drivers() -> Iterator[Path]:
     """The session's own ``CT_WARM_DIR``: no test reaches a driver outside it, all stopped after.

@@ -92,6 +92,8 @@ class TableChanges:
     files_read: int
     #: Their sizes (whole files; only the projected columns are fetched).
     bytes_read: int
+    #: Data files whose columns came from the driver's file cache instead (``core/file_cache``).
+    files_cached: int = 0
 
 
 def table_changes(
@@ -138,7 +140,8 @@ def table_changes(
     inserted, deleted = net_changes(_concat(plus, arrow_schema), _concat(minus, arrow_schema))
     inserted, deleted = inserted.select(names), deleted.select(names)
     log.info(
-        "changes of %s from %s to %s: +%d -%d rows over %d snapshot(s), %d file(s), %d bytes read",
+        "changes of %s from %s to %s: +%d -%d rows over %d snapshot(s), %d file(s), %d bytes "
+        "read, %d data file(s) cached",
         ".".join(table.name()),
         from_snapshot_id,
         to_snapshot_id,
@@ -147,8 +150,11 @@ def table_changes(
         len(steps),
         reader.files_read,
         reader.bytes_read,
+        reader.files_cached,
     )
-    return TableChanges(inserted, deleted, len(steps), reader.files_read, reader.bytes_read)
+    return TableChanges(
+        inserted, deleted, len(steps), reader.files_read, reader.bytes_read, reader.files_cached
+    )
 
 
 #: Summary keys whose sum over a range of snapshots estimates the rows it changed.

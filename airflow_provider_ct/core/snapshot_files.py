@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_ct.core.file_cache import ENTRY_BYTES, cached, file_cache
 from airflow_provider_ct.exceptions import ChangesUnavailableError
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
 _ROW = "__ct_row"
+#: The table property naming columns of files written without field ids.
+_NAME_MAPPING = "schema.name-mapping.default"
 log = logging.getLogger(__name__)
 
 
@@ -116,7 +119,11 @@ class Manifests:
     def entries(self, manifest: ManifestFile) -> list[ManifestEntry]:
         path = manifest.manifest_path
         if path not in self._entries:
-            self._entries[path] = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            self._entries[path] = cached(
+                ("manifest", path, manifest.manifest_length, manifest.sequence_number),
+                lambda: manifest.fetch_manifest_entry(self._io, discard_deleted=True),
+                lambda entries: len(entries) * ENTRY_BYTES,
+            )
         return self._entries[path]
 
     def state(self, snapshot: Snapshot) -> LiveFiles:
@@ -169,6 +176,9 @@ class FileReader:
         self._equality: dict[str, pa.Table] = {}
         self.files_read = 0
         self.bytes_read = 0
+        #: Data files whose columns all came from the driver's file cache (nothing read).
+        self.files_cached = 0
+        self._mapping = table.metadata.properties.get(_NAME_MAPPING, "")
 
     def _count(self, data_file: DataFile) -> None:
         self.files_read += 1
@@ -188,7 +198,7 @@ class FileReader:
         data_file = entry.data_file
         path = data_file.file_path
         if path not in self._rows:
-            rows = self._scan(data_file, self.read_schema)
+            rows = self._columns(data_file)
             if rows.num_rows != data_file.record_count:
                 raise ChangesUnavailableError(
                     f"data file {path} holds {rows.num_rows} rows, its manifest says "
@@ -197,19 +207,62 @@ class FileReader:
             self._rows[path] = rows
         return self._rows[path]
 
+    def _columns(self, data_file: DataFile) -> pa.Table:
+        """The file's rows on the read schema: cached columns, the others read (and kept)."""
+        from pyiceberg.schema import Schema as IcebergSchema
+
+        fields = self.read_schema.fields
+        cache = file_cache()
+        if cache is None or not fields:
+            return self._scan(data_file, self.read_schema)
+        keys = {f.field_id: self._column_key(data_file, f) for f in fields}
+        have: dict[int, tuple[pa.Field, pa.ChunkedArray] | None]
+        have = {i: cache.get(key) for i, key in keys.items()}
+        missing = [i for i, column in have.items() if column is None]
+        if missing:
+            schema = IcebergSchema(*[self.read_schema.find_field(i) for i in missing])
+            read = self._scan(data_file, schema)
+            for i, arrow_field, column in zip(missing, read.schema, read.columns, strict=True):
+                have[i] = (arrow_field, column)
+                cache.put(keys[i], have[i], column.nbytes)
+        else:
+            self.files_cached += 1
+        pairs = [p for p in (have[f.field_id] for f in fields) if p is not None]
+        return pa.Table.from_arrays([c for _, c in pairs], schema=pa.schema([f for f, _ in pairs]))
+
+    def _column_key(self, data_file: DataFile, iceberg_field: Any) -> tuple[Any, ...]:
+        """What one decoded column depends on: the file, the field's id and type, the mapping."""
+        return (
+            "column",
+            data_file.file_path,
+            int(data_file.file_size_in_bytes or 0),
+            iceberg_field.field_id,
+            str(iceberg_field.field_type),
+            iceberg_field.required,
+            repr(iceberg_field.initial_default),
+            self._mapping,
+        )
+
     def positions(self, delete_file: DataFile) -> dict[str, np.ndarray]:
         """The deleted positions of a position-delete file, per data file path."""
-        from pyiceberg.io.pyarrow import _read_deletes
-
         path = delete_file.file_path
         if path not in self._positions:
-            self._count(delete_file)
-            read = _read_deletes(self._table.io, delete_file)
-            self._positions[path] = {
-                str(name): np.asarray(positions.to_numpy(), dtype=np.int64)
-                for name, positions in read.items()
-            }
+            self._positions[path] = cached(
+                ("positions", path, int(delete_file.file_size_in_bytes or 0)),
+                lambda: self._read_positions(delete_file),
+                lambda read: sum(a.nbytes + len(p) for p, a in read.items()),
+            )
         return self._positions[path]
+
+    def _read_positions(self, delete_file: DataFile) -> dict[str, np.ndarray]:
+        from pyiceberg.io.pyarrow import _read_deletes
+
+        self._count(delete_file)
+        read = _read_deletes(self._table.io, delete_file)
+        return {
+            str(name): np.asarray(positions.to_numpy(), dtype=np.int64)
+            for name, positions in read.items()
+        }
 
     def equality_rows(self, delete_file: DataFile) -> pa.Table:
         """The rows of an equality-delete file, on its equality columns."""

@@ -35,6 +35,8 @@ from airflow_provider_ct.exceptions import ConfigurationError
 
 #: Environment variable naming the folder under which warm drivers live.
 WARM_DIR_ENV = "CT_WARM_DIR"
+#: A folder the warm driver writes one cProfile dump per job into (performance work only).
+PROFILE_ENV = "CT_WARM_PROFILE"
 #: Bumped when the protocol changes: a driver of another version is another identity.
 PROTOCOL_VERSION = 1
 LOCK_FILE, CONF_FILE, TOKEN_FILE, PID_FILE = "lock", "conf.json", "token", "pid"

@@ -177,6 +177,7 @@ def _report(name: str, changes: TableChanges) -> dict[str, Any]:
         "input_changes": {name: counts},
         "files_read": changes.files_read,
         "bytes_read": changes.bytes_read,
+        "files_cached": changes.files_cached,
         "aggregate_state": "kept",
     }
 

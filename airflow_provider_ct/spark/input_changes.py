@@ -47,6 +47,7 @@ class InputChange:
     deleted_rows: int
     files_read: int = 0
     bytes_read: int = 0
+    files_cached: int = 0
     #: The same rows as Arrow tables on the driver (``plus``, ``minus``), which
     #: ``plus``/``minus`` read back: questions about them need no Spark job.
     arrow: tuple[pa.Table, pa.Table] | None = None
@@ -69,6 +70,7 @@ class Bindings:
             },
             "files_read": sum(c.files_read for c in self.changes.values()),
             "bytes_read": sum(c.bytes_read for c in self.changes.values()),
+            "files_cached": sum(c.files_cached for c in self.changes.values()),
         }
 
     def release_arrow(self) -> None:
@@ -158,6 +160,7 @@ def input_change(
         changes.deleted.num_rows,
         changes.files_read,
         changes.bytes_read,
+        changes.files_cached,
         arrow=(changes.inserted, changes.deleted),
     )
 

@@ -1,0 +1,141 @@
+"""The driver's cache of immutable files: what it keeps, what it refuses to reuse, its budget.
+
+Changes read through the cache are checked against DuckDB's ``EXCEPT ALL``
+over full scans (``test_changes.oracle``), the same oracle as uncached reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from airflow_provider_ct.core import file_cache as fc
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.changes import table_changes
+from airflow_provider_ct.exceptions import ConfigurationError
+from tests.test_changes import (
+    ROWS,
+    commit_deletes,
+    counter,
+    live_files,
+    main_snapshots,
+    new_table,
+    oracle,
+    position_delete,
+    scan,
+)
+
+
+def test_least_recently_used_goes_first_and_the_budget_holds() -> None:
+    cache = fc.FileCache(100)
+    cache.put("a", 1, 40)
+    cache.put("b", 2, 40)
+    assert cache.get("a") == 1  # a is now the most recent
+    cache.put("c", 3, 40)
+    assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3
+    assert cache.held == 80 and cache.stats.evicted == 1
+    cache.put("huge", 4, 101)  # alone over the budget: not kept, nothing evicted for it
+    assert cache.get("huge") is None and cache.held == 80
+    cache.put("a", 5, 10)  # replacing a key re-weighs it
+    assert cache.get("a") == 5 and cache.held == 50
+
+
+def test_budget_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "0")
+    assert fc.file_cache() is None
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "3")
+    cache = fc.file_cache()
+    assert cache is not None and cache.budget == 3 * 1024 * 1024
+    assert fc.file_cache() is cache  # one per process while the budget stays
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "-1")
+    with pytest.raises(ConfigurationError, match=fc.CACHE_MB_ENV):
+        fc.file_cache()
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "lots")
+    with pytest.raises(ConfigurationError, match="whole number"):
+        fc.file_cache()
+
+
+def _history(table: Any) -> tuple[int, int]:
+    """Four files of 50 rows, then one snapshot deleting a row from each of two files."""
+    for batch in range(4):
+        rows = [{"k": batch * 100 + i, "v": f"v{i % 7}", "n": i} for i in range(50)]
+        table.append(pa.Table.from_pylist(rows, ROWS))
+    base = main_snapshots(table)[-1]
+    files = sorted(live_files(table), key=lambda f: f.file_path)[:2]
+    deletes = [position_delete(table, [(f.file_path, 3), (f.file_path, 11)], f) for f in files]
+    commit_deletes(table, deletes, pa.Table.from_pylist([{"k": 999, "v": "new", "n": 1}], ROWS))
+    return base, main_snapshots(table)[-1]
+
+
+def _check(table: Any, base: int, head: int, got: Any) -> None:
+    plus, minus = oracle(scan(table, base), scan(table, head))
+    assert counter(got.inserted) == plus and counter(got.deleted) == minus
+    assert sum(minus.values()) == 4 and sum(plus.values()) == 1
+
+
+def test_a_second_read_of_a_change_is_served_from_the_cache(
+    sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "64")
+    table = new_table(sqlite_catalog_config, "fcache.t")
+    base, head = _history(table)
+    first = table_changes(table, base, head)
+    _check(table, base, head, first)
+    # Two data files with deletes, the appended one, and the two delete files.
+    assert (first.files_read, first.files_cached) == (5, 0)
+    second = table_changes(table, base, head)
+    _check(table, base, head, second)
+    assert (second.files_read, second.files_cached) == (0, 3)
+    # A narrower projection reuses the columns it shares; a new column is read.
+    narrow = table_changes(table, base, head, columns=["n", "k"])
+    assert narrow.files_cached == 3 and narrow.deleted.column_names == ["n", "k"]
+    cache = fc.file_cache()
+    assert cache is not None and 0 < cache.held <= cache.budget
+
+
+def test_the_cache_off_reads_every_time(
+    sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "0")
+    table = new_table(sqlite_catalog_config, "fcache.off")
+    base, head = _history(table)
+    for _ in range(2):
+        got = table_changes(table, base, head)
+        _check(table, base, head, got)
+        assert (got.files_read, got.files_cached) == (5, 0)
+
+
+def test_a_promoted_column_is_decoded_again(
+    sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``int`` promoted to ``long``: the old files' cached int32 column is not reused."""
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "64")
+    table = new_table(sqlite_catalog_config, "fcache.promoted")
+    base, head = _history(table)
+    assert table_changes(table, base, head).deleted.schema.field("n").type == pa.int32()
+    with table.update_schema() as update:
+        update.update_column("n", field_type=_long())
+    table.refresh()
+    # A snapshot under the new schema to start the range from (the update itself makes none).
+    table.append(
+        pa.Table.from_pylist([{"k": 1000, "v": "late", "n": 2**40}], table.schema().as_arrow())
+    )
+    promoted_base = main_snapshots(table)[-1]
+    # An old file, written with int32, whose columns were cached (the first range read it).
+    victim = sorted(live_files(table), key=lambda f: f.file_path)[0]
+    assert victim.record_count == 50
+    commit_deletes(table, [position_delete(table, [(victim.file_path, 20)], victim)])
+    got = table_changes(table, promoted_base, main_snapshots(table)[-1])
+    assert got.deleted.schema.field("n").type == pa.int64()
+    assert got.files_cached == 0
+    before = scan(table, promoted_base)
+    assert counter(got.deleted) == counter(before.filter(pc.equal(before["k"], 20)))
+
+
+def _long() -> Any:
+    from pyiceberg.types import LongType
+
+    return LongType()
