@@ -268,9 +268,9 @@ class Driver:
             spec = JobSpec.from_json(request.get("job"))
             desc = BatchDescription.from_json(request["description"])
             log.info("job %s: %s for %s (%s)", group, spec.kind, desc.target, desc.id)
-            with self.session(config, dict(request.get("session_conf") or {}), group) as session:
-                with _profiled(group):
-                    report = spec.run(session, config, desc)
+            conf = dict(request.get("session_conf") or {})
+            with self.session(config, conf, group) as session, _profiled(group):
+                report = spec.run(session, config, desc)
             log.info("report: %s", json.dumps(report.to_json()))
             return {"type": p.REPORT, "report": report.to_json()}
         except Exception as exc:
