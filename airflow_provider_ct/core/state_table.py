@@ -33,6 +33,14 @@ from airflow_provider_ct.exceptions import StateMismatchError
 log = logging.getLogger(__name__)
 
 SUFFIX = "__ct_state"
+#: Snapshots a state table keeps: its head and the two before it, so a tick
+#: that read one just before a newer write still finds its files.
+KEPT_SNAPSHOTS = 3
+#: Old metadata files are deleted as commits go (Iceberg's own properties).
+_METADATA_KEPT = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": str(KEPT_SNAPSHOTS),
+}
 
 
 def state_table_name(target: str) -> str:
@@ -87,32 +95,91 @@ def write_state(
     # rebuild's aggregation and a change's, and a required column would refuse one.
     rows = rows.cast(pa.schema([f.with_nullable(True) for f in rows.schema]))
     try:
-        table = _state_table(catalog, name, target, rows.schema)
+        table, old_files = _state_table(catalog, name, target, rows.schema)
         properties = {SummaryKeys.QUERY_HASH: digest, SummaryKeys.STATE_INPUTS: pins_json(pins)}
-        if table.current_snapshot() is None:
-            table.append(rows, snapshot_properties=properties)
-        else:
-            table.overwrite(rows, snapshot_properties=properties)
+        expired = _replace(table, old_files, rows, properties)
     except Exception as exc:
         log.warning("could not keep the aggregate state in %s: %s", name, exc)
         return False
+    _delete_unreachable(table, expired)
     log.info("kept the aggregate state of %d groups in %s", rows.num_rows, name)
     return True
 
 
-def _state_table(catalog: Any, name: str, target: str, schema: pa.Schema) -> Any:
+def _replace(
+    table: Any, old_files: list[Any], rows: pa.Table, properties: dict[str, str]
+) -> list[Any]:
+    """Commit one snapshot holding only ``rows``, expiring the oldest snapshots in the same commit.
+
+    The state table is the product's own, so the product keeps it small: each
+    tick would otherwise add a snapshot (and a file) for ever. Returns the
+    snapshots expired, whose files :func:`_delete_unreachable` removes.
+    """
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+    from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+    newest = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)
+    kept = newest[-(KEPT_SNAPSHOTS - 1) :] if KEPT_SNAPSHOTS > 1 else []
+    expired = [s for s in newest if s not in kept]
+    with table.transaction() as tx:
+        producer = tx.update_snapshot(snapshot_properties=properties).overwrite()
+        for data_file in old_files:
+            producer.delete_data_file(data_file)
+        for data_file in _dataframe_to_data_files(tx.table_metadata, rows, table.io):
+            producer.append_data_file(data_file)
+        producer.commit()
+        if expired:
+            ExpireSnapshots(tx).by_ids([s.snapshot_id for s in expired]).commit()
+    return expired
+
+
+def _delete_unreachable(table: Any, expired: list[Any]) -> None:
+    """Delete the manifest lists, manifests and data files only ``expired`` snapshots reached."""
+    if not expired:
+        return
+    try:
+        reachable = _files(table, table.metadata.snapshots)
+        for path in sorted(_files(table, expired) - reachable):
+            table.io.delete(path)
+    except Exception as exc:  # orphans cost storage, never correctness
+        log.warning("could not delete expired state files of %s: %s", table.name(), exc)
+
+
+def _files(table: Any, snapshots: list[Any]) -> set[str]:
+    out: set[str] = set()
+    for snapshot in snapshots:
+        out.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            out.add(manifest.manifest_path)
+            entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+            out.update(e.data_file.file_path for e in entries)
+    return out
+
+
+def _state_table(catalog: Any, name: str, target: str, schema: pa.Schema) -> tuple[Any, list[Any]]:
+    """The state table to write ``schema``'s rows to, and the data files its head holds.
+
+    Created when missing; created again when its columns no longer fit or its
+    head has delete files (an edit: a snapshot of data files only would keep
+    applying them). A table from before metadata files were bounded gets the
+    properties that bound them.
+    """
     from pyiceberg.exceptions import NoSuchTableError
 
-    properties = {TableKeys.STATE_OF: target, "format-version": "2"}
+    properties = {TableKeys.STATE_OF: target, "format-version": "2", **_METADATA_KEPT}
     try:
         table = catalog.load_table(name)
     except NoSuchTableError:
-        return catalog.create_table(name, schema=schema, properties=properties)
-    if _fits(table, schema):
-        return table
-    log.info("%s has other columns than the view's state now: created again", name)
-    catalog.drop_table(name)
-    return catalog.create_table(name, schema=schema, properties=properties)
+        return catalog.create_table(name, schema=schema, properties=properties), []
+    tasks = list(table.scan().plan_files()) if table.current_snapshot() is not None else []
+    if not _fits(table, schema) or any(task.delete_files for task in tasks):
+        log.info("%s has other columns than the view's state now, or deletes: created again", name)
+        catalog.drop_table(name)
+        return catalog.create_table(name, schema=schema, properties=properties), []
+    if any(table.properties.get(k) != v for k, v in _METADATA_KEPT.items()):
+        with table.transaction() as tx:
+            tx.set_properties(**_METADATA_KEPT)
+    return table, [task.file for task in tasks]
 
 
 def _fits(table: Any, schema: pa.Schema) -> bool:

@@ -1,0 +1,86 @@
+"""The in-place state table stays small: one snapshot per write, old ones expired, files deleted.
+
+Written through ``write_state`` as ticks do (no Spark needed); what a later
+``read_state`` returns is compared with the rows the test wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.state_table import (
+    KEPT_SNAPSHOTS,
+    read_state,
+    state_table_name,
+    write_state,
+)
+from airflow_provider_ct.exceptions import StateMismatchError
+from tests.test_changes import commit_deletes, live_files, position_delete
+
+TARGET = "st.view"
+
+
+def _rows(tick: int) -> pa.Table:
+    return pa.table(
+        {"g": [f"g{i}" for i in range(4)], "__ct_rows": [tick * 10 + i for i in range(4)]}
+    )
+
+
+def _sorted(rows: pa.Table) -> list[dict[str, Any]]:
+    return sorted(rows.to_pylist(), key=lambda r: r["g"])
+
+
+def _files_on_disk(catalog: Any, suffix: str) -> set[str]:
+    location = catalog.load_table(state_table_name(TARGET)).location().removeprefix("file://")
+    return {str(p) for p in Path(location).rglob(f"*{suffix}")}
+
+
+@pytest.fixture
+def catalog(sqlite_catalog_config: CatalogConfig) -> Any:
+    loaded = sqlite_catalog_config.load()
+    loaded.create_namespace("st")
+    return loaded
+
+
+def test_each_write_is_one_snapshot_and_old_ones_go_with_their_files(catalog: Any) -> None:
+    for tick in range(1, 8):
+        pins = {"st.events": tick}
+        assert write_state(catalog, TARGET, _rows(tick), "digest", pins)
+        rows, _ = read_state(catalog, TARGET, "digest", pins)
+        assert _sorted(rows) == _sorted(_rows(tick))
+        table = catalog.load_table(state_table_name(TARGET))
+        assert len(table.metadata.snapshots) == min(tick, KEPT_SNAPSHOTS)
+        # One data file per kept snapshot, nothing older on disk.
+        live = {f.file_path.removeprefix("file://") for f in live_files(table)}
+        on_disk = _files_on_disk(catalog, ".parquet")
+        assert live <= on_disk and len(on_disk) == min(tick, KEPT_SNAPSHOTS)
+        assert len(_files_on_disk(catalog, ".metadata.json")) <= KEPT_SNAPSHOTS + 1
+        with pytest.raises(StateMismatchError, match="reflects input snapshots"):
+            read_state(catalog, TARGET, "digest", {"st.events": tick - 1})
+
+
+def test_a_state_table_with_delete_files_is_created_again(catalog: Any) -> None:
+    assert write_state(catalog, TARGET, _rows(1), "digest", {"st.events": 1})
+    table = catalog.load_table(state_table_name(TARGET))
+    victim = live_files(table)[0]
+    commit_deletes(table, [position_delete(table, [(victim.file_path, 0)], victim)])
+    assert write_state(catalog, TARGET, _rows(2), "digest", {"st.events": 2})
+    rows, _ = read_state(catalog, TARGET, "digest", {"st.events": 2})
+    assert _sorted(rows) == _sorted(_rows(2))  # the old delete does not apply to the new rows
+    table = catalog.load_table(state_table_name(TARGET))
+    assert len(table.metadata.snapshots) == 1
+
+
+def test_a_state_table_from_before_gets_bounded_metadata(catalog: Any) -> None:
+    name = state_table_name(TARGET)
+    schema = pa.schema([pa.field(f.name, f.type, nullable=True) for f in _rows(0).schema])
+    catalog.create_table(name, schema=schema, properties={"format-version": "2"})
+    assert write_state(catalog, TARGET, _rows(1), "digest", {"st.events": 1})
+    properties = catalog.load_table(name).properties
+    assert properties["write.metadata.delete-after-commit.enabled"] == "true"
+    assert properties["write.metadata.previous-versions-max"] == str(KEPT_SNAPSHOTS)
