@@ -63,6 +63,12 @@ QUERIES = {
         " COUNT(v) AS nv FROM {ns}.a WHERE (v BETWEEN 1 AND 8 OR v IS NULL) AND NOT id = 3"
         " AND k IN (1, 2, 3, NULL) GROUP BY k, s",
     ),
+    "joined_aggregate": (
+        "aggregate",
+        "SELECT b.name, a.s, COUNT(*) AS n, SUM(a.v) AS total, AVG(a.v) AS av, COUNT(a.v) AS nv"
+        " FROM {ns}.a a, {ns}.b b WHERE a.k = b.k AND (a.v > 1 OR a.v IS NULL)"
+        " GROUP BY b.name, a.s",
+    ),
     "having": (
         "group",
         "SELECT k, SUM(v) AS total FROM {ns}.a GROUP BY k HAVING COUNT(*) > 1",
@@ -334,7 +340,7 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
     assert on_driver == _inline_keys(frame.distinct())
 
 
-@pytest.mark.parametrize("name", ["scalar", "in_place_exprs"])
+@pytest.mark.parametrize("name", ["scalar", "in_place_exprs", "joined_aggregate"])
 def test_in_place_on_the_driver_equals_spark(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
@@ -345,7 +351,7 @@ def test_in_place_on_the_driver_equals_spark(
     sql = QUERIES[name][1].format(ns=ns)
     for n in range(1, 6):
         time = 1_000 * n
-        inputs.mutate(time - 500, change_b=False)
+        inputs.mutate(time - 500, change_b=name == "joined_aggregate")
         inputs.seal(time)
         monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")  # no driver: Spark's jobs
         by_spark = _tick(spark, spark_catalog_config, f"{ns}.by_spark", sql, time)

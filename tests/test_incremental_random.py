@@ -225,6 +225,14 @@ VIEWS = (
         "FROM {a} AS a JOIN {b} AS b ON a.k = b.k GROUP BY b.w",
         ("a", "b"),
     ),
+    # A comma join whose WHERE also filters across both inputs: the driver's
+    # keyed joins (inplace_j too, while the change is small).
+    View(
+        "inplace_jw",
+        "SELECT a.s, COUNT(*) AS n, SUM(b.w) AS tw, AVG(a.v) AS mean FROM {a} AS a, {b} AS b "
+        "WHERE a.k = b.k AND (a.v > 2 OR b.w IS NULL) GROUP BY a.s",
+        ("a", "b"),
+    ),
     View(
         "scalar",
         "SELECT COUNT(*) AS n, SUM(v) AS total, AVG(v) AS mean, "

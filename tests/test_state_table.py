@@ -64,6 +64,17 @@ def test_each_write_is_one_snapshot_and_old_ones_go_with_their_files(catalog: An
             read_state(catalog, TARGET, "digest", {"st.events": tick - 1})
 
 
+def test_no_groups_is_a_state_too(catalog: Any) -> None:
+    """Every group emptied: the state is kept with no rows (not a failed write)."""
+    assert write_state(catalog, TARGET, _rows(1).slice(0, 0), "digest", {"st.events": 1})
+    rows, _ = read_state(catalog, TARGET, "digest", {"st.events": 1})
+    assert rows.num_rows == 0
+    assert write_state(catalog, TARGET, _rows(2), "digest", {"st.events": 2})
+    assert write_state(catalog, TARGET, _rows(3).slice(0, 0), "digest", {"st.events": 3})
+    rows, _ = read_state(catalog, TARGET, "digest", {"st.events": 3})
+    assert rows.num_rows == 0
+
+
 def test_a_state_table_with_delete_files_is_created_again(catalog: Any) -> None:
     assert write_state(catalog, TARGET, _rows(1), "digest", {"st.events": 1})
     table = catalog.load_table(state_table_name(TARGET))

@@ -78,11 +78,22 @@ class ArrowEvaluator:
     :param types: :func:`node_key` -> the Arrow type of the node's Spark type.
     """
 
-    def __init__(self, rows: pa.Table, alias: str, types: Mapping[str, pa.DataType]) -> None:
+    def __init__(
+        self,
+        rows: pa.Table,
+        alias: str,
+        types: Mapping[str, pa.DataType],
+        names: Mapping[tuple[str, str], str] | None = None,
+    ) -> None:
         self.rows = rows
         self.alias = alias.lower()
         self.types = types
-        self._columns = {n.lower(): n for n in rows.column_names}
+        #: (qualifier or "", column), lower-cased -> the rows' column.
+        self._names = dict(names) if names is not None else {}
+        if names is None:
+            for name in rows.column_names:
+                self._names[(self.alias, name.lower())] = name
+                self._names[("", name.lower())] = name
         self._rules: dict[type, Callable[[Any], Value]] = {
             exp.Column: self._column,
             exp.Literal: self._literal,
@@ -100,6 +111,22 @@ class ArrowEvaluator:
             exp.Case: self._case,
             exp.Like: self._like,
         }
+
+    @classmethod
+    def joined(cls, rows: pa.Table, types: Mapping[str, pa.DataType]) -> ArrowEvaluator:
+        """Over joined rows whose columns are named ``alias.column`` (:mod:`.driver_join`).
+
+        A qualified column is found by its alias; an unqualified one when
+        exactly one alias has it (Spark's analysis refused the others).
+        """
+        names: dict[tuple[str, str], str] = {}
+        owners: dict[str, list[str]] = {}
+        for name in rows.column_names:
+            alias, _, column = name.lower().partition(".")
+            names[(alias, column)] = name
+            owners.setdefault(column, []).append(name)
+        names.update({("", c): found[0] for c, found in owners.items() if len(found) == 1})
+        return cls(rows, "", types, names)
 
     def value(self, node: Any) -> Value:
         """``node`` over every row (an array) or as a constant (a scalar)."""
@@ -156,9 +183,8 @@ class ArrowEvaluator:
 
     # -- rules ----------------------------------------------------------------------------
     def _column(self, node: Any) -> Value:
-        qualifier = node.table.lower()
-        name = self._columns.get(node.name.lower())
-        if (qualifier and qualifier != self.alias) or name is None or node.args.get("db"):
+        name = self._names.get((node.table.lower(), node.name.lower()))
+        if name is None or node.args.get("db"):
             raise NotOnDriver(f"column {node_key(node)} is not one of the input's")
         return self._typed(self.rows.column(name), node)
 

@@ -450,3 +450,70 @@ def rows_with_positions(
         arrow = arrow.append(pa.field("_file", pa.string())).append(pa.field("_pos", pa.int64()))
         return arrow.empty_table()
     return pa.concat_tables(parts, promote_options="permissive")
+
+
+class SnapshotRows:
+    """One snapshot's live rows on some columns, fetched by the values of one column.
+
+    For the driver's joins (:mod:`.driver_join`): a fetch scans that column of
+    every live data file and takes only the live rows whose value is asked
+    for. The columns are decoded once per process (:mod:`.file_cache`), so
+    in a warm driver a join partner costs a pass over one in-memory column
+    and its matches, not a read of the table.
+    """
+
+    def __init__(self, table: Table, snapshot_id: int | None, columns: Sequence[str]) -> None:
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        metadata = table.metadata
+        snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+        if snapshot_id is not None and snapshot is None:
+            raise ChangesUnavailableError(f"snapshot {snapshot_id} is not in the table's metadata")
+        schema = None
+        if snapshot is not None and snapshot.schema_id is not None:
+            schema = metadata.schema_by_id(snapshot.schema_id)
+        schema = schema or table.schema()
+        self._reader = FileReader(table, schema, [schema.find_field(c).field_id for c in columns])
+        self._state = Manifests(table).state(snapshot) if snapshot is not None else EMPTY_STATE
+        self._specs = dict(metadata.specs())
+        self._live: dict[str, np.ndarray] = {}
+        arrow = schema_to_pyarrow(self._reader.read_schema, include_field_ids=False)
+        self.empty = arrow.empty_table()
+
+    def where(self, column: str, values: pa.Array) -> pa.Table:
+        """The live rows whose ``column`` is one of ``values`` (never NULL: SQL's equality)."""
+        if not len(values):
+            return self.empty
+        parts = []
+        for path, entry in sorted(self._state.data.items()):
+            rows = self._reader.rows(entry)
+            hit = pc.is_in(rows.column(column), value_set=values, skip_nulls=True)
+            mask = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
+            if not mask.any():
+                continue
+            if path not in self._live:
+                self._live[path] = _live(self._reader, self._specs, self._state, entry)
+            parts.append(rows.filter(pa.array(mask & self._live[path])))
+        if not parts:
+            return self.empty
+        return pa.concat_tables(parts, promote_options="permissive")
+
+
+def column_bytes(table: Table, snapshot_id: int, columns: Sequence[str]) -> int:
+    """What ``columns`` take in the live data files of a snapshot, stored (from the manifests).
+
+    A file without per-column sizes counts whole. What deciding to decode them costs.
+    """
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise ChangesUnavailableError(f"snapshot {snapshot_id} is not in the table's metadata")
+    schema = table.metadata.schema_by_id(snapshot.schema_id or 0) or table.schema()
+    ids = {schema.find_field(c).field_id for c in columns}
+    total = 0
+    for entry in Manifests(table).state(snapshot).data.values():
+        sizes = entry.data_file.column_sizes or {}
+        if sizes:
+            total += sum(int(size) for field_id, size in sizes.items() if field_id in ids)
+        else:
+            total += int(entry.data_file.file_size_in_bytes or 0)
+    return total

@@ -125,8 +125,9 @@ def _replace(
         producer = tx.update_snapshot(snapshot_properties=properties).overwrite()
         for data_file in old_files:
             producer.delete_data_file(data_file)
-        for data_file in _dataframe_to_data_files(tx.table_metadata, rows, table.io):
-            producer.append_data_file(data_file)
+        if rows.num_rows:  # no groups: a snapshot of no files (PyIceberg cannot bin-pack none)
+            for data_file in _dataframe_to_data_files(tx.table_metadata, rows, table.io):
+                producer.append_data_file(data_file)
         producer.commit()
         if expired:
             ExpireSnapshots(tx).by_ids([s.snapshot_id for s in expired]).commit()

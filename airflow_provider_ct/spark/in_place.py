@@ -179,10 +179,10 @@ def driver_change_state(
     :mod:`~airflow_provider_ct.core.arrow_eval` leaves to Spark; the reason
     is logged). ``schema``: the kept state's.
     """
-    parts = _expressions(agg)
+    parts = expressions(agg)
     alias = _tables_alias(agg.plan.blocks[0].tree)
     try:
-        types = _node_types(agg, parts)
+        types = node_types(agg, parts)
         sides = [(1, ArrowEvaluator(plus, alias, types)), (-1, ArrowEvaluator(minus, alias, types))]
         return change_state_rows(sides, parts, schema)
     except NotOnDriver as exc:
@@ -190,7 +190,7 @@ def driver_change_state(
         return None
 
 
-def _expressions(agg: Aggregation) -> Expressions:
+def expressions(agg: Aggregation) -> Expressions:
     from sqlglot import exp
 
     where = agg.plan.blocks[0].tree.args.get("where")
@@ -207,7 +207,7 @@ def _tables_alias(tree: Any) -> str:
     return str(from_.this.alias_or_name)
 
 
-def _node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
+def node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
     """The Spark type of every node the driver evaluates: one analysis, no job."""
     from pyspark.sql.pandas.types import to_arrow_type
     from sqlglot import exp

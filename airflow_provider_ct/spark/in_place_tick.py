@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 from airflow_provider_ct.core.changes import TableChanges, estimated_change_rows, table_changes
+from airflow_provider_ct.core.driver_join import NEW, OLD
 from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.planner import AGGREGATE, FULL, referenced_columns
 from airflow_provider_ct.core.query import query_hash
@@ -42,6 +43,8 @@ from airflow_provider_ct.spark.in_place import (
     driver_change_state,
     full_state,
 )
+from airflow_provider_ct.spark.in_place_join import joined_change, joined_change_state
+from airflow_provider_ct.spark.in_place_join import report as joined_report
 from airflow_provider_ct.spark.input_changes import bind_inputs
 from airflow_provider_ct.spark.refresh_rules import auto_full_reason
 from airflow_provider_ct.spark.tick import Computed, Target, Tick
@@ -87,7 +90,6 @@ def _computed(tick: Tick, target: Target, agg: Aggregation) -> Computed:
         if verify > 0 and base.incremental_ticks + 1 >= verify:
             raise NotInPlaceError(f"verify_every={verify}: the fallback's tick is verified")
         why = auto_full_reason(tick, inputs, base.before, target.table) or ""
-        _check_join_reads(tick, inputs, base.before)
     if base is not None and not why:
         try:
             kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), base.before)
@@ -101,10 +103,11 @@ def _computed(tick: Tick, target: Target, agg: Aggregation) -> Computed:
 
 
 def _check_join_reads(tick: Tick, inputs: dict[str, Any], before: dict[str, int | None]) -> None:
-    """Raise :class:`NotInPlaceError` when the delta rules' joins read about what full reads.
+    """Raise :class:`NotInPlaceError` when Spark's delta-rule joins read about what full reads.
 
-    Decided from snapshot summaries before any change is read; the fallback
-    plan then runs with its own rules (``refresh="auto"`` only).
+    Decided from snapshot summaries before Spark reads anything (the driver's
+    keyed joins, tried first, read only matches); the fallback plan then
+    runs with its own rules (``refresh="auto"`` only).
     """
     pinned = tick.desc.inputs
     sizes = {name: live_bytes(inputs[name], snap) for name, snap in pinned.items()}
@@ -132,6 +135,17 @@ def _incremental(
             result = correct(agg, target.persisted, kept, change)
             return result, {**_report(name, changes), "change_state_on": "driver"}
     known = {read[0]: read[1]} if read is not None else None
+    joined = joined_change(tick, agg, inputs, before)
+    if joined is not None:
+        tick.clock.lap("changes")
+        sides = {NEW: dict(tick.desc.inputs), OLD: before}
+        change = joined_change_state(agg, joined, inputs, sides, kept.schema)
+        if change is not None:
+            result = correct(agg, target.persisted, kept, change)
+            details = {**joined_report(joined), "aggregate_state": "kept"}
+            return result, {**details, "change_state_on": "driver"}
+        known = joined.changes
+    _check_join_reads(tick, inputs, before)
     bindings = bind_inputs(
         tick.spark, tick.config, tick.plan, inputs, before, tick.desc.inputs, tick.scratch, known
     )
