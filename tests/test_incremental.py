@@ -69,6 +69,14 @@ QUERIES = {
         " FROM {ns}.a a, {ns}.b b WHERE a.k = b.k AND (a.v > 1 OR a.v IS NULL)"
         " GROUP BY b.name, a.s",
     ),
+    # Expressions over aggregates (TPC-H q14's shape), derived by Spark from kept
+    # operands; DOUBLE at the end so that DuckDB's decimal division compares.
+    "derived": (
+        "aggregate",
+        "SELECT k, CAST(100.00 * SUM(CASE WHEN s LIKE 'x%' THEN CAST(v AS DECIMAL(10, 2)) ELSE 0 END)"
+        " / NULLIF(SUM(CAST(v AS DECIMAL(10, 2))), 0) AS DOUBLE) AS share, COUNT(*) + SUM(v) AS m"
+        " FROM {ns}.a GROUP BY k",
+    ),
     "having": (
         "group",
         "SELECT k, SUM(v) AS total FROM {ns}.a GROUP BY k HAVING COUNT(*) > 1",
@@ -340,7 +348,7 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
     assert on_driver == _inline_keys(frame.distinct())
 
 
-@pytest.mark.parametrize("name", ["scalar", "in_place_exprs", "joined_aggregate"])
+@pytest.mark.parametrize("name", ["scalar", "in_place_exprs", "joined_aggregate", "derived"])
 def test_in_place_on_the_driver_equals_spark(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:

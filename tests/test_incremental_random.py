@@ -226,10 +226,12 @@ VIEWS = (
         ("a", "b"),
     ),
     # A comma join whose WHERE also filters across both inputs: the driver's
-    # keyed joins (inplace_j too, while the change is small).
+    # keyed joins (inplace_j too, while the change is small), and an
+    # expression over aggregates (derived by Spark from kept operands).
     View(
         "inplace_jw",
-        "SELECT a.s, COUNT(*) AS n, SUM(b.w) AS tw, AVG(a.v) AS mean FROM {a} AS a, {b} AS b "
+        "SELECT a.s, COUNT(*) AS n, SUM(b.w) AS tw, AVG(a.v) AS mean, "
+        "SUM(b.w) - COUNT(*) * 2 AS d FROM {a} AS a, {b} AS b "
         "WHERE a.k = b.k AND (a.v > 2 OR b.w IS NULL) GROUP BY a.s",
         ("a", "b"),
     ),

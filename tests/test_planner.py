@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import sqlglot
 
+from airflow_provider_ct.core.in_place import in_place_shape
 from airflow_provider_ct.core.planner import choose_plan, plan_query, referenced_columns
 from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.core.rewrites import (
@@ -32,7 +33,9 @@ CASES = [
     ("SELECT k, SUM(v) AS t, AVG(v), COUNT(v) FROM s.a GROUP BY k", "aggregate", "SUM, AVG, COUNT"),
     ("SELECT k, SUM(v) FILTER (WHERE v > 1) FROM s.a GROUP BY k", "group", "GROUP BY k"),
     ("SELECT k, SUM(DISTINCT v) FROM s.a GROUP BY k", "group", "GROUP BY k"),
-    ("SELECT k, 100 * SUM(v) / SUM(w) FROM s.a GROUP BY k", "group", "GROUP BY k"),
+    ("SELECT k, 100 * SUM(v) / SUM(w) FROM s.a GROUP BY k", "aggregate", "SUM kept in place"),
+    ("SELECT k, SUM(v) / MAX(w) FROM s.a GROUP BY k", "group", "GROUP BY k"),
+    ("SELECT k, SUM(v) + k FROM s.a GROUP BY k", "group", "GROUP BY k"),
     ("SELECT DISTINCT k, v FROM s.a", "group", "DISTINCT"),
     ("SELECT CAST(ts AS DATE) AS d, MIN(v) FROM s.a GROUP BY 1", "partition", "days"),
     (
@@ -45,7 +48,8 @@ CASES = [
     ("SELECT DISTINCT CAST(ts AS DATE) FROM s.a", "group", "DISTINCT"),
     ("SELECT COUNT(*) FROM s.a", "aggregate", "one group (no GROUP BY)"),
     ("SELECT MAX(v) FROM s.a", "full", "without GROUP BY"),
-    ("SELECT SUM(v) / COUNT(*) FROM s.a", "full", "an expression over aggregates"),
+    ("SELECT SUM(v) / COUNT(*) FROM s.a", "aggregate", "one group (no GROUP BY)"),
+    ("SELECT SUM(v) / MAX(v) FROM s.a", "full", "MAX(v) in an expression"),
     ("SELECT SUM(v) FROM s.a LIMIT 1", "full", "LIMIT"),
     ("SELECT k, SUM(v) FROM s.a GROUP BY k, v", "full", "not an output column"),
     ("SELECT id, RANK() OVER (PARTITION BY k ORDER BY v) FROM s.a", "full", "window"),
@@ -135,6 +139,30 @@ def test_in_place_aggregates_keep_their_fallback_plan() -> None:
     scalar = plan_query(parse_query("SELECT COUNT(*), SUM(v) FROM s.a WHERE v > 1"))
     assert scalar.strategy == "aggregate" and scalar.key_sql == ()
     assert scalar.fallback("x").strategy == "full"
+
+
+def test_expressions_over_aggregates_keep_hidden_operands() -> None:
+    """q14's shape: the expression is derived by Spark from aggregates kept in place."""
+    plan = plan_query(
+        parse_query(
+            "SELECT k, 100.00 * SUM(CASE WHEN s LIKE 'P%' THEN v ELSE 0 END) / SUM(v) AS r, "
+            "SUM(v) AS t, COUNT(*) + 1 AS n1 FROM s.a GROUP BY k"
+        )
+    )
+    assert plan.strategy == "aggregate", plan.reason
+    in_place = plan.in_place
+    assert in_place is not None
+    calls = [(a.position, in_place.call_sql(i)) for i, a in enumerate(in_place.aggregates)]
+    case = "SUM(CASE WHEN s LIKE 'P%' THEN v ELSE 0 END)"
+    # One operand per distinct call and use: the hidden SUM(v) is not the output one.
+    assert calls == [(None, "SUM(v)"), (None, case), (2, "SUM(v)"), (None, "COUNT(*)")]
+    assert [(d.position, d.sql) for d in in_place.derived] == [
+        (1, "100.00 * __ct_v1 / __ct_v0"),
+        (3, "__ct_v3 + 1"),
+    ]
+    select = sqlglot.parse_one("SELECT k, SUM(v) + k AS x FROM s.a GROUP BY k", dialect="spark")
+    reason = in_place_shape(select, list(select.expressions), (0,))
+    assert isinstance(reason, str) and "over aggregates and columns" in reason
 
 
 def test_refresh_modes() -> None:

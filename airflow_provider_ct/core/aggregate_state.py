@@ -26,7 +26,7 @@ arithmetic can be tested on its own against Spark's aggregates.
 from __future__ import annotations
 
 import decimal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -166,18 +166,39 @@ def output_rows(
     schema: pa.Schema,
     *,
     scalar: bool,
+    derived: Mapping[int, Sequence[Any]] | None = None,
 ) -> pa.Table:
-    """The view's rows of ``groups`` (those with rows left), with ``schema`` (the target's)."""
+    """The view's rows of ``groups`` (those with rows left), with ``schema`` (the target's).
+
+    :param derived: per :class:`~.in_place.Derived` column's position, its
+        value for each of ``groups`` (in order), as Spark computed it.
+    """
     columns: list[list[Any]] = [[] for _ in schema]
-    for group in groups:
+    for index, group in enumerate(groups):
         if group.rows <= 0 and not scalar:
             continue
         for i, position in enumerate(key_positions):
             columns[position].append(group.key[i])
         for aggregate in in_place.aggregates:
-            field_type = schema.field(aggregate.position).type
-            columns[aggregate.position].append(_value(group, aggregate, field_type))
+            if aggregate.position is not None:
+                field_type = schema.field(aggregate.position).type
+                columns[aggregate.position].append(_value(group, aggregate, field_type))
+        for column in in_place.derived:
+            columns[column.position].append((derived or {})[column.position][index])
     return _table(columns, schema)
+
+
+def operand_values(
+    groups: Sequence[GroupState], in_place: InPlace, types: Sequence[pa.DataType]
+) -> list[tuple[Any, ...]]:
+    """Per group, the value of every aggregate (``types``: their Spark types, as Arrow)."""
+    return [
+        tuple(
+            _value(group, aggregate, field_type)
+            for aggregate, field_type in zip(in_place.aggregates, types, strict=True)
+        )
+        for group in groups
+    ]
 
 
 def _value(group: GroupState, aggregate: Any, field_type: pa.DataType) -> Any:
@@ -218,6 +239,7 @@ __all__ = [
     "combine",
     "count_column",
     "key_column",
+    "operand_values",
     "output_rows",
     "spark_decimal_average",
     "state_table",

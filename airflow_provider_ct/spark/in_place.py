@@ -39,11 +39,12 @@ from airflow_provider_ct.core.aggregate_state import (
     combine,
     count_column,
     key_column,
+    operand_values,
     output_rows,
     sum_column,
 )
 from airflow_provider_ct.core.arrow_eval import ArrowEvaluator, NotOnDriver, node_key, typed_nodes
-from airflow_provider_ct.core.in_place import AVG, SUM, InPlace
+from airflow_provider_ct.core.in_place import AVG, SUM, InPlace, operand
 from airflow_provider_ct.core.in_place_driver import Expressions, diff_rows
 from airflow_provider_ct.core.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.core.planner import Plan
@@ -311,13 +312,67 @@ def _driver_correction(
     if not rebuild:
         have = _of_groups(agg, have, affected)
     schema = to_arrow_schema(agg.schema)
-    rows = output_rows(affected, agg.in_place, agg.plan.key_positions, schema, scalar=agg.scalar)
+    rows = output_rows(
+        affected,
+        agg.in_place,
+        agg.plan.key_positions,
+        schema,
+        scalar=agg.scalar,
+        derived=derived_values(agg, affected),
+    )
     diff = diff_rows(rows.select(agg.columns), have, agg.columns)
     inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
     log.info("in-place rows diffed on the driver: +%d -%d", inserted, retracted)
     correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
     correction.notes["target_files_read"] = files_read
     return correction
+
+
+def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list[Any]] | None:
+    """Each derived column's value per group, computed by Spark from the aggregates' values.
+
+    One local relation of the groups' aggregate values, with the aggregates'
+    own Spark types, and a projection of the derived expressions over it:
+    Spark's optimizer evaluates that on the driver (no job), with its own
+    decimal rules, rounding and NULLs.
+    """
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    in_place = agg.in_place
+    if not in_place.derived:
+        return None
+    if not groups:
+        return {d.position: [] for d in in_place.derived}
+    fields = _operand_fields(agg)
+    arrow = [to_arrow_type(f.dataType) for f in fields]
+    values = operand_values(groups, in_place, arrow)
+    schema = T.StructType(
+        [
+            T.StructField("__ct_i", T.LongType(), False),
+            *[T.StructField(operand(i), f.dataType, True) for i, f in enumerate(fields)],
+        ]
+    )
+    frame = agg.spark.createDataFrame([(i, *v) for i, v in enumerate(values)], schema)
+    projected = [f"{d.sql} AS `__ct_d{j}`" for j, d in enumerate(in_place.derived)]
+    rows = sorted(frame.selectExpr("__ct_i", *projected).collect(), key=lambda r: r[0])
+    return {d.position: [r[j + 1] for r in rows] for j, d in enumerate(in_place.derived)}
+
+
+def _operand_fields(agg: Aggregation) -> list[Any]:
+    """The Spark field of every aggregate call of the view (analysis only: no job)."""
+    from sqlglot import exp
+
+    tree = agg.plan.blocks[0].tree.copy()
+    for arg in ("having", "order", "limit", "distinct"):
+        tree.set(arg, None)
+    calls = [
+        exp.alias_(exp.maybe_parse(agg.in_place.call_sql(i), dialect="spark"), operand(i))
+        for i in range(len(agg.in_place.aggregates))
+    ]
+    tree.set("expressions", calls)
+    bound = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
+    return list(agg.spark.sql(bound).schema.fields)
 
 
 def _groups_filter(agg: Aggregation, affected: list[GroupState]) -> Any:
@@ -361,7 +416,14 @@ def _desired(agg: Aggregation, affected: list[GroupState]) -> DataFrame:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(agg.schema)
-    rows = output_rows(affected, agg.in_place, agg.plan.key_positions, schema, scalar=agg.scalar)
+    rows = output_rows(
+        affected,
+        agg.in_place,
+        agg.plan.key_positions,
+        schema,
+        scalar=agg.scalar,
+        derived=derived_values(agg, affected),
+    )
     frame = agg.scratch.frame(agg.spark, rows, agg.schema)
     return frame.select(*[f"`{c}`" for c in agg.columns])
 
