@@ -73,8 +73,9 @@ QUERIES = {
     # operands; DOUBLE at the end so that DuckDB's decimal division compares.
     "derived": (
         "aggregate",
-        "SELECT k, CAST(100.00 * SUM(CASE WHEN s LIKE 'x%' THEN CAST(v AS DECIMAL(10, 2)) ELSE 0 END)"
-        " / NULLIF(SUM(CAST(v AS DECIMAL(10, 2))), 0) AS DOUBLE) AS share, COUNT(*) + SUM(v) AS m"
+        "SELECT k, CAST(100.00 * SUM(CASE WHEN s LIKE 'x%' THEN CAST(v AS DECIMAL(10, 2))"
+        " ELSE 0 END) / NULLIF(SUM(CAST(v AS DECIMAL(10, 2))), 0) AS DOUBLE) AS share,"
+        " COUNT(*) + SUM(v) AS m"
         " FROM {ns}.a GROUP BY k",
     ),
     "having": (
