@@ -21,7 +21,13 @@ import sqlglot
 
 from airflow_provider_ct.core.arrow_eval import NotOnDriver
 from airflow_provider_ct.core.changes import net_changes
-from airflow_provider_ct.core.driver_join import NEW, OLD, join_shape, term_rows
+from airflow_provider_ct.core.driver_join import (
+    NEW,
+    OLD,
+    join_shape,
+    single_table_conjuncts,
+    term_rows,
+)
 
 CASES = int(os.environ.get("CT_DRIVER_JOIN_CASES", "30"))
 COLUMNS = {
@@ -112,3 +118,26 @@ def test_shapes_left_to_spark() -> None:
     empty = _table("ns.a", [(1, 1, 1)])
     with pytest.raises(NotOnDriver, match="cross join"):
         term_rows(tied, 0, empty, _fetcher({NEW: {}, OLD: {}}))
+
+
+def test_an_equality_in_every_branch_of_an_or_joins() -> None:
+    """TPC-H q19 repeats its join in each OR branch: implied, so it joins; one branch
+    without it leaves a cross join (Spark's)."""
+
+    def pairs(sql: str) -> Any:
+        return join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS).equalities
+
+    both = "(a.k = b.k AND a.v > 0) OR (b.k = a.k AND b.j = 10)"
+    assert pairs(f"SELECT * FROM ns.a a, ns.b b WHERE {both}") == ((("a", "k"), ("b", "k")),)
+    one = "(a.k = b.k AND a.v > 0) OR b.j = 10"
+    assert pairs(f"SELECT * FROM ns.a a, ns.b b WHERE {one}") == ()
+
+
+def test_conjuncts_of_one_table_filter_it_before_the_join() -> None:
+    sql = (
+        "SELECT * FROM ns.a a JOIN ns.b b ON a.k = b.k AND name = 'x', ns.c"
+        " WHERE c.j = b.j AND a.v > 0 AND (v < 5 OR id = 1) AND (a.v > 1 OR b.j = 2) AND w = 3"
+    )
+    shape = join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS)
+    found = {a: [c.sql() for c in cs] for a, cs in single_table_conjuncts(shape).items()}
+    assert found == {"a": ["a.v > 0", "v < 5 OR id = 1"], "c": ["w = 3"], "b": ["name = 'x'"]}

@@ -156,6 +156,11 @@ def test_snapshot_rows_fetch_live_rows_by_key(
         expected = expected.filter(pa.compute.is_in(expected["k"], value_set=values))
         got = SnapshotRows(table, snapshot, ["k", "v"]).where("k", values)
         assert counter(got) == counter(expected.select(["k", "v"])), snapshot
+    strings = pa.array(["v3", "nul"], pa.large_string())  # not indexed: scanned
+    expected = scan(table, last)
+    expected = expected.filter(pa.compute.is_in(expected["v"], value_set=strings))
+    got = SnapshotRows(table, last, ["v", "k"]).where("v", strings)
+    assert counter(got) == counter(expected.select(["v", "k"])) and got.num_rows > 3
     # Four files hold n = 3 at position 3 (two of them deleted there), plus the NULL-key row.
     assert SnapshotRows(table, last, ["n"]).where("n", pa.array([3], pa.int32())).num_rows == 3
     assert SnapshotRows(table, None, ["k"]).where("k", values).num_rows == 0

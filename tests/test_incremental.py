@@ -69,6 +69,12 @@ QUERIES = {
         " FROM {ns}.a a, {ns}.b b WHERE a.k = b.k AND (a.v > 1 OR a.v IS NULL)"
         " GROUP BY b.name, a.s",
     ),
+    # TPC-H q19's shape: the join equality sits in every branch of an OR.
+    "or_joined": (
+        "aggregate",
+        "SELECT COUNT(*) AS n, SUM(a.v) AS t FROM {ns}.a a, {ns}.b b"
+        " WHERE (a.k = b.k AND a.v > 2) OR (b.k = a.k AND b.name = 'same')",
+    ),
     # Expressions over aggregates (TPC-H q14's shape), derived by Spark from kept
     # operands; DOUBLE at the end so that DuckDB's decimal division compares.
     "derived": (
@@ -349,7 +355,9 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
     assert on_driver == _inline_keys(frame.distinct())
 
 
-@pytest.mark.parametrize("name", ["scalar", "in_place_exprs", "joined_aggregate", "derived"])
+@pytest.mark.parametrize(
+    "name", ["scalar", "in_place_exprs", "joined_aggregate", "derived", "or_joined"]
+)
 def test_in_place_on_the_driver_equals_spark(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
@@ -360,7 +368,7 @@ def test_in_place_on_the_driver_equals_spark(
     sql = QUERIES[name][1].format(ns=ns)
     for n in range(1, 6):
         time = 1_000 * n
-        inputs.mutate(time - 500, change_b=name == "joined_aggregate")
+        inputs.mutate(time - 500, change_b=name in ("joined_aggregate", "or_joined"))
         inputs.seal(time)
         monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")  # no driver: Spark's jobs
         by_spark = _tick(spark, spark_catalog_config, f"{ns}.by_spark", sql, time)

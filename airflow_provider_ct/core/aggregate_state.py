@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_ct.core.in_place import AVG, COUNT, SUM, InPlace
+from airflow_provider_ct.core.row_match import matching_rows
 from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
 
 ROWS = "__ct_rows"
@@ -100,7 +101,7 @@ def combine(
     are retracted. A count below zero means the state was not what the
     change was computed against: :class:`StateMismatchError`.
     """
-    groups = _groups(state, keys, arguments)
+    untouched, groups = _split(state, change, keys, arguments)
     affected: list[GroupState] = []
     for delta in _groups(change, keys, arguments).values():
         old = groups.get(delta.key) or GroupState(delta.key, 0, [None] * arguments, [0] * arguments)
@@ -119,7 +120,26 @@ def combine(
         groups[delta.key] = new
         affected.append(new)
     kept = [g for g in groups.values() if g.rows > 0 or scalar]
-    return state_table(kept, change.schema, keys, arguments), affected
+    touched = state_table(kept, change.schema, keys, arguments)
+    if untouched is None or not untouched.num_rows:
+        return touched, affected
+    return pa.concat_tables([untouched.cast(change.schema), touched]), affected
+
+
+def _split(
+    state: pa.Table | None, change: pa.Table, keys: int, arguments: int
+) -> tuple[pa.Table | None, dict[tuple[Any, ...], GroupState]]:
+    """The kept groups ``change`` does not touch (as Arrow) and those it does (as Python).
+
+    A state of many groups is not turned into Python objects for a change
+    that touches a few of them (TPC-H q10 keeps 38,000 groups).
+    """
+    if state is None or not keys or not state.num_rows:
+        return None, _groups(state, keys, arguments)
+    names = [key_column(i) for i in range(keys)]
+    hit = matching_rows(state.select(names), change.select(names))
+    touched = state.filter(pa.array(hit))
+    return state.filter(pa.array(~hit)), _groups(touched, keys, arguments)
 
 
 def add_exact(a: Any, b: Any) -> Any:

@@ -38,6 +38,8 @@ from airflow_provider_ct.core.query import normalize_table_name
 #: A fetch of an input's rows: (input, ``"new"`` or ``"old"``, column, values) -> rows.
 Fetch = Callable[[str, str, str, pa.Array], pa.Table]
 NEW, OLD = "new", "old"
+#: Rows of one table (columns ``alias.column``) -> the rows to join: (alias, rows) -> rows.
+Prefilter = Callable[[str, pa.Table], pa.Table]
 
 
 @dataclass(frozen=True)
@@ -91,18 +93,71 @@ def join_shape(tree: Any, catalog_name: str, columns: Mapping[str, Sequence[str]
 def _equalities(
     condition: Any, inputs: Sequence[JoinInput]
 ) -> tuple[tuple[tuple[str, str], tuple[str, str]], ...]:
-    """The top-level conjuncts ``a.x = b.y`` of ``condition`` joining two different tables."""
-    out = []
+    """The conjuncts ``a.x = b.y`` of ``condition`` joining two different tables.
+
+    An ``OR`` whose every branch holds the same equality implies it (TPC-H
+    q19 repeats ``p_partkey = l_partkey`` in each branch): it joins too.
+    The whole condition is still evaluated on the joined rows.
+    """
+    out: list[tuple[tuple[str, str], tuple[str, str]]] = []
     for conjunct in _conjuncts(condition):
-        if not isinstance(conjunct, exp.EQ):
-            continue
-        left, right = conjunct.this, conjunct.expression
-        if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
-            continue
-        a, b = _place(left, inputs), _place(right, inputs)
-        if a[0] != b[0]:
-            out.append((a, b))
+        for pair in _implied(conjunct, inputs):
+            if pair not in out:
+                out.append(pair)
     return tuple(out)
+
+
+def _implied(
+    conjunct: Any, inputs: Sequence[JoinInput]
+) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    """The join equalities one conjunct implies: itself, or those common to an OR's branches."""
+    if isinstance(conjunct, exp.Or):
+        common: list[Any] | None = None
+        for branch in _disjuncts(conjunct):
+            found = [p for c in _conjuncts(branch) for p in _implied(c, inputs)]
+            common = found if common is None else [p for p in common if p in found]
+        return common or []
+    if not isinstance(conjunct, exp.EQ):
+        return []
+    left, right = conjunct.this, conjunct.expression
+    if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+        return []
+    a, b = _place(left, inputs), _place(right, inputs)
+    if a[0] == b[0]:
+        return []
+    return [(a, b) if a < b else (b, a)]
+
+
+def _disjuncts(condition: Any) -> list[Any]:
+    """The top-level ``OR`` operands, through parentheses."""
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
+    if isinstance(condition, exp.Or):
+        return [*_disjuncts(condition.left), *_disjuncts(condition.right)]
+    return [condition]
+
+
+def single_table_conjuncts(shape: JoinShape) -> dict[str, list[Any]]:
+    """Per alias, the top-level conjuncts of the condition that read only that table.
+
+    What may filter a table's rows before they join (a join cannot bring back
+    a row such a conjunct rejects). A conjunct whose columns cannot be
+    placed is left to the final evaluation.
+    """
+    out: dict[str, list[Any]] = {}
+    if shape.condition is None:
+        return out
+    for conjunct in _conjuncts(shape.condition):
+        columns = list(conjunct.find_all(exp.Column))
+        if not columns or conjunct.find(exp.Subquery) is not None:
+            continue
+        try:
+            owners = {_place(c, shape.inputs)[0] for c in columns}
+        except NotOnDriver:
+            continue
+        if len(owners) == 1:
+            out.setdefault(owners.pop(), []).append(conjunct)
+    return out
 
 
 def _conjuncts(condition: Any) -> list[Any]:
@@ -128,13 +183,23 @@ def _place(column: Any, inputs: Sequence[JoinInput]) -> tuple[str, str]:
     return owners[0], name
 
 
-def term_rows(shape: JoinShape, position: int, change: pa.Table, fetch: Fetch) -> pa.Table:
+def term_rows(
+    shape: JoinShape,
+    position: int,
+    change: pa.Table,
+    fetch: Fetch,
+    prefilter: Prefilter | None = None,
+) -> pa.Table:
     """One delta-rule term's joined rows (columns ``alias.column``), before the condition.
 
     :param position: the changed input's index in ``shape.inputs``.
     :param change: its rows on its columns (the inserted or the deleted ones).
+    :param prefilter: applied to each table's rows (qualified) before they
+        join: the condition's conjuncts that read that table alone (the
+        whole condition is evaluated afterwards all the same).
     """
-    joined = _qualified(change, shape.inputs[position].alias)
+    keep = prefilter or (lambda _alias, rows: rows)
+    joined = keep(shape.inputs[position].alias, _qualified(change, shape.inputs[position].alias))
     done = {shape.inputs[position].alias}
     while len(done) < len(shape.inputs):
         index, pairs = _next(shape, done)
@@ -143,7 +208,7 @@ def term_rows(shape: JoinShape, position: int, change: pa.Table, fetch: Fetch) -
         (first_done, first_other), *_ = pairs
         values = pc.unique(pc.drop_null(joined.column(_name(first_done))))
         fetched = fetch(other.name, state, _column_of(other, first_other[1]), values)
-        joined = _join(joined, _qualified(fetched, other.alias), pairs)
+        joined = _join(joined, keep(other.alias, _qualified(fetched, other.alias)), pairs)
         done.add(other.alias)
     return joined
 

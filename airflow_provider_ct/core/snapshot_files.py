@@ -30,7 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_ct.core.arrow_eval import NotOnDriver
 from airflow_provider_ct.core.file_cache import ENTRY_BYTES, cached, file_cache
+from airflow_provider_ct.core.row_match import matching_rows
 from airflow_provider_ct.exceptions import ChangesUnavailableError
 
 if TYPE_CHECKING:
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
 
-_ROW = "__ct_row"
 #: The table property naming columns of files written without field ids.
 _NAME_MAPPING = "schema.name-mapping.default"
 log = logging.getLogger(__name__)
@@ -215,7 +216,7 @@ class FileReader:
         cache = file_cache()
         if cache is None or not fields:
             return self._scan(data_file, self.read_schema)
-        keys = {f.field_id: self._column_key(data_file, f) for f in fields}
+        keys = {f.field_id: self.column_key(data_file, f) for f in fields}
         have: dict[int, tuple[pa.Field, pa.ChunkedArray] | None]
         have = {i: cache.get(key) for i, key in keys.items()}
         missing = [i for i, column in have.items() if column is None]
@@ -230,7 +231,7 @@ class FileReader:
         pairs = [p for p in (have[f.field_id] for f in fields) if p is not None]
         return pa.Table.from_arrays([c for _, c in pairs], schema=pa.schema([f for f, _ in pairs]))
 
-    def _column_key(self, data_file: DataFile, iceberg_field: Any) -> tuple[Any, ...]:
+    def column_key(self, data_file: DataFile, iceberg_field: Any) -> tuple[Any, ...]:
         """What one decoded column depends on: the file, the field's id and type, the mapping."""
         return (
             "column",
@@ -368,35 +369,8 @@ def _live(
         live[positions] = False
     for delete_file in state.equality_deletes_for(entry, specs):
         deleted = reader.equality_rows(delete_file)
-        live &= ~_matching(reader.rows(entry).select(deleted.column_names), deleted)
+        live &= ~matching_rows(reader.rows(entry).select(deleted.column_names), deleted)
     return live
-
-
-def _matching(rows: pa.Table, deleted: pa.Table) -> np.ndarray:
-    """Which of ``rows`` equal a row of ``deleted`` on all columns, NULL matching NULL.
-
-    Each column of both sides is dictionary-encoded together (NULL encoded as a
-    value of its own), so the join below compares integer codes: exact for every
-    primitive type and null-safe, which Arrow's hash join is not.
-    """
-    hit = np.zeros(rows.num_rows, dtype=bool)
-    if not rows.num_rows or not deleted.num_rows:
-        return hit
-    left: dict[str, pa.Array] = {}
-    right: dict[str, pa.Array] = {}
-    for index, name in enumerate(rows.column_names):
-        both = pa.chunked_array(
-            rows.column(name).chunks + deleted.column(name).cast(rows.column(name).type).chunks,
-            type=rows.column(name).type,
-        ).combine_chunks()
-        codes = pc.dictionary_encode(both, null_encoding="encode").indices
-        left[f"k{index}"] = codes.slice(0, rows.num_rows)
-        right[f"k{index}"] = codes.slice(rows.num_rows)
-    keys = list(left)
-    left[_ROW] = pa.array(np.arange(rows.num_rows, dtype=np.int64))
-    joined = pa.table(left).join(pa.table(right), keys, join_type="left semi")
-    hit[joined.column(_ROW).to_numpy()] = True
-    return hit
 
 
 def rows_with_positions(
@@ -487,16 +461,74 @@ class SnapshotRows:
         parts = []
         for path, entry in sorted(self._state.data.items()):
             rows = self._reader.rows(entry)
-            hit = pc.is_in(rows.column(column), value_set=values, skip_nulls=True)
-            mask = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
-            if not mask.any():
+            hits = self._positions(entry, rows, column, values)
+            if not len(hits):
                 continue
             if path not in self._live:
                 self._live[path] = _live(self._reader, self._specs, self._state, entry)
-            parts.append(rows.filter(pa.array(mask & self._live[path])))
+            hits = hits[self._live[path][hits]]
+            parts.append(rows.take(pa.array(hits, pa.int64())))
         if not parts:
             return self.empty
         return pa.concat_tables(parts, promote_options="permissive")
+
+    def _positions(
+        self, entry: ManifestEntry, rows: pa.Table, column: str, values: pa.Array
+    ) -> np.ndarray:
+        """Positions in the file whose ``column`` is one of ``values``, in file order.
+
+        Integer and date columns are looked up in a sorted index of the file's
+        column (built once per process, kept by the file cache: the file never
+        changes), so a fetch costs its matches; other types are scanned.
+        """
+        array = rows.column(column)
+        if pa.types.is_date32(array.type) != pa.types.is_date32(values.type):
+            raise NotOnDriver(f"{column} ({array.type}) looked up by {values.type} values")
+        index = self._index(entry, column, array) if _indexable(array.type) else None
+        if index is None or not _indexable(values.type):
+            hit = pc.is_in(array, value_set=values, skip_nulls=True)
+            return np.nonzero(np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool))[0]
+        ordered, positions = index
+        wanted = _as_int64(pc.drop_null(values))
+        lo = np.searchsorted(ordered, wanted, side="left")
+        hi = np.searchsorted(ordered, wanted, side="right")
+        lengths = hi - lo
+        total = int(lengths.sum())
+        if not total:
+            return np.empty(0, dtype=np.int64)
+        starts = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
+        return np.sort(positions[starts])
+
+    def _index(
+        self, entry: ManifestEntry, column: str, array: pa.ChunkedArray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        field = self._reader.read_schema.find_field(column)
+        key = ("index", *self._reader.column_key(entry.data_file, field))
+
+        def build() -> tuple[np.ndarray, np.ndarray]:
+            valid = np.asarray(pc.is_valid(array).to_numpy(zero_copy_only=False), dtype=bool)
+            positions = np.nonzero(valid)[0].astype(np.int64)
+            keys = _as_int64(array.filter(pa.array(valid)))
+            order = np.argsort(keys, kind="stable")
+            return keys[order], positions[order]
+
+        found: tuple[np.ndarray, np.ndarray] = cached(
+            key, build, lambda index: int(index[0].nbytes + index[1].nbytes)
+        )
+        return found
+
+
+def _indexable(arrow_type: pa.DataType) -> bool:
+    """Types whose values are exactly int64s (signed integers, dates)."""
+    return pa.types.is_signed_integer(arrow_type) or pa.types.is_date32(arrow_type)
+
+
+def _as_int64(array: Any) -> np.ndarray:
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if pa.types.is_date32(array.type):
+        array = array.cast(pa.int32())
+    return np.asarray(array.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def column_bytes(table: Table, snapshot_id: int, columns: Sequence[str]) -> int:

@@ -25,7 +25,13 @@ import pyarrow as pa
 
 from airflow_provider_ct.core.arrow_eval import ArrowEvaluator, NotOnDriver
 from airflow_provider_ct.core.changes import TableChanges, estimated_change_rows, table_changes
-from airflow_provider_ct.core.driver_join import JoinShape, join_shape, term_rows
+from airflow_provider_ct.core.driver_join import (
+    JoinShape,
+    Prefilter,
+    join_shape,
+    single_table_conjuncts,
+    term_rows,
+)
 from airflow_provider_ct.core.file_cache import file_cache
 from airflow_provider_ct.core.in_place_driver import Expressions
 from airflow_provider_ct.core.in_place_driver import change_state as change_state_rows
@@ -130,6 +136,7 @@ def joined_change_state(
     parts = Expressions(read.shape.condition, base.keys, base.arguments, base.summed)
     try:
         types = node_types(agg, parts)
+        prefilter = _prefilter(read.shape, types)
         sides = []
         for position, joined in enumerate(read.shape.inputs):
             changes = read.changes.get(joined.name)
@@ -137,13 +144,29 @@ def joined_change_state(
                 continue
             for sign, rows in ((1, changes.inserted), (-1, changes.deleted)):
                 if rows.num_rows:
-                    terms = term_rows(read.shape, position, rows, fetch)
+                    terms = term_rows(read.shape, position, rows, fetch, prefilter)
                     sides.append((sign, ArrowEvaluator.joined(terms, types)))
         read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
         return change_state_rows(sides, parts, schema)
     except NotOnDriver as exc:
         log.info("the change's state is computed by Spark: %s", exc)
         return None
+
+
+def _prefilter(shape: JoinShape, types: dict[str, pa.DataType]) -> Prefilter:
+    """Each table's rows kept by the condition's conjuncts that read it alone (before joins)."""
+    from sqlglot import exp
+
+    conjuncts = single_table_conjuncts(shape)
+
+    def keep(alias: str, rows: pa.Table) -> pa.Table:
+        mine = conjuncts.get(alias)
+        if not mine or not rows.num_rows:
+            return rows
+        condition = exp.and_(*[c.copy() for c in mine])
+        return rows.filter(ArrowEvaluator.joined(rows, types).mask(condition))
+
+    return keep
 
 
 def report(read: JoinedChange) -> dict[str, Any]:
