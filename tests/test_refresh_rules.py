@@ -180,6 +180,17 @@ def test_incremental_batches_slower_than_the_full_one_send_the_view_full() -> No
     assert history_reason(tie, 1000, 8) is None
 
 
+def test_one_slow_tick_of_two_does_not_send_a_view_full() -> None:
+    """The first tick after a driver start decodes its inputs' files: alone, it decides nothing."""
+    cold = _past(("full", 1000, 10), ("aggregate", 3000, 10), ("aggregate", 400, 10))
+    assert history_reason(cold, 10, 8) is None
+    both = _past(("full", 1000, 10), ("aggregate", 3000, 10), ("aggregate", 2500, 10))
+    assert history_reason(both, 10, 8) is not None
+    # Of three, the median: one fast tick does not keep a slow view incremental.
+    third = [*both, *_past(("aggregate", 300, 10))]
+    assert history_reason(third, 10, 8) is not None
+
+
 def test_after_enough_batches_in_full_incremental_is_tried_again() -> None:
     slow = [("full", 100, 10), ("group", 900, 10), ("group", 900, 10)]
     fulls = [("full", 100, 10)] * (RETRY_INCREMENTAL_AFTER - 1)

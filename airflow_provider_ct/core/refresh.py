@@ -197,7 +197,9 @@ def history_reason(history: Sequence[PastTick], rows: int, retry_after: int) -> 
         last_full.compute_ms * max(scale, 1.0) if rows < UNKNOWN_ROWS else last_full.compute_ms
     )
     sample = sorted(t.compute_ms for t in incremental[-INCREMENTAL_SAMPLE:])
-    median = sample[len(sample) // 2]
+    # The lower median: of two ticks, one slow one (the first after a driver
+    # start decodes its inputs' files; a busy machine) does not decide alone.
+    median = sample[(len(sample) - 1) // 2]
     if median <= full_ms:
         return None
     return (
