@@ -52,6 +52,7 @@ from airflow_provider_ct.core.rewrites import bind_tables, rows_select
 from airflow_provider_ct.core.snapshot_files import rows_with_positions
 from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.exceptions import NotInPlaceError
+from airflow_provider_ct.spark.analysis_cache import analyzed
 from airflow_provider_ct.spark.days import INLINE_KEYS
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -91,6 +92,8 @@ class Aggregation:
     #: driver's diff; ``None``: diff in Spark.
     table: Any = None
     base_snapshot_id: int | None = None
+    #: What the analyses of this tick depend on (:mod:`.analysis_cache`); None: not kept.
+    analysis_key: tuple[Any, ...] | None = None
 
     @property
     def in_place(self) -> InPlace:
@@ -121,8 +124,9 @@ def check_types(agg: Aggregation) -> None:
     """Raise :class:`NotInPlaceError` unless every key and summed argument is exact."""
     from pyspark.sql import types as T
 
-    fields = agg.rows(agg.new_views).schema.fields  # analysis only: no job
-    keys, arguments = fields[: len(agg.plan.key_sql)], fields[len(agg.plan.key_sql) :]
+    key_count = len(agg.plan.key_sql)
+    fields = analyzed(agg.analysis_key, "rows", lambda: agg.rows(agg.new_views).schema.fields)
+    keys, arguments = fields[:key_count], fields[key_count:]
     for field in keys:
         if isinstance(field.dataType, T.FloatType | T.DoubleType | T.MapType | T.ArrayType):
             raise NotInPlaceError(f"grouping key of type {field.dataType.simpleString()}")
@@ -209,7 +213,12 @@ def _tables_alias(tree: Any) -> str:
 
 
 def node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
-    """The Spark type of every node the driver evaluates: one analysis, no job."""
+    """The Spark type of every node the driver evaluates: one analysis, no job (kept)."""
+    what = f"nodes {parts.where is not None and node_key(parts.where)}"
+    return analyzed(agg.analysis_key, what, lambda: _node_types(agg, parts))
+
+
+def _node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
     from pyspark.sql.pandas.types import to_arrow_type
     from sqlglot import exp
 
@@ -344,7 +353,7 @@ def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list
         return None
     if not groups:
         return {d.position: [] for d in in_place.derived}
-    fields = _operand_fields(agg)
+    fields = analyzed(agg.analysis_key, "operands", lambda: _operand_fields(agg))
     arrow = [to_arrow_type(f.dataType) for f in fields]
     values = operand_values(groups, in_place, arrow)
     schema = T.StructType(

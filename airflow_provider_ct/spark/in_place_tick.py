@@ -34,6 +34,7 @@ from airflow_provider_ct.exceptions import (
     NotInPlaceError,
     StateMismatchError,
 )
+from airflow_provider_ct.spark.analysis_cache import analysis_key
 from airflow_provider_ct.spark.in_place import (
     Aggregation,
     InPlaceResult,
@@ -57,6 +58,8 @@ def in_place_computed(tick: Tick, target: Target) -> Computed | None:
 
     On None, ``tick.plan`` has been replaced by the fallback plan, with why.
     """
+    inputs = {name: tick.catalog.load_table(name) for name in tick.desc.inputs}
+    key = analysis_key(tick.spark, tick.sql, inputs, tick.desc.inputs)
     agg = Aggregation(
         tick.spark,
         tick.plan,
@@ -69,21 +72,20 @@ def in_place_computed(tick: Tick, target: Target) -> Computed | None:
         driver_rows=rows_on_driver(),
         table=target.table if target.schema_change is None else None,
         base_snapshot_id=tick.desc.base_snapshot_id,
+        analysis_key=key,
     )
     try:
         check_types(agg)
-        return _computed(tick, target, agg)
+        return _computed(tick, target, agg, inputs)
     except NotInPlaceError as exc:
         log.info("aggregates not kept in place: %s", exc)
         tick.plan = tick.plan.fallback(str(exc))
         return None
 
 
-def _computed(tick: Tick, target: Target, agg: Aggregation) -> Computed:
+def _computed(tick: Tick, target: Target, agg: Aggregation, inputs: dict[str, Any]) -> Computed:
     base, why = None, "the target has no rows yet"
-    inputs: dict[str, Any] = {}
     if target.persisted is not None:
-        inputs = {name: tick.catalog.load_table(name) for name in tick.desc.inputs}
         base, why = incremental_base(target.table, tick.desc, sql=tick.sql, inputs=inputs)
     if base is not None:
         verify = tick.verify_every
