@@ -143,7 +143,7 @@ def test_snapshot_rows_fetch_live_rows_by_key(
     sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a driver join fetches: live rows at each snapshot whose key is asked, never NULL."""
-    from airflow_provider_ct.core.snapshot_files import SnapshotRows
+    from airflow_provider_ct.core.keyed_rows import SnapshotRows
 
     monkeypatch.setenv(fc.CACHE_MB_ENV, "64")
     table = new_table(sqlite_catalog_config, "fcache.rows")

@@ -128,15 +128,6 @@ def _implied(
     return [(a, b) if a < b else (b, a)]
 
 
-def _disjuncts(condition: Any) -> list[Any]:
-    """The top-level ``OR`` operands, through parentheses."""
-    while isinstance(condition, exp.Paren):
-        condition = condition.this
-    if isinstance(condition, exp.Or):
-        return [*_disjuncts(condition.left), *_disjuncts(condition.right)]
-    return [condition]
-
-
 def single_table_conjuncts(shape: JoinShape) -> dict[str, list[Any]]:
     """Per alias, the top-level conjuncts of the condition that read only that table.
 
@@ -162,10 +153,19 @@ def single_table_conjuncts(shape: JoinShape) -> dict[str, list[Any]]:
 
 def _conjuncts(condition: Any) -> list[Any]:
     """The top-level ``AND`` operands, through parentheses."""
+    return _operands(condition, exp.And)
+
+
+def _disjuncts(condition: Any) -> list[Any]:
+    """The top-level ``OR`` operands, through parentheses."""
+    return _operands(condition, exp.Or)
+
+
+def _operands(condition: Any, kind: type[exp.Connector]) -> list[Any]:
     while isinstance(condition, exp.Paren):
         condition = condition.this
-    if isinstance(condition, exp.And):
-        return [*_conjuncts(condition.left), *_conjuncts(condition.right)]
+    if isinstance(condition, kind):
+        return [*_operands(condition.left, kind), *_operands(condition.right, kind)]
     return [condition]
 
 

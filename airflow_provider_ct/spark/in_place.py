@@ -305,7 +305,6 @@ def _driver_correction(
 ) -> Correction | None:
     """The affected groups' correction diffed on the driver against the target's rows
     read with their positions; None when the target is too large (or new): Spark diffs."""
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     if agg.table is None or agg.base_snapshot_id is None or agg.driver_rows <= 0:
         return None
@@ -320,15 +319,7 @@ def _driver_correction(
     files_read = len(set(have.column("_file").to_pylist()))
     if not rebuild:
         have = _of_groups(agg, have, affected)
-    schema = to_arrow_schema(agg.schema)
-    rows = output_rows(
-        affected,
-        agg.in_place,
-        agg.plan.key_positions,
-        schema,
-        scalar=agg.scalar,
-        derived=derived_values(agg, affected),
-    )
+    rows = _output(agg, affected)
     diff = diff_rows(rows.select(agg.columns), have, agg.columns)
     inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
     log.info("in-place rows diffed on the driver: +%d -%d", inserted, retracted)
@@ -421,18 +412,22 @@ def _of_groups(agg: Aggregation, have: pa.Table, affected: list[GroupState]) -> 
     return have.filter(pa.array([key in wanted for key in keys], pa.bool_()))
 
 
-def _desired(agg: Aggregation, affected: list[GroupState]) -> DataFrame:
+def _output(agg: Aggregation, affected: list[GroupState]) -> pa.Table:
+    """The affected groups' rows of the view, as its Arrow schema (derived columns included)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(agg.schema)
-    rows = output_rows(
+    return output_rows(
         affected,
         agg.in_place,
         agg.plan.key_positions,
-        schema,
+        to_arrow_schema(agg.schema),
         scalar=agg.scalar,
         derived=derived_values(agg, affected),
     )
+
+
+def _desired(agg: Aggregation, affected: list[GroupState]) -> DataFrame:
+    rows = _output(agg, affected)
     frame = agg.scratch.frame(agg.spark, rows, agg.schema)
     return frame.select(*[f"`{c}`" for c in agg.columns])
 

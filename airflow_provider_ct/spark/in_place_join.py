@@ -35,8 +35,8 @@ from airflow_provider_ct.core.driver_join import (
 from airflow_provider_ct.core.file_cache import file_cache
 from airflow_provider_ct.core.in_place_driver import Expressions
 from airflow_provider_ct.core.in_place_driver import change_state as change_state_rows
+from airflow_provider_ct.core.keyed_rows import SnapshotRows, column_bytes
 from airflow_provider_ct.core.planner import referenced_columns
-from airflow_provider_ct.core.snapshot_files import SnapshotRows, column_bytes
 from airflow_provider_ct.spark.in_place import Aggregation, expressions, node_types
 from airflow_provider_ct.spark.tick import Tick
 
