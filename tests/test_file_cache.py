@@ -165,3 +165,25 @@ def test_snapshot_rows_fetch_live_rows_by_key(
     assert SnapshotRows(table, last, ["n"]).where("n", pa.array([3], pa.int32())).num_rows == 3
     assert SnapshotRows(table, None, ["k"]).where("k", values).num_rows == 0
     assert SnapshotRows(table, last, ["k"]).where("k", pa.array([], pa.int64())).num_rows == 0
+
+
+def test_a_warm_driver_sizes_its_cache_by_its_driver_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow_provider_ct.engine import server
+
+    assert [server.memory_mb(t) for t in ("2g", "512m", "1024k", "1t", "4096", "3gb", "x")] == [
+        2048,
+        512,
+        1,
+        1024 * 1024,
+        4096,
+        3 * 1024,
+        None,
+    ]
+    monkeypatch.delenv(fc.CACHE_MB_ENV, raising=False)
+    server._size_file_cache("3g")
+    assert fc.budget_bytes() == 3 * 1024**3
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "100")  # set by the user: kept
+    server._size_file_cache("3g")
+    assert fc.budget_bytes() == 100 * 1024**2

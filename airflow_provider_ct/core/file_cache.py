@@ -14,8 +14,9 @@ carry what the decoded value depends on besides the bytes: the file's size
 promotion changes the decoded array), and the table's name mapping (files
 without field ids are read by name).
 
-One process-wide cache, bounded in bytes (``CT_DRIVER_FILE_CACHE_MB``,
-default 1024; 0 turns it off), least recently used first out. A
+One process-wide cache, bounded in bytes (``CT_DRIVER_FILE_CACHE_MB``;
+0 turns it off; a warm driver defaults it to its driver memory, other
+processes to 1024), least recently used first out. A
 ``spark-submit`` job runs in a fresh process, so it only ever misses.
 """
 

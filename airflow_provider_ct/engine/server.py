@@ -419,6 +419,33 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.driver.socket_inode = os.stat(path).st_ino
 
 
+def _size_file_cache(driver_memory: str | None) -> None:
+    """The driver file cache gets as much as the JVM's driver memory, unless set explicitly.
+
+    The memory a task asks for (``driver_memory=``) is the one knob users
+    size a driver by; the decoded columns live beside the JVM, in this
+    process, and are bounded by the same amount (``CT_DRIVER_FILE_CACHE_MB``
+    overrides). See docs/engines.md.
+    """
+    from airflow_provider_ct.core.file_cache import CACHE_MB_ENV
+
+    mb = memory_mb(driver_memory) if driver_memory else None
+    if mb is not None:
+        os.environ.setdefault(CACHE_MB_ENV, str(mb))
+
+
+def memory_mb(text: str) -> int | None:
+    """A Spark memory size (``2g``, ``512m``, ``1024k``, ``1t``; bare: MiB) in MiB, else None."""
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+    value = text.strip().lower().removesuffix("b")
+    factor = units.get(value[-1:]) if value else None
+    number = value[:-1] if factor is not None else value
+    try:
+        return int(float(number) * (factor or 1))
+    except ValueError:
+        return None
+
+
 def _start_spark(master: str, conf: dict[str, str], app_name: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
@@ -458,6 +485,7 @@ def serve(folder: Path, idle_timeout: float) -> int:
     logging.basicConfig(level=logging.INFO, handlers=[router], force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     conf = {str(k): str(v) for k, v in settings["conf"].items()}
+    _size_file_cache(conf.get("spark.driver.memory"))
     log.info("starting Spark (master %s) for %s", settings["master"], folder)
     spark = _start_spark(settings["master"], conf, settings.get("app_name", "ct-warm"))
     driver = Driver(folder, spark, conf, idle_timeout)

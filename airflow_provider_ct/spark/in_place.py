@@ -49,6 +49,7 @@ from airflow_provider_ct.core.in_place_driver import Expressions, diff_rows
 from airflow_provider_ct.core.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.core.planner import Plan
 from airflow_provider_ct.core.rewrites import bind_tables, rows_select
+from airflow_provider_ct.core.row_match import matching_rows
 from airflow_provider_ct.core.snapshot_files import rows_with_positions
 from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.exceptions import NotInPlaceError
@@ -407,9 +408,18 @@ def _of_groups(agg: Aggregation, have: pa.Table, affected: list[GroupState]) -> 
     if agg.scalar:  # one group: all rows, or none when the group is not affected
         return have if affected else have.slice(0, 0)
     names = [agg.schema.fields[p].name for p in agg.plan.key_positions]
-    wanted = {group.key for group in affected}
-    keys = zip(*(have.column(n).to_pylist() for n in names), strict=True)
-    return have.filter(pa.array([key in wanted for key in keys], pa.bool_()))
+    try:  # compared in Arrow: a target of many groups is not turned into Python tuples
+        wanted = pa.table(
+            {
+                n: pa.array([g.key[i] for g in affected], type=have.schema.field(n).type)
+                for i, n in enumerate(names)
+            }
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        keys = zip(*(have.column(n).to_pylist() for n in names), strict=True)
+        chosen = {group.key for group in affected}
+        return have.filter(pa.array([key in chosen for key in keys], pa.bool_()))
+    return have.filter(pa.array(matching_rows(have.select(names), wanted)))
 
 
 def _output(agg: Aggregation, affected: list[GroupState]) -> pa.Table:
