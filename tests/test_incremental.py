@@ -81,7 +81,7 @@ QUERIES = {
         "aggregate",
         "SELECT k, CAST(100.00 * SUM(CASE WHEN s LIKE 'x%' THEN CAST(v AS DECIMAL(10, 2))"
         " ELSE 0 END) / NULLIF(SUM(CAST(v AS DECIMAL(10, 2))), 0) AS DOUBLE) AS share,"
-        " COUNT(*) + SUM(v) AS m"
+        " COUNT(*) + SUM(v) AS m, AVG(v) * 2 AS av2"
         " FROM {ns}.a GROUP BY k",
     ),
     "having": (

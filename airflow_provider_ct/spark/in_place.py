@@ -27,6 +27,7 @@ than the driver holds.
 from __future__ import annotations
 
 import datetime
+import decimal
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -332,12 +333,12 @@ def _driver_correction(
 def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list[Any]] | None:
     """Each derived column's value per group, computed by Spark from the aggregates' values.
 
-    One local relation of the groups' aggregate values, with the aggregates'
-    own Spark types, and a projection of the derived expressions over it:
-    Spark's optimizer evaluates that on the driver (no job), with its own
-    decimal rules, rounding and NULLs.
+    One ``VALUES`` relation of the groups' aggregate values, each a literal
+    cast to its aggregate's own Spark type, and a projection of the derived
+    expressions over it: Spark's optimizer folds that on the driver (a local
+    relation: no job, unlike a DataFrame made from Python rows, which is an
+    RDD), with its own decimal rules, rounding and NULLs.
     """
-    from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_type
 
     in_place = agg.in_place
@@ -347,17 +348,31 @@ def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list
         return {d.position: [] for d in in_place.derived}
     fields = analyzed(agg.analysis_key, "operands", lambda: _operand_fields(agg))
     arrow = [to_arrow_type(f.dataType) for f in fields]
-    values = operand_values(groups, in_place, arrow)
-    schema = T.StructType(
-        [
-            T.StructField("__ct_i", T.LongType(), False),
-            *[T.StructField(operand(i), f.dataType, True) for i, f in enumerate(fields)],
-        ]
+    types = [f.dataType.simpleString() for f in fields]
+    rows_sql = ", ".join(
+        "("
+        + ", ".join([str(i), *(_typed_literal(v, t) for v, t in zip(row, types, strict=True))])
+        + ")"
+        for i, row in enumerate(operand_values(groups, in_place, arrow))
     )
-    frame = agg.spark.createDataFrame([(i, *v) for i, v in enumerate(values)], schema)
-    projected = [f"{d.sql} AS `__ct_d{j}`" for j, d in enumerate(in_place.derived)]
-    rows = sorted(frame.selectExpr("__ct_i", *projected).collect(), key=lambda r: r[0])
+    names = ", ".join(["__ct_i", *(operand(i) for i in range(len(fields)))])
+    projected = ", ".join(f"{d.sql} AS `__ct_d{j}`" for j, d in enumerate(in_place.derived))
+    sql = f"SELECT __ct_i, {projected} FROM VALUES {rows_sql} AS t({names})"
+    rows = sorted(agg.spark.sql(sql).collect(), key=lambda r: r[0])
     return {d.position: [r[j + 1] for r in rows] for j, d in enumerate(in_place.derived)}
+
+
+def _typed_literal(value: Any, spark_type: str) -> str:
+    """``value`` as Spark SQL of exactly ``spark_type`` (decimals as text: no float on the way)."""
+    if value is None:
+        return f"CAST(NULL AS {spark_type})"
+    if isinstance(value, float):
+        text = repr(value)  # the shortest text that reads back as the same double
+    elif isinstance(value, decimal.Decimal):
+        text = format(value, "f")  # never an exponent
+    else:
+        text = str(int(value))
+    return f"CAST('{text}' AS {spark_type})"
 
 
 def _operand_fields(agg: Aggregation) -> list[Any]:
