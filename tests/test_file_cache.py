@@ -69,6 +69,15 @@ def _history(table: Any) -> tuple[int, int, list[Any]]:
     return base, main_snapshots(table)[-1], files
 
 
+def _cached_history(
+    config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, name: str
+) -> tuple[Any, int, int, list[Any]]:
+    """A 64 MiB cache and a new table with :func:`_history`'s snapshots and files."""
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "64")
+    table = new_table(config, name)
+    return (table, *_history(table))
+
+
 def _check(table: Any, base: int, head: int, got: Any) -> None:
     plus, minus = oracle(scan(table, base), scan(table, head))
     assert counter(got.inserted) == plus and counter(got.deleted) == minus
@@ -78,9 +87,7 @@ def _check(table: Any, base: int, head: int, got: Any) -> None:
 def test_a_second_read_of_a_change_is_served_from_the_cache(
     sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(fc.CACHE_MB_ENV, "64")
-    table = new_table(sqlite_catalog_config, "fcache.t")
-    base, head, _files = _history(table)
+    table, base, head, _files = _cached_history(sqlite_catalog_config, monkeypatch, "fcache.t")
     first = table_changes(table, base, head)
     _check(table, base, head, first)
     # Two data files with deletes, the appended one, and the two delete files.
@@ -111,9 +118,9 @@ def test_a_promoted_column_is_decoded_again(
     sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``int`` promoted to ``long``: the old files' cached int32 column is not reused."""
-    monkeypatch.setenv(fc.CACHE_MB_ENV, "64")
-    table = new_table(sqlite_catalog_config, "fcache.promoted")
-    base, head, files = _history(table)
+    table, base, head, files = _cached_history(
+        sqlite_catalog_config, monkeypatch, "fcache.promoted"
+    )
     assert table_changes(table, base, head).deleted.schema.field("n").type == pa.int32()
     with table.update_schema() as update:
         update.update_column("n", field_type=_long())
@@ -145,9 +152,7 @@ def test_snapshot_rows_fetch_live_rows_by_key(
     """What a driver join fetches: live rows at each snapshot whose key is asked, never NULL."""
     from airflow_provider_ct.core.keyed_rows import SnapshotRows
 
-    monkeypatch.setenv(fc.CACHE_MB_ENV, "64")
-    table = new_table(sqlite_catalog_config, "fcache.rows")
-    base, head, _files = _history(table)
+    table, base, head, _files = _cached_history(sqlite_catalog_config, monkeypatch, "fcache.rows")
     table.append(pa.Table.from_pylist([{"k": None, "v": "nul", "n": 3}], ROWS))
     last = main_snapshots(table)[-1]
     values = pa.array([3, 11, 103, 999, 1000], pa.int64())
