@@ -175,9 +175,9 @@ def test_snapshot_rows_fetch_live_rows_by_key(
 def test_a_warm_driver_sizes_its_cache_by_its_driver_memory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from airflow_provider_ct.engine import server
+    from airflow_provider_ct.engine import tuning
 
-    assert [server.memory_mb(t) for t in ("2g", "512m", "1024k", "1t", "4096", "3gb", "x")] == [
+    assert [tuning.memory_mb(t) for t in ("2g", "512m", "1024k", "1t", "4096", "3gb", "x")] == [
         2048,
         512,
         1,
@@ -187,8 +187,8 @@ def test_a_warm_driver_sizes_its_cache_by_its_driver_memory(
         None,
     ]
     monkeypatch.delenv(fc.CACHE_MB_ENV, raising=False)
-    server._size_file_cache("3g")
+    tuning.size_file_cache("3g")
     assert fc.budget_bytes() == 3 * 1024**3
     monkeypatch.setenv(fc.CACHE_MB_ENV, "100")  # set by the user: kept
-    server._size_file_cache("3g")
+    tuning.size_file_cache("3g")
     assert fc.budget_bytes() == 100 * 1024**2

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from airflow_provider_ct.engine import protocol as p
+from airflow_provider_ct.engine.tuning import profiled, size_file_cache
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -269,7 +270,7 @@ class Driver:
             desc = BatchDescription.from_json(request["description"])
             log.info("job %s: %s for %s (%s)", group, spec.kind, desc.target, desc.id)
             conf = dict(request.get("session_conf") or {})
-            with self.session(config, conf, group) as session, _profiled(group):
+            with self.session(config, conf, group) as session, profiled(group):
                 report = spec.run(session, config, desc)
             log.info("report: %s", json.dumps(report.to_json()))
             return {"type": p.REPORT, "report": report.to_json()}
@@ -277,29 +278,6 @@ class Driver:
             return {"type": p.ERROR, "error": failure_payload(exc, found)}
         finally:
             self.router.detach()
-
-
-@contextlib.contextmanager
-def _profiled(group: str) -> Iterator[None]:
-    """Profile one job into ``$CT_WARM_PROFILE/<group>.prof`` when that variable names a folder.
-
-    A warm driver is a separate, long-lived process: an outside profiler
-    sees every job mixed with the idle loop, so performance work asks the
-    driver itself for one profile per job (see docs/engines.md).
-    """
-    folder = os.environ.get(p.PROFILE_ENV)
-    if not folder:
-        yield
-        return
-    import cProfile
-
-    profiler = cProfile.Profile()
-    profiler.enable()
-    try:
-        yield
-    finally:
-        profiler.disable()
-        profiler.dump_stats(str(Path(folder) / f"{group}.prof"))
 
 
 def _set_conf(session: SparkSession, key: str, value: str) -> None:
@@ -419,33 +397,6 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.driver.socket_inode = os.stat(path).st_ino
 
 
-def _size_file_cache(driver_memory: str | None) -> None:
-    """The driver file cache gets as much as the JVM's driver memory, unless set explicitly.
-
-    The memory a task asks for (``driver_memory=``) is the one knob users
-    size a driver by; the decoded columns live beside the JVM, in this
-    process, and are bounded by the same amount (``CT_DRIVER_FILE_CACHE_MB``
-    overrides). See docs/engines.md.
-    """
-    from airflow_provider_ct.core.file_cache import CACHE_MB_ENV
-
-    mb = memory_mb(driver_memory) if driver_memory else None
-    if mb is not None:
-        os.environ.setdefault(CACHE_MB_ENV, str(mb))
-
-
-def memory_mb(text: str) -> int | None:
-    """A Spark memory size (``2g``, ``512m``, ``1024k``, ``1t``; bare: MiB) in MiB, else None."""
-    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-    value = text.strip().lower().removesuffix("b")
-    factor = units.get(value[-1:]) if value else None
-    number = value[:-1] if factor is not None else value
-    try:
-        return int(float(number) * (factor or 1))
-    except ValueError:
-        return None
-
-
 def _start_spark(master: str, conf: dict[str, str], app_name: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
@@ -485,7 +436,7 @@ def serve(folder: Path, idle_timeout: float) -> int:
     logging.basicConfig(level=logging.INFO, handlers=[router], force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     conf = {str(k): str(v) for k, v in settings["conf"].items()}
-    _size_file_cache(conf.get("spark.driver.memory"))
+    size_file_cache(conf.get("spark.driver.memory"))
     log.info("starting Spark (master %s) for %s", settings["master"], folder)
     spark = _start_spark(settings["master"], conf, settings.get("app_name", "ct-warm"))
     driver = Driver(folder, spark, conf, idle_timeout)
