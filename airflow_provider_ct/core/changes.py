@@ -47,9 +47,9 @@ file of their partition (no pruning by column bounds).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -155,6 +155,19 @@ def table_changes(
     return TableChanges(
         inserted, deleted, len(steps), reader.files_read, reader.bytes_read, reader.files_cached
     )
+
+
+def changes_report(changes: Mapping[str, TableChanges]) -> dict[str, Any]:
+    """What a write report says of input changes read on the driver, per input and in total."""
+    return {
+        "input_changes": {
+            name: {"inserted": c.inserted.num_rows, "deleted": c.deleted.num_rows}
+            for name, c in sorted(changes.items())
+        },
+        "files_read": sum(c.files_read for c in changes.values()),
+        "bytes_read": sum(c.bytes_read for c in changes.values()),
+        "files_cached": sum(c.files_cached for c in changes.values()),
+    }
 
 
 #: Summary keys whose sum over a range of snapshots estimates the rows it changed.

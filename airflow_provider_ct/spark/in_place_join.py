@@ -24,7 +24,12 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_ct.core.arrow_eval import ArrowEvaluator, NotOnDriver
-from airflow_provider_ct.core.changes import TableChanges, estimated_change_rows, table_changes
+from airflow_provider_ct.core.changes import (
+    TableChanges,
+    changes_report,
+    estimated_change_rows,
+    table_changes,
+)
 from airflow_provider_ct.core.driver_join import (
     JoinShape,
     Prefilter,
@@ -171,14 +176,4 @@ def _prefilter(shape: JoinShape, types: dict[str, pa.DataType]) -> Prefilter:
 
 def report(read: JoinedChange) -> dict[str, Any]:
     """What the report says of the changes a joined tick read on the driver."""
-    changes = read.changes.values()
-    return {
-        "input_changes": {
-            name: {"inserted": c.inserted.num_rows, "deleted": c.deleted.num_rows}
-            for name, c in sorted(read.changes.items())
-        },
-        "files_read": sum(c.files_read for c in changes),
-        "bytes_read": sum(c.bytes_read for c in changes),
-        "files_cached": sum(c.files_cached for c in changes),
-        **read.details,
-    }
+    return {**changes_report(read.changes), **read.details}

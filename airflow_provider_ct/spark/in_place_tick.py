@@ -19,7 +19,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_provider_ct.core.changes import TableChanges, estimated_change_rows, table_changes
+from airflow_provider_ct.core.changes import (
+    TableChanges,
+    changes_report,
+    estimated_change_rows,
+    table_changes,
+)
 from airflow_provider_ct.core.driver_join import NEW, OLD
 from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.planner import AGGREGATE, FULL, referenced_columns
@@ -188,14 +193,7 @@ def _one_input_change(
 
 def _report(name: str, changes: TableChanges) -> dict[str, Any]:
     """What the report says of a change read on the driver (as ``Bindings.report``)."""
-    counts = {"inserted": changes.inserted.num_rows, "deleted": changes.deleted.num_rows}
-    return {
-        "input_changes": {name: counts},
-        "files_read": changes.files_read,
-        "bytes_read": changes.bytes_read,
-        "files_cached": changes.files_cached,
-        "aggregate_state": "kept",
-    }
+    return {**changes_report({name: changes}), "aggregate_state": "kept"}
 
 
 def _rows(changes: TableChanges) -> int:
