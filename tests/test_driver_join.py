@@ -141,3 +141,60 @@ def test_conjuncts_of_one_table_filter_it_before_the_join() -> None:
     shape = join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS)
     found = {a: [c.sql() for c in cs] for a, cs in single_table_conjuncts(shape).items()}
     assert found == {"a": ["a.v > 0", "v < 5 OR id = 1"], "c": ["w = 3"], "b": ["name = 'x'"]}
+
+
+def test_an_or_filters_each_table_by_its_own_part_of_every_branch() -> None:
+    """TPC-H q19: every branch has conditions on both tables, so each table is
+    filtered by the OR of its own parts; a table one branch says nothing of is not."""
+    sql = (
+        "SELECT * FROM ns.a a, ns.b b WHERE (a.k = b.k AND a.v > 0 AND b.name = 'x')"
+        " OR (a.k = b.k AND (a.v < -1 OR a.id = 2) AND b.j = 10 AND a.id > 0)"
+        " OR (a.k = b.k AND a.v IS NULL)"
+    )
+    shape = join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS)
+    found = {a: [c.sql() for c in cs] for a, cs in single_table_conjuncts(shape).items()}
+    assert found == {
+        "a": ["a.v > 0 OR ((a.v < -1 OR a.id = 2) AND a.id > 0) OR a.v IS NULL"]
+    }
+
+
+CONDITIONS = [
+    "(a.k = b.k AND a.v > 0 AND b.name = 'x') OR (a.k = b.k AND a.v IS NULL AND b.j = 10)",
+    "a.k = b.k AND ((a.v > 1 AND b.j = 20) OR (a.id < 3 AND (b.name = 'y' OR b.j IS NULL)))",
+    "(a.k = b.k OR a.v = 2) AND (b.j = 10 OR (a.v > 0 AND b.name <> 'x'))",
+    "NOT (a.v > 0) AND ((a.k = b.k AND b.j = 10) OR (a.k = b.k AND a.id = 1 AND b.j = 20))",
+]
+
+
+@pytest.mark.parametrize("case", range(CASES))
+def test_implied_filters_keep_every_row_the_condition_keeps(case: int) -> None:
+    """Over random rows with NULLs, a join filtered by the condition keeps the
+    same rows when each table is first filtered by its implied conditions
+    (DuckDB evaluates both, so NULLs follow SQL's three-valued logic)."""
+    import duckdb
+
+    rng = random.Random(1000 + case)
+    condition = CONDITIONS[case % len(CONDITIONS)]
+    tables = {n: _table(n, _random(rng, n, rng.randint(0, 8))) for n in ("ns.a", "ns.b")}
+    shape = join_shape(
+        sqlglot.parse_one(f"SELECT * FROM ns.a a, ns.b b WHERE {condition}", dialect="spark"),
+        "ct",
+        COLUMNS,
+    )
+    con = duckdb.connect()
+    for name, table in tables.items():
+        con.register(name.replace("ns.", "t_"), table)
+    implied = single_table_conjuncts(shape)
+    filtered = {
+        alias: " AND ".join(f"({c.sql()})" for c in implied.get(alias, [])) or "TRUE"
+        for alias in ("a", "b")
+    }
+    whole = "SELECT a.*, b.* FROM t_a a, t_b b WHERE "
+    expected = Counter(con.sql(whole + condition).fetchall())
+    got = Counter(
+        con.sql(
+            f"SELECT a.*, b.* FROM (SELECT * FROM t_a a WHERE {filtered['a']}) a,"
+            f" (SELECT * FROM t_b b WHERE {filtered['b']}) b WHERE {condition}"
+        ).fetchall()
+    )
+    assert got == expected, (case, filtered)

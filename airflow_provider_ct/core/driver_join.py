@@ -129,26 +129,49 @@ def _implied(
 
 
 def single_table_conjuncts(shape: JoinShape) -> dict[str, list[Any]]:
-    """Per alias, the top-level conjuncts of the condition that read only that table.
+    """Per alias, conditions over that table alone which the block's condition implies.
 
     What may filter a table's rows before they join (a join cannot bring back
-    a row such a conjunct rejects). A conjunct whose columns cannot be
-    placed is left to the final evaluation.
+    a row such a condition rejects): the top-level conjuncts that read one
+    table, and of an ``OR`` whose every branch has some for a table, the
+    ``OR`` of those (TPC-H q19: each branch's conditions on ``part`` and on
+    ``lineitem``). Sound under SQL's three-valued logic: a joined row the
+    condition keeps has a true branch, so each table's part of that branch
+    is true of the row's part from that table. A conjunct whose columns
+    cannot be placed is left to the final evaluation.
     """
-    out: dict[str, list[Any]] = {}
     if shape.condition is None:
-        return out
-    for conjunct in _conjuncts(shape.condition):
-        columns = list(conjunct.find_all(exp.Column))
-        if not columns or conjunct.find(exp.Subquery) is not None:
+        return {}
+    return _implied_filters(shape.condition, shape.inputs)
+
+
+def _implied_filters(condition: Any, inputs: Sequence[JoinInput]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for conjunct in _conjuncts(condition):
+        owner = _owner(conjunct, inputs)
+        if owner is not None:
+            out.setdefault(owner, []).append(conjunct)
             continue
-        try:
-            owners = {_place(c, shape.inputs)[0] for c in columns}
-        except NotOnDriver:
+        branches = _disjuncts(conjunct)
+        if len(branches) < 2:
             continue
-        if len(owners) == 1:
-            out.setdefault(owners.pop(), []).append(conjunct)
+        implied = [_implied_filters(branch, inputs) for branch in branches]
+        for alias in set.intersection(*(set(b) for b in implied)):
+            either = exp.or_(*(exp.and_(*b[alias], copy=True) for b in implied), copy=False)
+            out.setdefault(alias, []).append(either)
     return out
+
+
+def _owner(conjunct: Any, inputs: Sequence[JoinInput]) -> str | None:
+    """The one table a conjunct reads (None: several, none, or a subquery)."""
+    columns = list(conjunct.find_all(exp.Column))
+    if not columns or conjunct.find(exp.Subquery) is not None:
+        return None
+    try:
+        owners = {_place(c, inputs)[0] for c in columns}
+    except NotOnDriver:
+        return None
+    return owners.pop() if len(owners) == 1 else None
 
 
 def _conjuncts(condition: Any) -> list[Any]:
