@@ -153,9 +153,7 @@ def test_an_or_filters_each_table_by_its_own_part_of_every_branch() -> None:
     )
     shape = join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS)
     found = {a: [c.sql() for c in cs] for a, cs in single_table_conjuncts(shape).items()}
-    assert found == {
-        "a": ["a.v > 0 OR ((a.v < -1 OR a.id = 2) AND a.id > 0) OR a.v IS NULL"]
-    }
+    assert found == {"a": ["a.v > 0 OR ((a.v < -1 OR a.id = 2) AND a.id > 0) OR a.v IS NULL"]}
 
 
 CONDITIONS = [
