@@ -11,6 +11,9 @@ Run on demand, never in ``make test`` (see docs/views.md, "Benchmarks")::
     python bench/tick_bench.py --engines warm --refresh auto,full --overwrite --sf 0.1 --ticks 2
     # ... with one busy tick first that no sum counts (first plans, first changes):
     python bench/tick_bench.py --engines warm --refresh auto,full --overwrite --sf 1 --warmup 1
+    # ... each view's auto and full back to back (the comparison the issue's numbers use):
+    python bench/tick_bench.py --engines warm --refresh auto,full --overwrite --sf 1 \
+        --ticks 2 --warmup 1 --busy-only --paired
 
 A **column** is one DAG of the views: an engine of ``--engines`` with a
 ``refresh`` of ``--refresh`` (``materialized_view(refresh=...)``; every
@@ -43,7 +46,16 @@ What it does (data, queries, changes and oracle: bench/tick_bench_tpch.py):
    Each column ticks with ``dag.test(logical_date=T)``, one after the
    other, ``T`` after the inputs' last commit; the views' columns in
    reverse order every other tick of a kind (the first column after a
-   change runs slower: use an even ``--ticks``), the overwrite last;
+   change runs slower: use an even ``--ticks``), the overwrite last.
+   With ``--paired`` each view of each column is a DAG of its own and a
+   tick runs the views one after the other, each view's columns back to
+   back (which goes first alternating from view to view and tick to tick):
+   a paired comparison, in which what the machine does meanwhile (the
+   JVM's collections, caches, the other views' jobs) falls on both
+   columns of a view alike. Without it a column's 22 views run as one DAG
+   and the same view's two columns run a minute apart; views that run the
+   same code in both columns then differed by up to 30% on this machine.
+   The DAG run's wall time of a paired tick is the sum of its views' runs;
 3. after every tick checks each view against DuckDB running the original
    query over the input snapshots the bench recorded before the tick, and
    that the view's head is the tick at ``T`` (the overwrite's tables: DuckDB only);
@@ -83,9 +95,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -94,27 +104,29 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench" / "dags"))
 from bench.bench_env import (  # noqa: E402
     catalog_connection_and_session,
-    driver_processes,
     isolated_airflow,
-    peak_memory_mb,
-    reset_peak_memory,
     stop_drivers,
 )
 
 _WORK = isolated_airflow("ct-tickbench-", "CT_TICK_BENCH_SPEC")
 
 from airflow_provider_ct.core.catalog import CatalogConfig  # noqa: E402
-from airflow_provider_ct.core.timeline import Timeline  # noqa: E402
 from airflow_provider_ct.engine import protocol  # noqa: E402
 from airflow_provider_ct.engine.client import DEFAULT_IDLE_TIMEOUT  # noqa: E402
-from airflow_provider_ct.operators._common import QUIET_REPORT_FIELD  # noqa: E402
-from airflow_provider_ct.operators.tick import WRITE_REPORT_KEY  # noqa: E402
 from bench import tick_bench_compare as cmp  # noqa: E402
 from bench import tick_bench_tpch as tpch  # noqa: E402
 from bench.tick_bench_compare import Column, ColumnRun, Tick, load_average  # noqa: E402
-from tests.helpers import rows_of  # noqa: E402
+from bench.tick_bench_runs import (  # noqa: E402
+    ENGINE_LINES,
+    check_tick,
+    dag_id,
+    dags,
+    namespace,
+    paired_ticks,
+    run_tick,
+    view_dag_id,
+)
 
-log = logging.getLogger("tick_bench")
 #: What the views' write tasks give the warm driver (``WriteOperator``'s default
 #: ``driver_memory``; the bench's DAGs set none): its JVM heap.
 DRIVER_MEMORY = "2g"
@@ -166,9 +178,13 @@ def columns_of(args: argparse.Namespace) -> list[Column]:
     return columns + ([Column(cmp.OVERWRITE, "")] if args.overwrite else [])
 
 
-def write_spec(columns: list[Column], queries: list[tpch.TpchQuery]) -> None:
-    specs = [
-        {
+def write_spec(columns: list[Column], queries: list[tpch.TpchQuery], paired: bool) -> None:
+    """The DAGs' spec: per view column one DAG of every view, or (``paired``) one per view."""
+    specs = []
+    for column in columns:
+        if column.overwrite:
+            continue
+        spec = {
             "dag_id": dag_id(column),
             "engine": configured_engine(column.engine),
             "refresh": column.refresh,
@@ -180,9 +196,12 @@ def write_spec(columns: list[Column], queries: list[tpch.TpchQuery]) -> None:
             if configured_engine(column.engine) is None
             else 600,
         }
-        for column in columns
-        if not column.overwrite
-    ]
+        if not paired:
+            specs.append(spec)
+            continue
+        for q in queries:
+            one = {q.name: q.spark_sql}
+            specs.append({**spec, "dag_id": view_dag_id(column, q.name), "views": one})
     Path(os.environ["CT_TICK_BENCH_SPEC"]).write_text(json.dumps(specs, indent=1))
 
 
@@ -192,151 +211,7 @@ def configured_engine(engine: str) -> str | None:
     return None if base == DEFAULT else base
 
 
-class EngineLines(logging.Handler):
-    """Counts the engines the write tasks chose (their "Spark engine: X (why)" lines)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.chosen: dict[str, int] = {}
-        self.reasons: dict[str, str] = {}
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if message.startswith(CHOSEN):
-            engine, _, reason = message.removeprefix(CHOSEN).partition(" ")
-            self.chosen[engine] = self.chosen.get(engine, 0) + 1
-            self.reasons.setdefault(engine, reason.strip("()"))
-
-    def reset(self) -> None:
-        self.chosen, self.reasons = {}, {}
-
-    def add_to(self, run: ColumnRun) -> None:
-        """Count this tick's lines into ``run``'s."""
-        for engine, n in self.chosen.items():
-            run.chosen[engine] = run.chosen.get(engine, 0) + n
-        for engine, reason in self.reasons.items():
-            run.reasons.setdefault(engine, reason)
-
-
-#: Installed on the hook's logger by :func:`main`.
-ENGINE_LINES = EngineLines()
-
-
-def dag_id(column: Column) -> str:
-    return f"tick_bench_{column.slug}"
-
-
-def namespace(column: Column) -> str:
-    return f"tpch_{column.slug}"
-
-
 # --- one tick ---------------------------------------------------------------------------------
-
-
-def _run_details(dag_id_: str, run_id: str) -> tuple[dict[str, float], dict[str, Any]]:
-    """Task durations and write reports (from the tasks' XComs) of one DAG run."""
-    from airflow.models import TaskInstance
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        tis = session.scalars(
-            select(TaskInstance).where(
-                TaskInstance.dag_id == dag_id_, TaskInstance.run_id == run_id
-            )
-        ).all()
-        durations = {ti.task_id: float(ti.duration or 0.0) for ti in tis}
-        xcoms = session.scalars(
-            select(XComModel).where(
-                XComModel.dag_id == dag_id_,
-                XComModel.run_id == run_id,
-                XComModel.key.in_(("return_value", WRITE_REPORT_KEY)),
-            )
-        ).all()
-        values = [(x.task_id, x.key, XComModel.deserialize_value(x)) for x in xcoms]
-    return durations, _write_reports(values)
-
-
-def _write_reports(xcoms: list[tuple[str, str, Any]]) -> dict[str, Any]:
-    """Per ``<view>.write``: its write report.
-
-    A write task's return value; a fused tick task's report under its own
-    key; on a quiet tick whose mint skipped the write task, the report the
-    mint put beside its description (``quiet_report``).
-    """
-    reports: dict[str, Any] = {}
-    for task_id, key, value in xcoms:
-        group, _, task = task_id.rpartition(".")
-        if (task, key) in (("write", "return_value"), ("tick", WRITE_REPORT_KEY)):
-            reports[f"{group}.write"] = value
-        elif task == "mint" and isinstance(value, dict) and QUIET_REPORT_FIELD in value:
-            reports.setdefault(f"{group}.write", value[QUIET_REPORT_FIELD])
-    return reports
-
-
-def run_tick(dag: Any, column: str, kind: str, queries: list[tpch.TpchQuery]) -> Tick:
-    """``dag.test()`` at ``T`` = now (after the inputs' last commit); only the run is timed.
-
-    The inputs are external tables sealed 1 s behind the wall clock, so the
-    bench waits 1.2 s before starting the run: the sensors pass at once.
-    """
-    t_ms = int(time.time() * 1000)
-    time.sleep(1.2)
-    load = load_average()
-    drivers = driver_processes(Path(os.environ[protocol.WARM_DIR_ENV]), protocol.PID_FILE)
-    reset_peak_memory(drivers)
-    started = time.perf_counter()
-    run = dag.test(logical_date=datetime.fromtimestamp(t_ms / 1000, UTC))
-    wall = time.perf_counter() - started
-    if run.state != "success":
-        raise SystemExit(f"{column} {kind} tick at {t_ms} ended {run.state}")
-    durations, reports = _run_details(dag.dag_id, run.run_id)
-    tick = Tick(column, kind, t_ms, round(wall, 2), load)
-    # Drivers started by this tick count from their start.
-    drivers |= driver_processes(Path(os.environ[protocol.WARM_DIR_ENV]), protocol.PID_FILE)
-    tick.driver_peak_mb = peak_memory_mb(drivers)
-    for q in queries:
-        report = reports.get(f"{q.name}.write") or {}
-        tasks = {t: round(durations.get(f"{q.name}.{t}", 0.0), 2) for t in TASKS}
-        if f"{q.name}.tick" in durations:  # fused: mint, write and append in one task
-            tasks["write"] = round(durations[f"{q.name}.tick"], 2)
-        tick.views[q.name] = {
-            "tasks": tasks,
-            "strategy": "quiet" if report.get("quiet") else report.get("strategy", "?"),
-            "reason": report.get("reason", ""),
-            "phases": report.get("phases", {}),
-            "rows": (report.get("rows_to_insert", 0), report.get("rows_to_delete", 0)),
-            "diffed_on": report.get("diffed_on") or "-",
-        }
-    return tick
-
-
-def check_tick(
-    tick: Tick, ctx: dict[str, Any], queries: list[tpch.TpchQuery], pinned: Any, column: Column
-) -> None:
-    """Every view must equal DuckDB over the pinned inputs, and its head be the tick at ``T``.
-
-    The overwrite's plain tables have no timeline: only their rows are checked.
-    """
-    for q in queries:
-        table = ctx["catalog"].load_table(f"{namespace(column)}.{q.name}")
-        verdict = tpch.compare(ctx["oracle"].rows(q, pinned), rows_of(table))
-        head = None if column.overwrite else Timeline.of(table).entries[-1]
-        if head is not None and head.time != tick.time_ms:
-            verdict = {**verdict, "equal": False, "head_time": head.time}
-        tick.views[q.name]["exact"] = verdict["equal"]
-        if not verdict["equal"]:
-            tick.mismatches.append(
-                {"column": tick.column, "tick": tick.kind, "view": q.name, **verdict}
-            )
-            log.error(
-                "%s %s tick: %s differs from DuckDB: %s",
-                tick.column,
-                tick.kind,
-                q.name,
-                json.dumps(verdict),
-            )
 
 
 def column_tick(
@@ -347,8 +222,6 @@ def column_tick(
     pinned: dict[str, int],
 ) -> Tick:
     """One column's tick over the inputs at ``pinned``, checked."""
-    import tick_bench_dag
-
     column = run.column
     if column.overwrite:
         tick = cmp.overwrite_tick(
@@ -356,7 +229,7 @@ def column_tick(
         )
     else:
         ENGINE_LINES.reset()
-        tick = run_tick(tick_bench_dag.DAGS[dag_id(column)], column.label, kind, queries)
+        tick = run_tick(dags()[dag_id(column)], column.label, kind, queries)
         ENGINE_LINES.add_to(run)
     check_tick(tick, ctx, queries, pinned, column)
     return tick
@@ -373,6 +246,12 @@ def tick_kinds(args: argparse.Namespace) -> list[str]:
     return kinds
 
 
+def _keep(run: ColumnRun, tick: Tick, changes: dict[str, int]) -> None:
+    tick.changes = changes
+    run.ticks.append(tick)
+    cmp.print_tick(tick)
+
+
 def bench_columns(
     columns: list[Column], args: argparse.Namespace, ctx: dict[str, Any], queries: list[Any]
 ) -> list[ColumnRun]:
@@ -381,8 +260,9 @@ def bench_columns(
     The first column after a change runs measurably slower (the warm
     driver's first look at the new snapshots, Spark's code generation), so
     the view columns' order is reversed from one tick of a kind to the next:
-    over an even ``--ticks`` each is first as often. The overwrite, in the
-    bench's own session, runs last.
+    over an even ``--ticks`` each is first as often (``--paired``: each
+    view's columns back to back, :func:`paired_ticks`). The overwrite, in
+    the bench's own session, runs last.
     """
     catalog, seen = ctx["catalog"], Counter[str]()
     runs = [ColumnRun(c, None if c.overwrite else ctx["cold"][c.engine]) for c in columns]
@@ -398,11 +278,15 @@ def bench_columns(
         pinned = tpch.pins(catalog)  # the bench's own record of what T must read
         order = views if seen[kind] % 2 == 0 else views[::-1]
         seen[kind] += 1
+        if args.paired:
+            for run, tick in zip(
+                views, paired_ticks(views, kind, queries, seen[kind]), strict=True
+            ):
+                check_tick(tick, ctx, queries, pinned, run.column)
+                _keep(run, tick, changes)
+            order = []
         for run in order + ([] if kind == "quiet" else baseline):
-            tick = column_tick(run, kind, ctx, queries, pinned)
-            tick.changes = changes
-            run.ticks.append(tick)
-            cmp.print_tick(tick)
+            _keep(run, column_tick(run, kind, ctx, queries, pinned), changes)
         if tpch.pins(catalog) != pinned:
             raise SystemExit(f"the inputs changed during a {kind} tick: {pinned} -> now")
     for run in runs:
@@ -473,7 +357,7 @@ def setup(
     tpch.load_tables(catalog, _WORK / "data")
     for column in columns:
         catalog.create_namespace_if_not_exists(namespace(column))
-    write_spec(columns, queries)
+    write_spec(columns, queries, args.paired)
     warm, spark = catalog_connection_and_session(config, "tick-bench-changes")
     ctx = {
         "config": config,
@@ -508,6 +392,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--update-share", type=float, default=0.01, help="share of customer, part, partsupp updated"
+    )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="one DAG per view and column; each view's columns run back to back (see above)",
     )
     parser.add_argument("--quiet-only", action="store_true", help="no busy ticks")
     parser.add_argument("--busy-only", action="store_true", help="no quiet ticks")
