@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_ct.core.deletes import write_position_deletes
+from airflow_provider_ct.core.file_cache import live_entries
 from airflow_provider_ct.core.manifest import StagedFile
 from airflow_provider_ct.core.parquet import parquet_codec
 from airflow_provider_ct.exceptions import StagingError
@@ -158,7 +159,7 @@ def _live_partitions(table: Table) -> dict[str, Any]:
     if snapshot is None:
         return found
     for manifest in snapshot.manifests(io=table.io):
-        for entry in manifest.fetch_manifest_entry(io=table.io, discard_deleted=True):
+        for entry in live_entries(manifest, table.io):
             record = entry.data_file.partition
             found[entry.data_file.file_path] = (manifest.partition_spec_id, repr(record))
     return found

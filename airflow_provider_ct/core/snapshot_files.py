@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_ct.core.file_cache import ENTRY_BYTES, cached, file_cache
+from airflow_provider_ct.core.file_cache import cached, file_cache, live_entries
 from airflow_provider_ct.core.row_match import matching_rows
 from airflow_provider_ct.exceptions import ChangesUnavailableError
 
@@ -118,11 +118,7 @@ class Manifests:
     def entries(self, manifest: ManifestFile) -> list[ManifestEntry]:
         path = manifest.manifest_path
         if path not in self._entries:
-            self._entries[path] = cached(
-                ("manifest", path, manifest.manifest_length, manifest.sequence_number),
-                lambda: manifest.fetch_manifest_entry(self._io, discard_deleted=True),
-                lambda entries: len(entries) * ENTRY_BYTES,
-            )
+            self._entries[path] = live_entries(manifest, self._io)
         return self._entries[path]
 
     def state(self, snapshot: Snapshot) -> LiveFiles:

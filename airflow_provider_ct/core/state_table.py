@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_ct.core.file_cache import live_entries
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.exceptions import StateMismatchError
 
@@ -152,8 +153,7 @@ def _files(table: Any, snapshots: list[Any]) -> set[str]:
         out.add(snapshot.manifest_list)
         for manifest in snapshot.manifests(table.io):
             out.add(manifest.manifest_path)
-            entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-            out.update(e.data_file.file_path for e in entries)
+            out.update(e.data_file.file_path for e in live_entries(manifest, table.io))
     return out
 
 
