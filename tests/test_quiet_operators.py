@@ -24,6 +24,7 @@ from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import DescriptionError
+from airflow_provider_ct.operators._common import NOT_QUIET_FIELD
 from airflow_provider_ct.operators.append import AppendOperator, checked_report
 from airflow_provider_ct.operators.continual import (
     ContinualAppendOperator,
@@ -273,3 +274,34 @@ def test_busy_quiet_and_drifted_ticks_through_the_operators(
         f"drift correction (Spark) {fixed_s:.2f}"
     )
     assert quiet_s < busy_s / 5
+
+
+def test_a_write_whose_mint_found_the_tick_busy_does_not_ask_again(
+    default_catalog: CatalogConfig, no_process: SubmitRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The mint asks the quiet rule before the write (``quiet_ticks``); when the tick
+    is not quiet it says so in its XCom and the write starts its job at once."""
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    catalog = default_catalog.load()
+    written = heads(shop(catalog))
+    seal(catalog, 1000)
+    land_view(catalog, TARGET, SQL, 1000, written)
+    replace_contents(catalog.load_table("q.b"), 1500, pa.table({"k": [1], "v": ["z"]}, SCHEMA))
+    seal(catalog, 2000)
+    with DAG("busy_mint", schedule=None, start_date=datetime(2026, 1, 1)):
+        mint = MintOperator(task_id="mint", target=TARGET, sql=SQL, time=2000, quiet_ticks=True)
+        mint >> view_write({}, spark_master=DEAD_MASTER)
+    busy = mint.execute({})
+    assert busy[NOT_QUIET_FIELD] is True and busy["inputs"] != written
+    # The flag is what the write goes by: over unchanged inputs (a quiet tick
+    # for the rule) it still starts Spark, which the recorder refuses.
+    seal(catalog, 3000)
+    quiet = MintOperator(task_id="mint", target=TARGET, sql=SQL, time=3000).execute({})
+    assert NOT_QUIET_FIELD not in quiet
+    with caplog.at_level("INFO"), pytest.raises(OSError, match="refusing to start Spark"):
+        view_write({**quiet, NOT_QUIET_FIELD: True}, spark_master=DEAD_MASTER).execute({})
+    assert "its mint asked the quiet rule" in caplog.text
+    assert len(no_process.jvm_commands) == 1

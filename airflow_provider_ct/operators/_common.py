@@ -27,6 +27,10 @@ WRITE_REPORT_KEY = "write_report"
 #: staged (it then skipped the write task): beside the description, so the
 #: append gets both in one XCom read.
 QUIET_REPORT_FIELD = "quiet_report"
+#: The field of a mint's XCom saying it asked the quiet rule and the tick is not
+#: quiet: the write task then starts its job without asking again (the
+#: description pins the same inputs; running the job is never wrong).
+NOT_QUIET_FIELD = "not_quiet"
 
 #: Deployment-wide read-only switch (0dt upgrades, incident response).
 

@@ -126,10 +126,16 @@ def load_inputs(
     """The tables ``rule`` reads, loaded; each must exist and be pinned by ``desc``."""
     names = rule.tables_read(hook.get_config().name, desc.target)
     inputs = {name: hook.load_table(name) for name in names}  # all exist
+    check_pins(hook, desc, rule)
+    return inputs
+
+
+def check_pins(hook: IcebergCatalogHook, desc: BatchDescription, rule: QuietRule) -> None:
+    """Every table ``rule`` reads must be pinned by ``desc`` (checked before any Spark)."""
+    names = rule.tables_read(hook.get_config().name, desc.target)
     missing = [t for t in names if t not in desc.inputs]
     if missing:
         raise DescriptionError(f"description {desc.id} does not pin inputs {missing}")
-    return inputs
 
 
 def quiet_batch(

@@ -20,6 +20,7 @@ from airflow_provider_ct.exceptions import DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
 from airflow_provider_ct.operators._common import (
+    NOT_QUIET_FIELD,
     QUIET_REPORT_FIELD,
     RenderedSqlMixin,
     owner_of,
@@ -91,8 +92,8 @@ class MintOperator(RenderedSqlMixin, BaseOperator, SkipMixin):
             context, self, previous=self._previous(context), inputs_of=self._inputs, hook=hook
         )
         self._minted = description
-        if self.quiet_ticks:
-            self._skip_write_if_quiet(context, hook, description)
+        if self.quiet_ticks and self._skip_write_if_quiet(context, hook, description) is False:
+            return {**description.to_json(), NOT_QUIET_FIELD: True}
         return description.to_json()
 
     def quiet_rule(self) -> QuietRule:
@@ -101,20 +102,24 @@ class MintOperator(RenderedSqlMixin, BaseOperator, SkipMixin):
 
     def _skip_write_if_quiet(
         self, context: Any, hook: IcebergCatalogHook, description: BatchDescription
-    ) -> None:
-        """On a quiet tick, stage its empty batch and skip the write task (see ``quiet_ticks``)."""
+    ) -> bool | None:
+        """On a quiet tick, stage its empty batch and skip the write task (see ``quiet_ticks``).
+
+        True: skipped; False: the tick is not quiet; None: no write task to skip, not asked.
+        """
         writes = [t for t in self.downstream_list if isinstance(t, WriteOperator)]
         if not writes:
-            return
+            return None
         rule = self.quiet_rule()
         staged = quiet_batch(hook, description, rule, load_inputs(hook, description, rule))
         if staged is None:
-            return
+            return False
         ti = context["ti"]
         # Skipping ends execute() with an exception: the XCom is pushed here.
         minted = {**description.to_json(), QUIET_REPORT_FIELD: staged}
         ti.xcom_push(key=XCOM_RETURN_KEY, value=minted)
         self.skip(ti, writes)
+        return True
 
     def _inputs(self, target: str, catalog_name: str) -> list[str]:
         """Tables the target is computed from (parsing fails before any Spark job)."""

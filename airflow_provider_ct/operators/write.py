@@ -23,12 +23,14 @@ from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.hooks.spark_job import DEFAULT_LOCAL_MASTER, SparkJobHook
 from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
 from airflow_provider_ct.operators._common import (
+    NOT_QUIET_FIELD,
     RenderedSqlMixin,
     load_json_object,
 )
 from airflow_provider_ct.operators._quiet import (
     QuietRule,
     ViewQuiet,
+    check_pins,
     load_inputs,
     quiet_batch,
 )
@@ -134,13 +136,14 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         self._job_hook: SparkJobHook | None = None
         self.warm_idle_timeout = warm_idle_timeout
 
-    def _description(self, context: Any) -> BatchDescription:
+    def _minted(self, context: Any) -> dict[str, Any]:
+        """The description as passed or as the mint returned it (with its other fields)."""
         value = self.description
         if value is None:
             value = context["ti"].xcom_pull(task_ids=self.description_task_id)
             if value is None:
                 raise DescriptionError(f"task {self.description_task_id} returned no description")
-        return BatchDescription.from_json(load_json_object(value, "batch description"))
+        return load_json_object(value, "batch description")
 
     def quiet_rule(self) -> QuietRule:
         """What "quiet" means for this task's kind (shared with the mint, see ``_quiet``)."""
@@ -176,10 +179,15 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
             hook.on_kill()
 
     def execute(self, context: Any) -> dict[str, Any]:
-        return self._write(self._description(context))
+        minted = self._minted(context)
+        return self._write(BatchDescription.from_json(minted), bool(minted.get(NOT_QUIET_FIELD)))
 
-    def _write(self, desc: BatchDescription) -> dict[str, Any]:
-        """Stage (or, quiet, stage empty) the batch of ``desc``; the write report."""
+    def _write(self, desc: BatchDescription, not_quiet: bool = False) -> dict[str, Any]:
+        """Stage (or, quiet, stage empty) the batch of ``desc``; the write report.
+
+        :param not_quiet: the mint asked the quiet rule of this description
+            and the tick is not quiet: the job runs without asking again.
+        """
         hook = IcebergCatalogHook(self.iceberg_conn_id)
         config = hook.get_config()
         target = normalize_table_name(self.target, config.name)
@@ -189,10 +197,15 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
             )
         # Everything checkable without a JVM is checked before Spark starts.
         rule = self.quiet_rule()
-        inputs = load_inputs(hook, desc, rule)
         self._lineage_state: tuple[BatchDescription, dict[str, Any] | None] = (desc, None)
-        if self.quiet_ticks and not self.report_only:
-            staged = quiet_batch(hook, desc, rule, inputs)
+        if not_quiet:
+            check_pins(hook, desc, rule)
+            log.info("not a quiet tick (its mint asked the quiet rule), running Spark")
+        else:
+            inputs = load_inputs(hook, desc, rule)
+            staged = None
+            if self.quiet_ticks and not self.report_only:
+                staged = quiet_batch(hook, desc, rule, inputs)
             if staged is not None:
                 self._lineage_state = (desc, staged)
                 return staged
