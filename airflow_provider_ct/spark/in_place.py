@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -280,23 +281,25 @@ def _pull(frame: DataFrame, limit: int, what: str) -> pa.Table:
 
 def correct(
     agg: Aggregation,
-    persisted: DataFrame | None,
+    persisted: Callable[[], DataFrame | None],
     kept: pa.Table | None,
     change: pa.Table,
 ) -> InPlaceResult:
     """The correction from ``kept + change`` (a rebuild: ``kept`` None, ``change`` the full state).
 
-    Only the groups in ``change`` are compared with the target: their rows
-    (``<=>`` on every key), or the whole target in a rebuild.
+    ``persisted`` builds the target's head as a Spark frame (None: empty),
+    asked for only when the driver cannot diff. Only the groups in
+    ``change`` are compared with the target: their rows (``<=>`` on every
+    key), or the whole target in a rebuild.
     """
     keys, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
     state, affected = combine(kept, change, keys, arguments, scalar=agg.scalar)
     correction = _driver_correction(agg, affected, rebuild=kept is None)
     if correction is None:
         desired = _desired(agg, affected)
-        have = persisted
-        if persisted is not None and kept is not None and not agg.scalar:
-            have = _affected_rows(agg, persisted, change)
+        have = persisted()
+        if have is not None and kept is not None and not agg.scalar:
+            have = _affected_rows(agg, have, change)
         correction = compute_correction(desired, have, agg.columns, on_driver=True)
     correction.notes["affected_groups"] = len(affected)
     return InPlaceResult(correction, state, state.num_rows)

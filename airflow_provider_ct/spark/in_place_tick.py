@@ -90,7 +90,7 @@ def in_place_computed(tick: Tick, target: Target) -> Computed | None:
 
 def _computed(tick: Tick, target: Target, agg: Aggregation, inputs: dict[str, Any]) -> Computed:
     base, why = None, "the target has no rows yet"
-    if target.persisted is not None:
+    if target.has_rows:
         base, why = incremental_base(target.table, tick.desc, sql=tick.sql, inputs=inputs)
     if base is not None:
         verify = tick.verify_every
@@ -105,7 +105,7 @@ def _computed(tick: Tick, target: Target, agg: Aggregation, inputs: dict[str, An
         except (StateMismatchError, ChangesUnavailableError, IncrementalMismatchError) as exc:
             why = f"the kept aggregate state is rebuilt: {exc}"
     log.info("rebuilding the aggregate state of %s: %s", tick.desc.target, why)
-    result = correct(agg, target.persisted, None, full_state(agg))
+    result = correct(agg, lambda: target.persisted, None, full_state(agg))
     return _done(result, FULL, why, 0, {"aggregate_state": "rebuilt"})
 
 
@@ -139,7 +139,7 @@ def _incremental(
         tick.clock.lap("changes")
         change = driver_change_state(agg, changes.inserted, changes.deleted, kept.schema)
         if change is not None:
-            result = correct(agg, target.persisted, kept, change)
+            result = correct(agg, lambda: target.persisted, kept, change)
             return result, {**_report(name, changes), "change_state_on": "driver"}
     known = {read[0]: read[1]} if read is not None else None
     joined = joined_change(tick, agg, inputs, before)
@@ -148,7 +148,7 @@ def _incremental(
         sides = {NEW: dict(tick.desc.inputs), OLD: before}
         change = joined_change_state(agg, joined, inputs, sides, kept.schema)
         if change is not None:
-            result = correct(agg, target.persisted, kept, change)
+            result = correct(agg, lambda: target.persisted, kept, change)
             details = {**joined_report(joined), "aggregate_state": "kept"}
             return result, {**details, "change_state_on": "driver"}
         known = joined.changes
@@ -158,7 +158,7 @@ def _incremental(
     )
     try:
         tick.clock.lap("changes")
-        result = correct(agg, target.persisted, kept, change_state(agg, bindings))
+        result = correct(agg, lambda: target.persisted, kept, change_state(agg, bindings))
     finally:
         bindings.release_arrow()
     return result, {**bindings.report(), "aggregate_state": "kept", "change_state_on": "spark"}

@@ -29,6 +29,7 @@ Nothing becomes visible until ``AppendOperator`` compare-and-appends it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -308,21 +309,31 @@ def _prepare_target(
             return None
     diff = diff_schemas(table.schema(), arrow_schema)
     name = _qualified(config, desc.target)
-    base = None
-    if desc.base_snapshot_id is not None:
-        base = spark.read.option("snapshot-id", str(desc.base_snapshot_id)).table(name)
+    base_id = desc.base_snapshot_id
     if not diff:
-        stored = spark.table(name)
-        columns = [f.name for f in stored.schema.fields]
-        desired = desired.select(*[f"`{c}`" for c in columns])  # rows compare by name
-        check_schema(desired, stored, desc.target)
-        persisted = None if base is None else base.select(*[f"`{c}`" for c in columns], *_AT)
-        return Target(table, desired, columns, persisted)
+        columns = [f.name for f in table.schema().fields]
+        frames = functools.partial(_frames, spark, name, base_id, desired, desc.target)
+        return Target(table, columns, frames, base_id is not None)
     if dry_run:
         raise schema_error(diff, desc.target, "fail")
     change = plan_schema_change(table, diff, arrow_schema, settings.on_schema_change)
     log.info("schema of %s changes with this batch: %s", desc.target, diff.problems())
+    base = None if base_id is None else spark.read.option("snapshot-id", str(base_id)).table(name)
     return _changing_target(table, change, desired, base)
+
+
+def _frames(
+    spark: SparkSession, name: str, base_id: int | None, desired: DataFrame, target: str
+) -> tuple[DataFrame, DataFrame | None]:
+    """The query's rows in the table's column order, and the head read with positions."""
+    stored = spark.table(name)
+    columns = [f.name for f in stored.schema.fields]
+    desired = desired.select(*[f"`{c}`" for c in columns])  # rows compare by name
+    check_schema(desired, stored, target)
+    if base_id is None:
+        return desired, None
+    base = spark.read.option("snapshot-id", str(base_id)).table(name)
+    return desired, base.select(*[f"`{c}`" for c in columns], *_AT)
 
 
 #: The metadata columns a persisted row is retracted by.
@@ -368,7 +379,8 @@ def _changing_target(
             ],
             *_AT,
         )
-    return Target(pending_table(table, change), desired, columns, persisted, change)
+    built = (desired, persisted)
+    return Target(pending_table(table, change), columns, lambda: built, base is not None, change)
 
 
 def _compute(tick: Tick, target: Target) -> Computed:
@@ -380,7 +392,7 @@ def _compute(tick: Tick, target: Target) -> Computed:
     spark, config, desc, plan = tick.spark, tick.config, tick.desc, tick.plan
     base, why_not = (None, plan.reason)
     inputs: dict[str, Any] = {}
-    if plan.incremental and target.persisted is not None:
+    if plan.incremental and target.has_rows:
         inputs = {name: tick.catalog.load_table(name) for name in desc.inputs}
         base, why_not = incremental_base(target.table, desc, sql=tick.sql, inputs=inputs)
     elif plan.incremental:
@@ -441,7 +453,7 @@ def _estimated_size(tick: Tick, target: Target, measure: Callable[[Any, int | No
     one tick): the driver's pulls stop past the limit either way, at the
     price of evaluating the query once more.
     """
-    if target.persisted is not None:
+    if target.has_rows:
         return measure(target.table, tick.desc.base_snapshot_id)
     return sum(measure(tick.catalog.load_table(name), None) for name in tick.desc.inputs)
 
