@@ -139,3 +139,32 @@ def catalog_connection_and_session(config: Any, app_name: str) -> tuple[Any, Any
     )
     spark.sparkContext.setLogLevel("ERROR")
     return warm, spark
+
+
+def run_records(
+    dag_id: str, run_id: str, keys: tuple[str, ...]
+) -> tuple[dict[str, float], list[tuple[str, str, Any]]]:
+    """One DAG run's task durations (by task id) and its XComs under ``keys``.
+
+    Read from Airflow's database after ``dag.test()`` returned: the seconds
+    Airflow recorded for each task, and what the tasks returned or pushed.
+    """
+    from airflow.models import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        tis = session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
+        ).all()
+        durations = {ti.task_id: float(ti.duration or 0.0) for ti in tis}
+        xcoms = session.scalars(
+            select(XComModel).where(
+                XComModel.dag_id == dag_id,
+                XComModel.run_id == run_id,
+                XComModel.key.in_(keys),
+            )
+        ).all()
+        values = [(x.task_id, x.key, XComModel.deserialize_value(x)) for x in xcoms]
+    return durations, values

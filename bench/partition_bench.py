@@ -74,6 +74,7 @@ sys.path.insert(0, str(ROOT / "bench" / "dags"))
 from bench.bench_env import (  # noqa: E402
     catalog_connection_and_session,
     isolated_airflow,
+    run_records,
     stop_drivers,
 )
 
@@ -297,28 +298,10 @@ def check(tick: Tick, column: str, catalog: Any, expected: Counter[tuple[Any, ..
 
 def run_details(dag_id_: str, run_id: str) -> tuple[dict[str, float], dict[str, Any]]:
     """Task durations of one DAG run and its write task's report (XCom), read as tick_bench does."""
-    from airflow.models import TaskInstance
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        tis = session.scalars(
-            select(TaskInstance).where(
-                TaskInstance.dag_id == dag_id_, TaskInstance.run_id == run_id
-            )
-        ).all()
-        durations = {ti.task_id.rpartition(".")[2]: float(ti.duration or 0.0) for ti in tis}
-        xcom = session.scalars(
-            select(XComModel).where(
-                XComModel.dag_id == dag_id_,
-                XComModel.run_id == run_id,
-                XComModel.task_id == "daily.write",
-                XComModel.key == "return_value",
-            )
-        ).first()
-        report = XComModel.deserialize_value(xcom) if xcom is not None else {}
-    return durations, report if isinstance(report, dict) else {}
+    durations, values = run_records(dag_id_, run_id, ("return_value",))
+    report = next((v for task, _, v in values if task == "daily.write"), {})
+    by_task = {task.rpartition(".")[2]: seconds for task, seconds in durations.items()}
+    return by_task, report if isinstance(report, dict) else {}
 
 
 def view_tick(tick: Tick, refresh: str) -> None:

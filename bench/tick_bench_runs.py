@@ -23,7 +23,7 @@ from airflow_provider_ct.operators._common import QUIET_REPORT_FIELD
 from airflow_provider_ct.operators.tick import WRITE_REPORT_KEY
 from bench import tick_bench_compare as cmp
 from bench import tick_bench_tpch as tpch
-from bench.bench_env import driver_processes, peak_memory_mb, reset_peak_memory
+from bench.bench_env import driver_processes, peak_memory_mb, reset_peak_memory, run_records
 from bench.tick_bench_compare import Column, ColumnRun, Tick, load_average
 from tests.helpers import rows_of
 
@@ -88,26 +88,7 @@ def namespace(column: Column) -> str:
 
 def _run_details(dag_id_: str, run_id: str) -> tuple[dict[str, float], dict[str, Any]]:
     """Task durations and write reports (from the tasks' XComs) of one DAG run."""
-    from airflow.models import TaskInstance
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        tis = session.scalars(
-            select(TaskInstance).where(
-                TaskInstance.dag_id == dag_id_, TaskInstance.run_id == run_id
-            )
-        ).all()
-        durations = {ti.task_id: float(ti.duration or 0.0) for ti in tis}
-        xcoms = session.scalars(
-            select(XComModel).where(
-                XComModel.dag_id == dag_id_,
-                XComModel.run_id == run_id,
-                XComModel.key.in_(("return_value", WRITE_REPORT_KEY)),
-            )
-        ).all()
-        values = [(x.task_id, x.key, XComModel.deserialize_value(x)) for x in xcoms]
+    durations, values = run_records(dag_id_, run_id, ("return_value", WRITE_REPORT_KEY))
     return durations, _write_reports(values)
 
 
