@@ -21,6 +21,7 @@ reasons (what Spark and Iceberg prune well) than the strategy does.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from airflow_provider_ct.core.planner import qualified_name
 from airflow_provider_ct.core.query import normalize_table_name
 
 
-def bind_tables(tree: Any, views: dict[str, str], catalog_name: str) -> Any:
+def bind_tables(tree: Any, views: Mapping[str, str], catalog_name: str) -> Any:
     """A copy of ``tree`` (a block) with each input replaced by the view bound to it."""
     copy = tree.copy()
     for table in list(copy.find_all(exp.Table)):

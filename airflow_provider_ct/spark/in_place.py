@@ -29,7 +29,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +81,7 @@ class Aggregation:
     plan: Plan
     catalog_name: str
     #: Input name -> the view its pinned snapshot (``new``) is registered as.
-    new_views: dict[str, str]
+    new_views: Mapping[str, str]
     #: The query's Spark schema, in its select list's order (the rows' types).
     schema: Any
     #: The target's columns, in the table's order (what the diff compares).
@@ -107,7 +107,7 @@ class Aggregation:
     def scalar(self) -> bool:
         return not self.plan.key_sql
 
-    def rows(self, views: dict[str, str]) -> DataFrame:
+    def rows(self, views: Mapping[str, str]) -> DataFrame:
         """The block's rows below the aggregation over ``views``: keys, then arguments."""
         block = self.plan.blocks[0]
         tree = rows_select(block.tree, self.plan.key_sql, self.in_place.arguments)

@@ -9,7 +9,7 @@ correction in their own way (:mod:`.in_place_tick`) and the refresh rules
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -123,5 +123,9 @@ class Tick:
     #: ``refresh="auto"`` runs a group tick in full when its restricted reads
     #: cover this share of the inputs' bytes (0: never; ``core/read_estimate``).
     read_share: float = 0.0
-    #: Input name -> the temp view of its pinned snapshot.
-    input_views: dict[str, str] = field(default_factory=dict)
+    #: Input name -> the temp view of its pinned snapshot (registered on first lookup).
+    input_views: Mapping[str, str] = field(default_factory=dict)
+    #: Input name -> its PyIceberg table (None: one did not load; Spark says why).
+    input_tables: dict[str, Any] | None = None
+    #: What the tick's Spark analyses are kept under (:mod:`.analysis_cache`).
+    analysis_key: tuple | None = None

@@ -42,7 +42,7 @@ from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.layout import TargetSettings
 from airflow_provider_ct.core.planner import AGGREGATE, FULL, Plan, choose_plan
-from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, parse_query, query_hash
+from airflow_provider_ct.core.query import parse_query, query_hash
 from airflow_provider_ct.core.refresh import (
     full_diff_on_driver,
 )
@@ -80,7 +80,8 @@ from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.in_place_tick import in_place_computed, keep_state
 from airflow_provider_ct.spark.incremental import incremental_correction
-from airflow_provider_ct.spark.input_changes import Scratch, bind_inputs, read_pinned
+from airflow_provider_ct.spark.input_changes import Scratch, bind_inputs
+from airflow_provider_ct.spark.pinned_query import PinnedQuery, PinnedViews, input_tables
 from airflow_provider_ct.spark.refresh_rules import (
     auto_full_reason,
     read_check,
@@ -91,25 +92,13 @@ from airflow_provider_ct.spark.tick import Computed, PhaseClock, Target, Tick
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("airflow_provider_ct.write_job")
 
 
 def _qualified(config: CatalogConfig, name: str) -> str:
     return f"{config.name}.{name}"
-
-
-def _register_inputs(
-    spark: SparkSession, config: CatalogConfig, desc: BatchDescription, inputs: tuple[str, ...]
-) -> dict[str, str]:
-    views: dict[str, str] = {}
-    for index, name in enumerate(inputs):
-        if name not in desc.inputs:
-            raise CTError(f"description {desc.id} does not pin input {name}")
-        view = f"{INPUT_VIEW_PREFIX}{index}"
-        read_pinned(spark, config, name, desc.inputs[name]).createOrReplaceTempView(view)
-        views[name] = view
-    return views
 
 
 def run_write(
@@ -144,28 +133,28 @@ def run_write(
         return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
 
     clock = PhaseClock()
-    views = _register_inputs(spark, config, desc, parsed.inputs)
-    desired: DataFrame = spark.sql(parsed.pinned_sql(views))
+    views = PinnedViews(spark, config, desc, parsed.inputs)
+    tables = input_tables(catalog, parsed.inputs)
+    query = PinnedQuery(spark, sql, parsed, views, tables, desc.inputs)
     if table is None and dry_run:
         return WriteReport(
             WriteStatus.DRY_RUN,
             desc.id,
             desc.target,
-            rows_to_insert=desired.count(),
+            rows_to_insert=query.frame.count(),
             reason="target does not exist yet",
             extra={"strategy": FULL, "plan": plan.explain()},
         )
     prepared = _prepare_target(
-        spark, config, catalog, desc, table, desired, target or TargetSettings(), dry_run=dry_run
+        spark, config, catalog, desc, table, query, target or TargetSettings(), dry_run=dry_run
     )
     if prepared is None:
         reason = "target was created and written concurrently"
         return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
-    prepared.query_schema = desired.schema
     scratch = Scratch(spark, prepared.table)
     tick = _tick(spark, config, catalog, sql, desc, plan, refresh, verify_every, scratch, clock)
-    tick.input_views = views
+    tick.input_views, tick.input_tables, tick.analysis_key = views, tables, query.key
     try:
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
@@ -288,7 +277,7 @@ def _prepare_target(
     catalog: Any,
     desc: BatchDescription,
     table: Any,
-    desired: DataFrame,
+    query: PinnedQuery,
     settings: TargetSettings,
     *,
     dry_run: bool = False,
@@ -299,10 +288,11 @@ def _prepare_target(
     under the new schema and the append commits it with them
     (:mod:`airflow_provider_ct.core.schema_change`).
     """
-    columns = [f.name for f in desired.schema.fields]
+    schema = query.schema
+    columns = [f.name for f in schema.fields]
     if len({c.lower() for c in columns}) != len(columns):
         raise CTError(f"the query for {desc.target} has duplicate column names: {columns}")
-    arrow_schema = _query_schema(desired)
+    arrow_schema = _query_schema(schema)
     if table is None:
         table = create_managed_table(catalog, desc.target, arrow_schema, layout=settings.layout)
         if table.metadata.current_snapshot() is not None:
@@ -312,23 +302,25 @@ def _prepare_target(
     base_id = desc.base_snapshot_id
     if not diff:
         columns = [f.name for f in table.schema().fields]
-        frames = functools.partial(_frames, spark, name, base_id, desired, desc.target)
-        return Target(table, columns, frames, base_id is not None)
+        frames = functools.partial(_frames, spark, name, base_id, query, desc.target)
+        return Target(table, columns, frames, base_id is not None, query_schema=schema)
     if dry_run:
         raise schema_error(diff, desc.target, "fail")
     change = plan_schema_change(table, diff, arrow_schema, settings.on_schema_change)
     log.info("schema of %s changes with this batch: %s", desc.target, diff.problems())
     base = None if base_id is None else spark.read.option("snapshot-id", str(base_id)).table(name)
-    return _changing_target(table, change, desired, base)
+    changing = _changing_target(table, change, query.frame, base)
+    changing.query_schema = schema
+    return changing
 
 
 def _frames(
-    spark: SparkSession, name: str, base_id: int | None, desired: DataFrame, target: str
+    spark: SparkSession, name: str, base_id: int | None, query: PinnedQuery, target: str
 ) -> tuple[DataFrame, DataFrame | None]:
     """The query's rows in the table's column order, and the head read with positions."""
     stored = spark.table(name)
     columns = [f.name for f in stored.schema.fields]
-    desired = desired.select(*[f"`{c}`" for c in columns])  # rows compare by name
+    desired = query.frame.select(*[f"`{c}`" for c in columns])  # rows compare by name
     check_schema(desired, stored, target)
     if base_id is None:
         return desired, None
@@ -340,7 +332,7 @@ def _frames(
 _AT = ("_file", "_pos")
 
 
-def _query_schema(desired: DataFrame) -> pa.Schema:
+def _query_schema(schema: StructType) -> pa.Schema:
     """The query's columns as Arrow types, every one optional.
 
     Spark's nullability flags shift with plans (joins, explode), and a
@@ -348,7 +340,7 @@ def _query_schema(desired: DataFrame) -> pa.Schema:
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return pa.schema([f.with_nullable(True) for f in to_arrow_schema(desired.schema)])
+    return pa.schema([f.with_nullable(True) for f in to_arrow_schema(schema)])
 
 
 def _changing_target(
