@@ -8,8 +8,11 @@ Given a batch description it
 
 1. refuses to work if the target's head is no longer the description's base
    (another writer got there first: report ``outdated``, stage nothing);
-2. registers every input pinned to its snapshot from the description;
-3. runs the query, creating the target from the query's schema on first use;
+2. binds every input pinned to its snapshot from the description, when
+   Spark first needs them (:mod:`.pinned_query`; a tick kept in place on
+   the driver with known types never does);
+3. takes the query's schema (Spark's analysis, kept by a warm driver),
+   creating the target from it on first use;
    a query whose columns changed gets the schema ``on_schema_change``
    allows, planned but not committed: the batch is staged under it and the
    append commits it in the batch's own commit
