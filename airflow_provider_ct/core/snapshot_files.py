@@ -218,7 +218,7 @@ class FileReader:
             schema = IcebergSchema(*[self.read_schema.find_field(i) for i in missing])
             read = self._scan(data_file, schema)
             for i, arrow_field, column in zip(missing, read.schema, read.columns, strict=True):
-                have[i] = (arrow_field, column)
+                have[i] = (arrow_field, _one_chunk(column))
                 cache.put(keys[i], have[i], column.nbytes)
         else:
             self.files_cached += 1
@@ -418,3 +418,20 @@ def rows_with_positions(
         arrow = arrow.append(pa.field("_file", pa.string())).append(pa.field("_pos", pa.int64()))
         return arrow.empty_table()
     return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``column`` as one chunk, when its offsets allow (else as read).
+
+    A file decodes into a chunk per batch, and taking rows from a chunked
+    column costs a pass over every chunk: 4 ms to take 100 rows of a
+    1.5M-row string column in 12 chunks, 0.01 ms from one chunk. Cached
+    columns are taken from on every tick (the driver's joins), so they are
+    combined once when cached.
+    """
+    if column.num_chunks <= 1:
+        return column
+    try:
+        return pa.chunked_array([column.combine_chunks()], column.type)
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):  # over 2 GiB of string offsets
+        return column

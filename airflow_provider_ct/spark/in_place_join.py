@@ -162,13 +162,12 @@ def _prefilter(shape: JoinShape, types: dict[str, pa.DataType]) -> Prefilter:
     """Each table's rows kept by the condition's conjuncts that read it alone (before joins)."""
     from sqlglot import exp
 
-    conjuncts = single_table_conjuncts(shape)
+    conditions = {a: exp.and_(*cs, copy=True) for a, cs in single_table_conjuncts(shape).items()}
 
     def keep(alias: str, rows: pa.Table) -> pa.Table:
-        mine = conjuncts.get(alias)
-        if not mine or not rows.num_rows:
+        condition = conditions.get(alias)
+        if condition is None or not rows.num_rows:
             return rows
-        condition = exp.and_(*[c.copy() for c in mine])
         return rows.filter(ArrowEvaluator.joined(rows, types).mask(condition))
 
     return keep
