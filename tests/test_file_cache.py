@@ -192,3 +192,33 @@ def test_a_warm_driver_sizes_its_cache_by_its_driver_memory(
     monkeypatch.setenv(fc.CACHE_MB_ENV, "100")  # set by the user: kept
     tuning.size_file_cache("3g")
     assert fc.budget_bytes() == 100 * 1024**2
+
+
+@pytest.mark.parametrize("budget_mb", ["0", "64"])
+def test_a_cached_file_is_one_chunk_and_fetches_the_rows_a_scan_holds(
+    sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, budget_mb: str
+) -> None:
+    """A file of several row groups decodes into several chunks; the cache keeps
+    its columns as one (taking rows from many chunks costs a pass over each),
+    and the rows fetched by key are the same either way."""
+    from airflow_provider_ct.core.keyed_rows import SnapshotRows
+
+    monkeypatch.setenv(fc.CACHE_MB_ENV, budget_mb)
+    table = new_table(
+        sqlite_catalog_config,
+        f"fc.chunks{budget_mb}",
+        properties={"write.parquet.row-group-limit": "10"},
+    )
+    rows = [{"k": i, "v": f"v{i % 7}", "n": i * 3} for i in range(50)]
+    table.append(pa.Table.from_pylist(rows, ROWS))
+    snapshot = table.current_snapshot().snapshot_id
+    wanted = [3, 17, 42, 99]
+    for _ in range(2):  # the second fetch is served from the cache when there is one
+        fetcher = SnapshotRows(table, snapshot, ["k", "v", "n"])
+        got = fetcher.where("k", pa.array(wanted, pa.int64()))
+        assert sorted(got.to_pylist(), key=lambda r: r["k"]) == [
+            r for r in rows if r["k"] in wanted
+        ]
+    entry = next(iter(fetcher._state.data.values()))
+    chunks = fetcher._reader.rows(entry).column("v").num_chunks
+    assert chunks == (1 if budget_mb != "0" else 5)
