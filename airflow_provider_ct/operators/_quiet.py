@@ -126,13 +126,16 @@ def load_inputs(
     """The tables ``rule`` reads, loaded; each must exist and be pinned by ``desc``."""
     names = rule.tables_read(hook.get_config().name, desc.target)
     inputs = {name: hook.load_table(name) for name in names}  # all exist
-    check_pins(hook, desc, rule)
+    _require_pins(desc, names)
     return inputs
 
 
 def check_pins(hook: IcebergCatalogHook, desc: BatchDescription, rule: QuietRule) -> None:
     """Every table ``rule`` reads must be pinned by ``desc`` (checked before any Spark)."""
-    names = rule.tables_read(hook.get_config().name, desc.target)
+    _require_pins(desc, rule.tables_read(hook.get_config().name, desc.target))
+
+
+def _require_pins(desc: BatchDescription, names: list[str]) -> None:
     missing = [t for t in names if t not in desc.inputs]
     if missing:
         raise DescriptionError(f"description {desc.id} does not pin inputs {missing}")
