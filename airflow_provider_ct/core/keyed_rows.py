@@ -25,6 +25,7 @@ from airflow_provider_ct.core.snapshot_files import (
     FileReader,
     Manifests,
     live_positions,
+    snapshot_schema,
 )
 from airflow_provider_ct.exceptions import ChangesUnavailableError
 
@@ -52,10 +53,7 @@ class SnapshotRows:
         snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
         if snapshot_id is not None and snapshot is None:
             raise ChangesUnavailableError(f"snapshot {snapshot_id} is not in the table's metadata")
-        schema = None
-        if snapshot is not None and snapshot.schema_id is not None:
-            schema = metadata.schema_by_id(snapshot.schema_id)
-        schema = schema or table.schema()
+        schema = snapshot_schema(table, snapshot)
         self._reader = FileReader(table, schema, [schema.find_field(c).field_id for c in columns])
         self._state = Manifests(table).state(snapshot) if snapshot is not None else EMPTY_STATE
         self._specs = dict(metadata.specs())
@@ -148,7 +146,7 @@ def column_bytes(table: Table, snapshot_id: int, columns: Sequence[str]) -> int:
     snapshot = table.metadata.snapshot_by_id(snapshot_id)
     if snapshot is None:
         raise ChangesUnavailableError(f"snapshot {snapshot_id} is not in the table's metadata")
-    schema = table.metadata.schema_by_id(snapshot.schema_id or 0) or table.schema()
+    schema = snapshot_schema(table, snapshot)
     ids = {schema.find_field(c).field_id for c in columns}
     total = 0
     for entry in Manifests(table).state(snapshot).data.values():

@@ -389,8 +389,7 @@ def rows_with_positions(
     snapshot = metadata.snapshot_by_id(snapshot_id)
     if snapshot is None:
         raise ChangesUnavailableError(f"snapshot {snapshot_id} is not in the table's metadata")
-    schema = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
-    schema = schema or table.schema()
+    schema = snapshot_schema(table, snapshot)
     ids = [schema.find_field(name).field_id for name in columns]
     reader = FileReader(table, schema, ids)
     state = Manifests(table).state(snapshot)
@@ -418,6 +417,18 @@ def rows_with_positions(
         arrow = arrow.append(pa.field("_file", pa.string())).append(pa.field("_pos", pa.int64()))
         return arrow.empty_table()
     return pa.concat_tables(parts, promote_options="permissive")
+
+
+def snapshot_schema(table: Table, snapshot: Snapshot | None) -> Schema:
+    """The schema ``snapshot`` was written with (the table's current one when it names none).
+
+    A pinned snapshot is read with its own columns: a column added since
+    must not appear in it, and one renamed since keeps its name there.
+    """
+    found = None
+    if snapshot is not None and snapshot.schema_id is not None:
+        found = table.metadata.schema_by_id(snapshot.schema_id)
+    return found or table.schema()
 
 
 def _one_chunk(column: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -42,6 +42,7 @@ from airflow_provider_ct.core.in_place_driver import Expressions
 from airflow_provider_ct.core.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.core.keyed_rows import SnapshotRows, column_bytes
 from airflow_provider_ct.core.planner import referenced_columns
+from airflow_provider_ct.core.snapshot_files import snapshot_schema
 from airflow_provider_ct.spark.in_place import Aggregation, expressions, node_types
 from airflow_provider_ct.spark.tick import Tick
 
@@ -76,7 +77,10 @@ def joined_change(
     rows = sum(estimated_change_rows(inputs[n], before.get(n), pinned[n]) for n in changed)
     if agg.driver_rows <= 0 or rows > agg.driver_rows:
         return None
-    schemas = {n: _schema(inputs[n], pinned[n]).column_names for n in block.inputs}
+    schemas = {
+        n: snapshot_schema(inputs[n], inputs[n].metadata.snapshot_by_id(pinned[n])).column_names
+        for n in block.inputs
+    }
     columns = referenced_columns(tick.plan, schemas, tick.config.name)
     try:
         shape = join_shape(block.tree, tick.config.name, columns)
@@ -89,15 +93,6 @@ def joined_change(
         n: table_changes(inputs[n], before.get(n), pinned[n], columns=columns[n]) for n in changed
     }
     return JoinedChange(changes, shape, columns)
-
-
-def _schema(table: Any, snapshot_id: int) -> Any:
-    snapshot = table.metadata.snapshot_by_id(snapshot_id)
-    if snapshot is not None and snapshot.schema_id is not None:
-        found = table.metadata.schema_by_id(snapshot.schema_id)
-        if found is not None:
-            return found
-    return table.schema()
 
 
 def _fits_cache(

@@ -31,6 +31,7 @@ from airflow_provider_ct.core.planner import AGGREGATE, FULL, referenced_columns
 from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.refresh import join_reads_reason
 from airflow_provider_ct.core.settings import SMALL_RESULT_ROWS, rows_on_driver
+from airflow_provider_ct.core.snapshot_files import snapshot_schema
 from airflow_provider_ct.core.state_table import read_state, write_state
 from airflow_provider_ct.core.tables import live_bytes
 from airflow_provider_ct.exceptions import (
@@ -182,12 +183,7 @@ def _one_input_change(
         agg.driver_rows
     ):
         return None
-    metadata = inputs[name].metadata
-    snapshot = metadata.snapshot_by_id(after)
-    schema = None
-    if snapshot is not None and snapshot.schema_id is not None:
-        schema = metadata.schema_by_id(snapshot.schema_id)
-    schema = schema or inputs[name].schema()
+    schema = snapshot_schema(inputs[name], inputs[name].metadata.snapshot_by_id(after))
     columns = referenced_columns(tick.plan, {name: schema.column_names}, tick.config.name)
     changes = table_changes(inputs[name], before.get(name), after, columns=columns[name])
     return name, changes  # larger than the driver takes: Spark's jobs start from it
