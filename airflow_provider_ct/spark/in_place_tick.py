@@ -66,7 +66,7 @@ def in_place_computed(tick: Tick, target: Target) -> Computed | None:
     """
     inputs, key = tick.input_tables, tick.analysis_key  # as the job loaded them
     if inputs is None or key is None or set(inputs) != set(tick.desc.inputs):
-        inputs = {name: tick.catalog.load_table(name) for name in tick.desc.inputs}
+        inputs = {name: tick.input_table(name) for name in tick.desc.inputs}
         key = analysis_key(tick.spark, tick.sql, inputs, tick.desc.inputs)
     agg = Aggregation(
         tick.spark,

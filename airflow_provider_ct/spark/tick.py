@@ -129,3 +129,12 @@ class Tick:
     input_tables: dict[str, Any] | None = None
     #: What the tick's Spark analyses are kept under (:mod:`.analysis_cache`).
     analysis_key: tuple | None = None
+    _loaded: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def input_table(self, name: str) -> Any:
+        """Input ``name``'s PyIceberg table, loaded once per job (every read of it is pinned)."""
+        if self.input_tables is not None and name in self.input_tables:
+            return self.input_tables[name]
+        if name not in self._loaded:
+            self._loaded[name] = self.catalog.load_table(name)
+        return self._loaded[name]

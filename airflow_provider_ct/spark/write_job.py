@@ -252,7 +252,7 @@ def _batch_summary(tick: Tick, computed: Computed) -> dict[str, str]:
     other engines (core/refresh_state.py).
     """
     digest = query_hash(tick.sql)
-    sources = {n: (tick.catalog.load_table(n), s) for n, s in tick.desc.inputs.items()}
+    sources = {n: (tick.input_table(n), s) for n, s in tick.desc.inputs.items()}
     rows = min(sum(live_rows(table, snap) for table, snap in sources.values()), UNKNOWN_ROWS)
     computing = sum(v for k, v in tick.clock.phases.items() if k != "prepare")
     return {
@@ -388,7 +388,7 @@ def _compute(tick: Tick, target: Target) -> Computed:
     base, why_not = (None, plan.reason)
     inputs: dict[str, Any] = {}
     if plan.incremental and target.has_rows:
-        inputs = {name: tick.catalog.load_table(name) for name in desc.inputs}
+        inputs = {name: tick.input_table(name) for name in desc.inputs}
         base, why_not = incremental_base(target.table, desc, sql=tick.sql, inputs=inputs)
     elif plan.incremental:
         why_not = "the target has no rows yet"
@@ -450,7 +450,7 @@ def _estimated_size(tick: Tick, target: Target, measure: Callable[[Any, int | No
     """
     if target.has_rows:
         return measure(target.table, tick.desc.base_snapshot_id)
-    return sum(measure(tick.catalog.load_table(name), None) for name in tick.desc.inputs)
+    return sum(measure(tick.input_table(name), None) for name in tick.desc.inputs)
 
 
 def _verify(
