@@ -131,7 +131,7 @@ class StateMismatchError(CTError):
     """A view's kept aggregate state cannot be used: it is missing, stale or edited.
 
     The write job then rebuilds it from the inputs (in-place aggregates,
-    :mod:`airflow_provider_ct.core.aggregate_state`).
+    :mod:`airflow_provider_ct.ivm.state.aggregate_state`).
     """
 
 

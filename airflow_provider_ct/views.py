@@ -10,11 +10,11 @@ from airflow.sdk import Asset, TaskGroup
 from airflow_provider_ct._groups import Step, tick_group
 from airflow_provider_ct.assets import table_asset
 from airflow_provider_ct.core.layout import TableLayout, TargetSettings
-from airflow_provider_ct.core.planner import choose_plan
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.factory_settings import SparkSettings, WaitSettings
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.ivm.plan.planner import choose_plan
 from airflow_provider_ct.operators._common import catalog_name_of, is_templated_sql
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator

@@ -8,17 +8,17 @@ from typing import Any
 import pytest
 import sqlglot
 
-from airflow_provider_ct.core.in_place import in_place_shape
-from airflow_provider_ct.core.planner import choose_plan, plan_query, referenced_columns
 from airflow_provider_ct.core.query import parse_query
-from airflow_provider_ct.core.rewrites import (
+from airflow_provider_ct.exceptions import ConfigurationError, QueryError
+from airflow_provider_ct.ivm.plan.in_place import in_place_shape
+from airflow_provider_ct.ivm.plan.planner import choose_plan, plan_query, referenced_columns
+from airflow_provider_ct.ivm.plan.rewrites import (
     InlineKeys,
     day_ranges,
     restrict_columns_to_keys,
     restrict_to_days,
     restrict_to_keys,
 )
-from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 
 CASES = [
     ("SELECT id, v FROM s.a WHERE v > 1", "linear", "projection and filter"),
@@ -369,7 +369,7 @@ def test_the_changed_rows_days_are_the_casts_days() -> None:
     """``CAST(ts AS DATE)``: an instant's date in the session's zone; a local time's own date."""
     import pyarrow as pa
 
-    from airflow_provider_ct.spark.days import INLINE_KEYS, arrow_days
+    from airflow_provider_ct.spark.ivm.days import INLINE_KEYS, arrow_days
 
     utc = datetime.UTC
     late = datetime.datetime(2026, 3, 2, 3, 30, tzinfo=utc)  # still March 1st in New York

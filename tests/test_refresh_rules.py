@@ -1,6 +1,6 @@
 """The refresh rules' boundaries: when an incremental tick runs in full, where a full one diffs.
 
-Plain Python: no Spark, no catalog. The rules (``core/refresh.py``) decide
+Plain Python: no Spark, no catalog. The rules (``ivm/plan/refresh.py``) decide
 from numbers the snapshots' summaries give, so each threshold is checked at,
 just below and just above it, turned off (0), and against a size the
 summaries could not tell (``UNKNOWN_ROWS``), with the reason a report gives.
@@ -11,15 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_ct.core.planner import FULL, GROUP, LINEAR
-from airflow_provider_ct.core.refresh import (
-    PastTick,
-    full_diff_on_driver,
-    history_reason,
-    join_reads_reason,
-    large_change_reason,
-    small_inputs_reason,
-)
 from airflow_provider_ct.core.settings import (
     LARGE_CHANGE_SHARE,
     RETRY_INCREMENTAL_AFTER,
@@ -30,6 +21,15 @@ from airflow_provider_ct.core.settings import (
     small_input_rows,
 )
 from airflow_provider_ct.core.tables import UNKNOWN_ROWS
+from airflow_provider_ct.ivm.plan.planner import FULL, GROUP, LINEAR
+from airflow_provider_ct.ivm.plan.refresh import (
+    PastTick,
+    full_diff_on_driver,
+    history_reason,
+    join_reads_reason,
+    large_change_reason,
+    small_inputs_reason,
+)
 
 
 def _small(rows: int, limit: int) -> str:
@@ -202,7 +202,7 @@ def test_after_enough_batches_in_full_incremental_is_tried_again() -> None:
 
 
 def test_read_history_sends_a_view_full_until_it_is_time_to_estimate_again() -> None:
-    from airflow_provider_ct.core.refresh import PastTick, read_history_reason
+    from airflow_provider_ct.ivm.plan.refresh import PastTick, read_history_reason
 
     def tick(share: float | None) -> PastTick:
         return PastTick("full" if share is not None else "group", 100, 1_000, share)

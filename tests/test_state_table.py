@@ -13,13 +13,13 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.state_table import (
+from airflow_provider_ct.exceptions import StateMismatchError
+from airflow_provider_ct.ivm.state.table import (
     KEPT_SNAPSHOTS,
     read_state,
     state_table_name,
     write_state,
 )
-from airflow_provider_ct.exceptions import StateMismatchError
 from tests.test_changes import commit_deletes, live_files, position_delete
 
 TARGET = "st.view"

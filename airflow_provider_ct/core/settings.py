@@ -41,7 +41,7 @@ LARGE_CHANGE_SHARE_ENV = "CT_FULL_ABOVE_CHANGE"
 
 #: ``refresh="auto"`` runs a ``group`` tick in full when its restricted reads
 #: would still cover this share of the inputs' bytes (Iceberg's scan planning
-#: over the pinned snapshots: ``core/read_estimate``) and its result is small.
+#: over the pinned snapshots: ``ivm/plan/read_estimate``) and its result is small.
 FULL_READ_SHARE = 0.5
 #: Overrides :data:`FULL_READ_SHARE` in the job's environment; 0 turns the rule off.
 FULL_READ_SHARE_ENV = "CT_FULL_ABOVE_READ_SHARE"
@@ -50,7 +50,7 @@ FULL_READ_SHARE_ENV = "CT_FULL_ABOVE_READ_SHARE"
 SMALL_RESULT_ROWS = 200_000
 
 #: ``refresh="auto"`` runs in full while the view's own incremental batches
-#: cost more than its full ones (``core/refresh.history_reason``), and tries
+#: cost more than its full ones (``ivm/plan/refresh.history_reason``), and tries
 #: incremental again after this many batches in full.
 RETRY_INCREMENTAL_AFTER = 8
 #: Overrides :data:`RETRY_INCREMENTAL_AFTER` in the job's environment; 0 turns the rule off.

@@ -121,7 +121,7 @@ def iter_tables(
 
     Namespaces that do not exist (yet) and tables dropped while listing are
     skipped: callers list while other processes create and drop. So are the
-    state tables of in-place views (``core/state_table.py``).
+    state tables of in-place views (``ivm/state/table.py``).
     """
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 

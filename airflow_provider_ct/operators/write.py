@@ -15,12 +15,12 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.layout import TargetSettings
-from airflow_provider_ct.core.planner import REFRESH_MODES
 from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.engine.client import ENGINES
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.hooks.spark_job import DEFAULT_LOCAL_MASTER, SparkJobHook
+from airflow_provider_ct.ivm.plan.planner import REFRESH_MODES
 from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
 from airflow_provider_ct.operators._common import (
     NOT_QUIET_FIELD,

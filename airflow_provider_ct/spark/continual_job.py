@@ -8,7 +8,7 @@ Plain PySpark code like :mod:`.write_job`, run for a
 2. finds the input's times in the batch (its snapshots there) and, for each
    time ``t`` in order, reads only the rows *inserted* at ``t`` (an
    incremental read between the snapshot before ``t`` and the one at ``t``
-   across appends, :func:`~airflow_provider_ct.core.changes.table_changes`
+   across appends, :func:`~airflow_provider_ct.ivm.changes.table_changes.table_changes`
    across anything else; the input is never scanned in full after the first
    tick, see docs/continual-tasks.md);
 3. runs the statements in order: the output name sees the output as of

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from airflow_provider_ct.core.layout import TargetSettings
-from airflow_provider_ct.core.planner import REFRESH_MODES
 from airflow_provider_ct.exceptions import ConfigurationError
+from airflow_provider_ct.ivm.plan.planner import REFRESH_MODES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -17,10 +17,10 @@ import pyarrow as pa
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.planner import Plan
 from airflow_provider_ct.core.schema_change import SchemaChange
+from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.input_changes import Scratch
+from airflow_provider_ct.spark.ivm.input_changes import Scratch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -121,7 +121,7 @@ class Tick:
     #: this many batches in full (0: it does not).
     retry_after: int = 0
     #: ``refresh="auto"`` runs a group tick in full when its restricted reads
-    #: cover this share of the inputs' bytes (0: never; ``core/read_estimate``).
+    #: cover this share of the inputs' bytes (0: never; ``ivm/plan/read_estimate``).
     read_share: float = 0.0
     #: Input name -> the temp view of its pinned snapshot (registered on first lookup).
     input_views: Mapping[str, str] = field(default_factory=dict)

@@ -18,11 +18,11 @@ Given a batch description it
    append commits it in the batch's own commit
    (:mod:`airflow_provider_ct.core.schema_change`);
 4. computes the correction: incrementally from the inputs' changes where
-   the query's plan (:mod:`airflow_provider_ct.core.planner`) and the
-   target's history (:mod:`airflow_provider_ct.core.incremental`) allow (see
+   the query's plan (:mod:`airflow_provider_ct.ivm.plan.planner`) and the
+   target's history (:mod:`airflow_provider_ct.ivm.plan.history`) allow (see
    :mod:`.incremental`), else ``desired - persisted`` in full (see
    :mod:`.correction`); ``refresh="auto"`` runs in full where the refresh
-   rules (:mod:`airflow_provider_ct.core.refresh`) say it is cheaper;
+   rules (:mod:`airflow_provider_ct.ivm.plan.refresh`) say it is cheaper;
 5. stages inserts as Parquet and retractions as a position-delete file under
    the table location, and writes the staged-batch manifest (see
    :mod:`.stage_correction`).
@@ -41,14 +41,9 @@ import pyarrow as pa
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.layout import TargetSettings
-from airflow_provider_ct.core.planner import AGGREGATE, FULL, Plan, choose_plan
 from airflow_provider_ct.core.query import parse_query, query_hash
-from airflow_provider_ct.core.refresh import (
-    full_diff_on_driver,
-)
 from airflow_provider_ct.core.refresh_state import refresh_state
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.schema_change import (
@@ -78,18 +73,23 @@ from airflow_provider_ct.exceptions import (
     IncrementalMismatchError,
     IncrementalNotCheaperError,
 )
+from airflow_provider_ct.ivm.plan.history import incremental_base
+from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, Plan, choose_plan
+from airflow_provider_ct.ivm.plan.refresh import (
+    full_diff_on_driver,
+)
 from airflow_provider_ct.spark.correction import check_schema, correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.in_place_tick import in_place_computed, keep_state
-from airflow_provider_ct.spark.incremental import incremental_correction
-from airflow_provider_ct.spark.input_changes import Scratch, bind_inputs
-from airflow_provider_ct.spark.pinned_query import PinnedQuery, PinnedViews, input_tables
-from airflow_provider_ct.spark.refresh_rules import (
+from airflow_provider_ct.spark.ivm.in_place_tick import in_place_computed, keep_state
+from airflow_provider_ct.spark.ivm.incremental import incremental_correction
+from airflow_provider_ct.spark.ivm.input_changes import Scratch, bind_inputs
+from airflow_provider_ct.spark.ivm.refresh_rules import (
     auto_full_reason,
     read_check,
     recent_read_estimates,
 )
+from airflow_provider_ct.spark.pinned_query import PinnedQuery, PinnedViews, input_tables
 from airflow_provider_ct.spark.stage_correction import stage_correction
 from airflow_provider_ct.spark.tick import Computed, PhaseClock, Target, Tick
 
@@ -247,7 +247,7 @@ def _batch_summary(tick: Tick, computed: Computed) -> dict[str, str]:
     """What the batch's snapshot summary records of how it was computed.
 
     The query's hash lands with the batch: a later tick can then prove
-    itself quiet (core/quiet.py) or incremental (core/incremental.py). The
+    itself quiet (core/quiet.py) or incremental (ivm/plan/history.py). The
     draft Iceberg materialized-view ``refresh-state`` says the same for
     other engines (core/refresh_state.py).
     """

@@ -1,10 +1,10 @@
 """One tick of a view whose aggregates are kept in place: incremental, or a rebuild.
 
 The ``aggregate`` strategy (:mod:`.in_place`) runs when the target's history
-allows an incremental tick (:mod:`airflow_provider_ct.core.incremental`),
+allows an incremental tick (:mod:`airflow_provider_ct.ivm.plan.history`),
 the refresh rules do not send it full, and the kept state reflects exactly
 the input snapshots the change starts from
-(:mod:`airflow_provider_ct.core.state_table`). Otherwise the tick *rebuilds*:
+(:mod:`airflow_provider_ct.ivm.state.table`). Otherwise the tick *rebuilds*:
 the state of every group from the pinned inputs in one scan, and the full
 correction from it, so the next tick finds a state to add to. Either way
 the state is kept once the batch is staged (:func:`keep_state`).
@@ -19,20 +19,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_provider_ct.core.changes import (
-    TableChanges,
-    changes_report,
-    estimated_change_rows,
-    table_changes,
-)
-from airflow_provider_ct.core.driver_join import NEW, OLD
-from airflow_provider_ct.core.incremental import incremental_base
-from airflow_provider_ct.core.planner import AGGREGATE, FULL, referenced_columns
 from airflow_provider_ct.core.query import query_hash
-from airflow_provider_ct.core.refresh import join_reads_reason
 from airflow_provider_ct.core.settings import SMALL_RESULT_ROWS, rows_on_driver
-from airflow_provider_ct.core.snapshot_files import snapshot_schema
-from airflow_provider_ct.core.state_table import read_state, write_state
 from airflow_provider_ct.core.tables import live_bytes
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
@@ -40,8 +28,20 @@ from airflow_provider_ct.exceptions import (
     NotInPlaceError,
     StateMismatchError,
 )
-from airflow_provider_ct.spark.analysis_cache import analysis_key
-from airflow_provider_ct.spark.in_place import (
+from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
+from airflow_provider_ct.ivm.changes.table_changes import (
+    TableChanges,
+    changes_report,
+    estimated_change_rows,
+    table_changes,
+)
+from airflow_provider_ct.ivm.driver.driver_join import NEW, OLD
+from airflow_provider_ct.ivm.plan.history import incremental_base
+from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, referenced_columns
+from airflow_provider_ct.ivm.plan.refresh import join_reads_reason
+from airflow_provider_ct.ivm.state.table import read_state, write_state
+from airflow_provider_ct.spark.ivm.analysis_cache import analysis_key
+from airflow_provider_ct.spark.ivm.in_place import (
     Aggregation,
     InPlaceResult,
     change_state,
@@ -50,10 +50,10 @@ from airflow_provider_ct.spark.in_place import (
     driver_change_state,
     full_state,
 )
-from airflow_provider_ct.spark.in_place_join import joined_change, joined_change_state
-from airflow_provider_ct.spark.in_place_join import report as joined_report
-from airflow_provider_ct.spark.input_changes import bind_inputs
-from airflow_provider_ct.spark.refresh_rules import auto_full_reason
+from airflow_provider_ct.spark.ivm.in_place_join import joined_change, joined_change_state
+from airflow_provider_ct.spark.ivm.in_place_join import report as joined_report
+from airflow_provider_ct.spark.ivm.input_changes import bind_inputs
+from airflow_provider_ct.spark.ivm.refresh_rules import auto_full_reason
 from airflow_provider_ct.spark.tick import Computed, Target, Tick
 
 log = logging.getLogger("airflow_provider_ct.write_job")

@@ -1,7 +1,7 @@
 """The refresh rules' numbers, gathered for one tick from snapshot summaries and history.
 
-:mod:`airflow_provider_ct.core.refresh` and
-:mod:`airflow_provider_ct.core.read_estimate` decide from numbers; this
+:mod:`airflow_provider_ct.ivm.plan.refresh` and
+:mod:`airflow_provider_ct.ivm.plan.read_estimate` decide from numbers; this
 module reads those numbers for a tick (the inputs' live rows and estimated
 change, the view's past batches, the pinned snapshots' manifests) without
 reading data, so :mod:`.write_job` only asks "full, and why?".
@@ -13,22 +13,26 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_ct.core.changes import estimated_change_rows
 from airflow_provider_ct.core.keys import SummaryKeys
-from airflow_provider_ct.core.planner import FULL
 from airflow_provider_ct.core.query import query_hash
-from airflow_provider_ct.core.read_estimate import Restriction, estimate_reads, not_cheaper_reason
-from airflow_provider_ct.core.refresh import (
+from airflow_provider_ct.core.settings import RETRY_INCREMENTAL_AFTER, SMALL_RESULT_ROWS
+from airflow_provider_ct.core.tables import live_rows
+from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.exceptions import IncrementalNotCheaperError
+from airflow_provider_ct.ivm.changes.table_changes import estimated_change_rows
+from airflow_provider_ct.ivm.plan.planner import FULL
+from airflow_provider_ct.ivm.plan.read_estimate import (
+    Restriction,
+    estimate_reads,
+    not_cheaper_reason,
+)
+from airflow_provider_ct.ivm.plan.refresh import (
     PastTick,
     history_reason,
     large_change_reason,
     read_history_reason,
     small_inputs_reason,
 )
-from airflow_provider_ct.core.settings import RETRY_INCREMENTAL_AFTER, SMALL_RESULT_ROWS
-from airflow_provider_ct.core.tables import live_rows
-from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import IncrementalNotCheaperError
 from airflow_provider_ct.spark.tick import Tick
 
 log = logging.getLogger("airflow_provider_ct.write_job")
@@ -52,7 +56,7 @@ def read_check(
     """The cost check a grouped tick runs on its restricted reads (``auto`` only).
 
     Prices the reads with Iceberg's scan planning over the pinned snapshots
-    (:mod:`~airflow_provider_ct.core.read_estimate`) and raises
+    (:mod:`~airflow_provider_ct.ivm.plan.read_estimate`) and raises
     :class:`IncrementalNotCheaperError`, carrying the estimate, when the
     full correction would cost less.
     """
@@ -76,7 +80,7 @@ def auto_full_reason(
 ) -> str | None:
     """Why the tick runs in full although its history allows an incremental one, or None.
 
-    The refresh rules (:mod:`airflow_provider_ct.core.refresh`) decide; this
+    The refresh rules (:mod:`airflow_provider_ct.ivm.plan.refresh`) decide; this
     gathers their numbers from the pinned snapshots' summaries, without
     reading data: the inputs' live rows, and their estimated change since
     the snapshots the target's last batch pinned (``before``).

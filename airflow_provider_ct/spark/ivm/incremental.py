@@ -1,6 +1,6 @@
 """Incremental corrections: a view's change computed from its inputs' changes.
 
-Given a :class:`~airflow_provider_ct.core.planner.Plan` and the inputs bound
+Given a :class:`~airflow_provider_ct.ivm.plan.planner.Plan` and the inputs bound
 to temp views ``new``, ``old``, ``plus`` (rows the input gained) and
 ``minus`` (rows it lost) between the snapshots the target's last batch
 pinned and now (:mod:`.input_changes`), we evaluate the plan's *terms*: the
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.core.planner import GROUP, Block, KeyColumns, KeyRange, Plan
-from airflow_provider_ct.core.read_estimate import Restriction
-from airflow_provider_ct.core.rewrites import (
+from airflow_provider_ct.ivm.plan.planner import GROUP, Block, KeyColumns, KeyRange, Plan
+from airflow_provider_ct.ivm.plan.read_estimate import Restriction
+from airflow_provider_ct.ivm.plan.rewrites import (
     DAY_BOUND_TYPES,
     InlineKeys,
     bind_tables,
@@ -40,7 +40,9 @@ from airflow_provider_ct.core.rewrites import (
     restrict_columns_to_keys,
     restrict_to_keys,
 )
-from airflow_provider_ct.spark.days import (
+from airflow_provider_ct.spark.diff import compute_correction
+from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.ivm.days import (
     INLINE_KEYS,
     Days,
     arrow_days,
@@ -48,9 +50,7 @@ from airflow_provider_ct.spark.days import (
     only_days,
     restrict_days,
 )
-from airflow_provider_ct.spark.diff import compute_correction
-from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.input_changes import MINUS, NEW, OLD, PLUS, Bindings, InputChange
+from airflow_provider_ct.spark.ivm.input_changes import MINUS, NEW, OLD, PLUS, Bindings, InputChange
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

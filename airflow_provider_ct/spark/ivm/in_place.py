@@ -1,6 +1,6 @@
 """In-place aggregates in the write job: Spark aggregates the change, the driver adds.
 
-For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.core.in_place`):
+For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.ivm.plan.in_place`):
 
 * **The change's state.** The delta rules' terms (:func:`.incremental.terms`)
   give the rows below the aggregation that the inputs' changes add and
@@ -9,10 +9,10 @@ For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.core.in_p
   pulled through Arrow). ``SUM`` over the signed values keeps Spark's sum
   type, so the view's decimal precision and scale carry over.
 * **Kept state plus change**, on the driver, exactly
-  (:func:`~airflow_provider_ct.core.aggregate_state.combine`), gives the
+  (:func:`~airflow_provider_ct.ivm.state.aggregate_state.combine`), gives the
   affected groups' rows; they are diffed with the target's rows of those
   groups by the usual correction (:func:`.diff.compute_correction`).
-* **Rebuild.** Without a usable state (:mod:`~airflow_provider_ct.core.state_table`)
+* **Rebuild.** Without a usable state (:mod:`~airflow_provider_ct.ivm.state.table`)
   the state of every group is aggregated from the pinned inputs in one
   scan, and the whole target is diffed against its rows: the full
   correction, computed through the state, which is then kept.
@@ -35,7 +35,22 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_ct.core.aggregate_state import (
+from airflow_provider_ct.core.tables import live_rows
+from airflow_provider_ct.exceptions import NotInPlaceError
+from airflow_provider_ct.ivm.changes.row_match import matching_rows
+from airflow_provider_ct.ivm.changes.snapshot_files import rows_with_positions
+from airflow_provider_ct.ivm.driver.arrow_eval import (
+    ArrowEvaluator,
+    NotOnDriver,
+    node_key,
+    typed_nodes,
+)
+from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, diff_rows
+from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
+from airflow_provider_ct.ivm.plan.in_place import AVG, SUM, InPlace, operand
+from airflow_provider_ct.ivm.plan.planner import Plan
+from airflow_provider_ct.ivm.plan.rewrites import bind_tables, rows_select
+from airflow_provider_ct.ivm.state.aggregate_state import (
     ROWS,
     GroupState,
     combine,
@@ -45,22 +60,12 @@ from airflow_provider_ct.core.aggregate_state import (
     output_rows,
     sum_column,
 )
-from airflow_provider_ct.core.arrow_eval import ArrowEvaluator, NotOnDriver, node_key, typed_nodes
-from airflow_provider_ct.core.in_place import AVG, SUM, InPlace, operand
-from airflow_provider_ct.core.in_place_driver import Expressions, diff_rows
-from airflow_provider_ct.core.in_place_driver import change_state as change_state_rows
-from airflow_provider_ct.core.planner import Plan
-from airflow_provider_ct.core.rewrites import bind_tables, rows_select
-from airflow_provider_ct.core.row_match import matching_rows
-from airflow_provider_ct.core.snapshot_files import rows_with_positions
-from airflow_provider_ct.core.tables import live_rows
-from airflow_provider_ct.exceptions import NotInPlaceError
-from airflow_provider_ct.spark.analysis_cache import analyzed
-from airflow_provider_ct.spark.days import INLINE_KEYS
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.incremental import register_left_join_restrictions, terms
-from airflow_provider_ct.spark.input_changes import Bindings, Scratch
+from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
+from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
+from airflow_provider_ct.spark.ivm.incremental import register_left_join_restrictions, terms
+from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -184,7 +189,7 @@ def driver_change_state(
     """:func:`change_state` on the driver, from the one input's change as Arrow.
 
     ``None`` when Spark must compute it (an expression or value
-    :mod:`~airflow_provider_ct.core.arrow_eval` leaves to Spark; the reason
+    :mod:`~airflow_provider_ct.ivm.driver.arrow_eval` leaves to Spark; the reason
     is logged). ``schema``: the kept state's.
     """
     parts = expressions(agg)

@@ -35,9 +35,9 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
 
 Only the shape is decided here. Whether a tick can use the plan also depends
 on the target's history (drift, rollbacks, expired input snapshots: see
-:mod:`airflow_provider_ct.core.incremental`) and on the sizes the settings
+:mod:`airflow_provider_ct.ivm.plan.history`) and on the sizes the settings
 weigh (:mod:`airflow_provider_ct.core.settings`). The SQL a tick runs for
-the plan is written by :mod:`airflow_provider_ct.core.rewrites`.
+the plan is written by :mod:`airflow_provider_ct.ivm.plan.rewrites`.
 """
 
 from __future__ import annotations
@@ -47,20 +47,20 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.group_keys import (
-    KeyColumns,
-    KeyRange,
-    affected_keys_steps,
-    key_columns,
-    key_ranges,
-)
-from airflow_provider_ct.core.in_place import InPlace, in_place_shape
 from airflow_provider_ct.core.query import (
     ParsedQuery,
     nondeterministic_calls,
     normalize_table_name,
 )
 from airflow_provider_ct.exceptions import ConfigurationError, QueryError
+from airflow_provider_ct.ivm.plan.group_keys import (
+    KeyColumns,
+    KeyRange,
+    affected_keys_steps,
+    key_columns,
+    key_ranges,
+)
+from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
 
 LINEAR = "linear"
 GROUP = "group"
