@@ -90,9 +90,9 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.layout import TableLayout
+from airflow_provider_ct.core.tables import STATE_TABLE_SUFFIX as STATE_SUFFIX
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.ivm.state.table import SUFFIX as STATE_SUFFIX
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.spark.write_job import run_write
 from tests.conftest import SPARK_CATALOG_CONN as CONN

@@ -39,7 +39,17 @@ ALLOWED: dict[str, frozenset[str]] = {
     "factory_settings": frozenset({"exceptions", "hooks"}),
     "_groups": frozenset({AIRFLOW, "assets", "factory_settings", "sensors", "operators"}),
     "views": frozenset(
-        {AIRFLOW, "core", "ivm", "assets", "hooks", "operators", "sensors", "_groups", "factory_settings"}
+        {
+            AIRFLOW,
+            "core",
+            "ivm",
+            "assets",
+            "hooks",
+            "operators",
+            "sensors",
+            "_groups",
+            "factory_settings",
+        }
     ),
     "continual": frozenset(
         {AIRFLOW, "core", "assets", "hooks", "operators", "sensors", "_groups", "factory_settings"}
@@ -132,7 +142,7 @@ def _room_violations(package: Path = PACKAGE) -> list[str]:
         elif parts[:2] == ("spark", "ivm"):
             for line, name in _imports(path):
                 target = name.split(".")
-                if target[:2] == [PACKAGE.name, "spark"] and target[2:3] != ["ivm"]:
+                if target[:2] == [PACKAGE.name, "spark"] and target[2:3] != ["ivm"]:  # noqa: SIM102
                     if len(target) > 2 and target[2] in SPARK_JOB_MODULES:
                         found.append(f"spark.ivm/{path.name}:{line} imports {name}")
     return found

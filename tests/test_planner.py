@@ -10,8 +10,10 @@ import sqlglot
 
 from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.exceptions import ConfigurationError, QueryError
+from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.in_place import in_place_shape
-from airflow_provider_ct.ivm.plan.planner import choose_plan, plan_query, referenced_columns
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.planner import choose_plan, plan_query
 from airflow_provider_ct.ivm.plan.rewrites import (
     InlineKeys,
     day_ranges,
@@ -167,12 +169,13 @@ def test_expressions_over_aggregates_keep_hidden_operands() -> None:
 
 def test_refresh_modes() -> None:
     window = parse_query("SELECT id, RANK() OVER (ORDER BY v) FROM s.a")
-    assert choose_plan(window, "auto").strategy == "full"
-    assert choose_plan(parse_query("SELECT id FROM s.a"), "full").reason == "refresh='full'"
+    assert choose_plan(window, RefreshMode.parse("auto")).strategy == "full"
+    full = RefreshMode.parse("full")
+    assert choose_plan(parse_query("SELECT id FROM s.a"), full).reason == "refresh='full'"
     with pytest.raises(QueryError, match="not incremental: window functions"):
-        choose_plan(window, "incremental")
+        choose_plan(window, RefreshMode.parse("incremental"))
     with pytest.raises(ConfigurationError, match="refresh='sometimes'"):
-        choose_plan(window, "sometimes")
+        choose_plan(window, RefreshMode.parse("sometimes"))
 
 
 SCHEMAS = {
@@ -311,8 +314,11 @@ def test_inline_keys_refuse_values_sql_cannot_write_exactly() -> None:
 def test_large_change_share_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, value: str, refresh: str, expected: float | None
 ) -> None:
-    from airflow_provider_ct.core.settings import large_change_share
     from airflow_provider_ct.exceptions import ConfigurationError
+    from airflow_provider_ct.ivm.plan.decision import RefreshMode, RefreshSettings
+
+    def large_change_share(refresh: str) -> float:
+        return RefreshSettings.of(RefreshMode.parse(refresh)).large_change
 
     monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", value)
     if expected is None:

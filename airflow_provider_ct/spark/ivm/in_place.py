@@ -17,11 +17,12 @@ For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.ivm.plan.
   scan, and the whole target is diffed against its rows: the full
   correction, computed through the state, which is then kept.
 
-Refused with :class:`NotInPlaceError` (the plan's fallback runs): an
-argument of a floating-point or other inexact type under ``SUM``/``AVG``,
-a grouping key of a floating-point or nested type (``NaN`` and ``-0.0``
-group as Spark normalizes them, not as Python compares them), more groups
-than the driver holds.
+Left to the plan's fallback: an argument of a floating-point or other
+inexact type under ``SUM``/``AVG``, a grouping key of a floating-point or
+nested type (``NaN`` and ``-0.0`` group as Spark normalizes them, not as
+Python compares them) (:func:`inexact_types` says which), and more groups
+than the driver holds (:class:`NotInPlaceError`, found while pulling them;
+``in_place_tick`` turns either into a fallback for the tick's decision).
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
 from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
-from airflow_provider_ct.spark.ivm.incremental import register_left_join_restrictions, terms
 from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
+from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -128,26 +129,26 @@ class InPlaceResult:
     groups: int
 
 
-def check_types(agg: Aggregation) -> None:
-    """Raise :class:`NotInPlaceError` unless every key and summed argument is exact."""
+def inexact_types(agg: Aggregation) -> str | None:
+    """Why a key or summed argument is not exact (float keys, float sums), or None."""
     from pyspark.sql import types as T
 
     key_count = len(agg.plan.key_sql)
     fields = analyzed(agg.analysis_key, "rows", lambda: agg.rows(agg.new_views).schema.fields)
     keys, arguments = fields[:key_count], fields[key_count:]
     for field in keys:
-        if isinstance(field.dataType, T.FloatType | T.DoubleType | T.MapType | T.ArrayType):
-            raise NotInPlaceError(f"grouping key of type {field.dataType.simpleString()}")
-        if isinstance(field.dataType, T.StructType):
-            raise NotInPlaceError(f"grouping key of type {field.dataType.simpleString()}")
+        inexact = (T.FloatType, T.DoubleType, T.MapType, T.ArrayType, T.StructType)
+        if isinstance(field.dataType, inexact):
+            return f"grouping key of type {field.dataType.simpleString()}"
     exact = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType)
     summed = _summed(agg.in_place)
     for j, field in enumerate(arguments):
         if j in summed and not isinstance(field.dataType, exact):
-            raise NotInPlaceError(
+            return (
                 f"SUM/AVG of {agg.in_place.arguments[j]} ({field.dataType.simpleString()}): "
                 "only integral and decimal sums are exact"
             )
+    return None
 
 
 def _summed(in_place: InPlace) -> set[int]:

@@ -18,6 +18,7 @@ uses Spark's jobs, under the cost model's join-read rule.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
-from airflow_provider_ct.ivm.plan.planner import referenced_columns
+from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.spark.ivm.in_place import Aggregation, expressions, node_types
 from airflow_provider_ct.spark.tick import Tick
 
@@ -63,7 +64,7 @@ class JoinedChange:
 
 
 def joined_change(
-    tick: Tick, agg: Aggregation, inputs: dict[str, Any], before: dict[str, int | None]
+    tick: Tick, agg: Aggregation, inputs: dict[str, Any], before: Mapping[str, int | None]
 ) -> JoinedChange | None:
     """The changed inputs' changes, read on the driver, when the driver can join them."""
     block = agg.plan.blocks[0]
@@ -81,7 +82,7 @@ def joined_change(
         n: snapshot_schema(inputs[n], inputs[n].metadata.snapshot_by_id(pinned[n])).column_names
         for n in block.inputs
     }
-    columns = referenced_columns(tick.plan, schemas, tick.config.name)
+    columns = referenced_columns(agg.plan, schemas, tick.config.name)
     try:
         shape = join_shape(block.tree, tick.config.name, columns)
     except NotOnDriver as exc:

@@ -9,14 +9,17 @@ the state of every group from the pinned inputs in one scan, and the full
 correction from it, so the next tick finds a state to add to. Either way
 the state is kept once the batch is staged (:func:`keep_state`).
 
-:class:`~airflow_provider_ct.exceptions.NotInPlaceError` (inexact types,
-too many groups) and a ``verify_every`` tick (the N-th) leave the view to its
-fallback plan (``group``, ``partition`` or ``full``), run by the write job.
+Which of the two runs is the tick's decision
+(:mod:`airflow_provider_ct.ivm.plan.decision`). What this finds while
+computing (inexact types, too many groups, a kept state that does not fit)
+it returns as a :class:`~airflow_provider_ct.ivm.plan.decision.Fallback`,
+and the job asks the decision again.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_ct.core.query import query_hash
@@ -36,8 +39,8 @@ from airflow_provider_ct.ivm.changes.table_changes import (
     table_changes,
 )
 from airflow_provider_ct.ivm.driver.driver_join import NEW, OLD
-from airflow_provider_ct.ivm.plan.history import incremental_base
-from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, referenced_columns
+from airflow_provider_ct.ivm.plan.columns import referenced_columns
+from airflow_provider_ct.ivm.plan.decision import Action, Discovery, Fallback, TickDecision
 from airflow_provider_ct.ivm.plan.refresh import join_reads_reason
 from airflow_provider_ct.ivm.state.table import read_state, write_state
 from airflow_provider_ct.spark.ivm.analysis_cache import analysis_key
@@ -45,32 +48,50 @@ from airflow_provider_ct.spark.ivm.in_place import (
     Aggregation,
     InPlaceResult,
     change_state,
-    check_types,
     correct,
     driver_change_state,
     full_state,
+    inexact_types,
 )
 from airflow_provider_ct.spark.ivm.in_place_join import joined_change, joined_change_state
 from airflow_provider_ct.spark.ivm.in_place_join import report as joined_report
 from airflow_provider_ct.spark.ivm.input_changes import bind_inputs
-from airflow_provider_ct.spark.ivm.refresh_rules import auto_full_reason
 from airflow_provider_ct.spark.tick import Computed, Target, Tick
 
 log = logging.getLogger("airflow_provider_ct.write_job")
 
 
-def in_place_computed(tick: Tick, target: Target) -> Computed | None:
-    """The tick's correction through the kept state, or None: run ``tick.plan`` (its fallback).
+def in_place_computed(tick: Tick, target: Target, decision: TickDecision) -> Computed | Fallback:
+    """Carry out an ``in place`` or ``rebuild`` decision; or what sends the tick elsewhere.
 
-    On None, ``tick.plan`` has been replaced by the fallback plan, with why.
+    A ``not in place`` fallback: the aggregates cannot be kept (inexact
+    types, too many groups, a sum past its type, joins that read what the
+    full correction reads). A ``state unusable`` one: the kept state does
+    not fit the change. The job asks the decision again with it.
     """
+    agg = _aggregation(tick, target, decision)
+    inexact = inexact_types(agg)
+    if inexact is not None:
+        log.info("aggregates not kept in place: %s", inexact)
+        return Fallback(Discovery.NOT_IN_PLACE, inexact)
+    try:
+        if decision.action is Action.REBUILD:
+            log.info("rebuilding the aggregate state of %s: %s", tick.desc.target, decision.reason)
+            result = correct(agg, lambda: target.persisted, None, full_state(agg))
+            return _done(decision, result, {"aggregate_state": "rebuilt"})
+        return _kept(tick, target, agg, decision)
+    except NotInPlaceError as exc:  # found while computing: too many groups, an overflow
+        log.info("aggregates not kept in place: %s", exc)
+        return Fallback(Discovery.NOT_IN_PLACE, str(exc))
+
+
+def _aggregation(tick: Tick, target: Target, decision: TickDecision) -> Aggregation:
     inputs, key = tick.input_tables, tick.analysis_key  # as the job loaded them
     if inputs is None or key is None or set(inputs) != set(tick.desc.inputs):
-        inputs = {name: tick.input_table(name) for name in tick.desc.inputs}
-        key = analysis_key(tick.spark, tick.sql, inputs, tick.desc.inputs)
-    agg = Aggregation(
+        key = analysis_key(tick.spark, tick.sql, tick.inputs(), tick.desc.inputs)
+    return Aggregation(
         tick.spark,
-        tick.plan,
+        decision.plan,
         tick.config.name,
         tick.input_views,
         target.query_schema,
@@ -82,60 +103,44 @@ def in_place_computed(tick: Tick, target: Target) -> Computed | None:
         base_snapshot_id=tick.desc.base_snapshot_id,
         analysis_key=key,
     )
+
+
+def _kept(
+    tick: Tick, target: Target, agg: Aggregation, decision: TickDecision
+) -> Computed | Fallback:
+    """The tick from the kept state; a kept state that does not fit is a ``state unusable``."""
+    assert decision.base is not None
+    before = decision.base.before
     try:
-        check_types(agg)
-        return _computed(tick, target, agg, inputs)
-    except NotInPlaceError as exc:
-        log.info("aggregates not kept in place: %s", exc)
-        tick.plan = tick.plan.fallback(str(exc))
-        return None
+        kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), before)
+        outcome = _incremental(tick, target, agg, before, kept)
+    except (StateMismatchError, ChangesUnavailableError, IncrementalMismatchError) as exc:
+        return Fallback(Discovery.STATE_UNUSABLE, str(exc))
+    if isinstance(outcome, Fallback):
+        return outcome
+    result, details = outcome
+    return _done(decision, result, details)
 
 
-def _computed(tick: Tick, target: Target, agg: Aggregation, inputs: dict[str, Any]) -> Computed:
-    base, why = None, "the target has no rows yet"
-    if target.has_rows:
-        base, why = incremental_base(target.table, tick.desc, sql=tick.sql, inputs=inputs)
-    if base is not None:
-        verify = tick.verify_every
-        if verify > 0 and base.incremental_ticks + 1 >= verify:
-            raise NotInPlaceError(f"verify_every={verify}: the fallback's tick is verified")
-        why = auto_full_reason(tick, inputs, base.before, target.table) or ""
-    if base is not None and not why:
-        try:
-            kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), base.before)
-            result, details = _incremental(tick, target, agg, inputs, base.before, kept)
-            return _done(result, AGGREGATE, tick.plan.reason, base.incremental_ticks + 1, details)
-        except (StateMismatchError, ChangesUnavailableError, IncrementalMismatchError) as exc:
-            why = f"the kept aggregate state is rebuilt: {exc}"
-    log.info("rebuilding the aggregate state of %s: %s", tick.desc.target, why)
-    result = correct(agg, lambda: target.persisted, None, full_state(agg))
-    return _done(result, FULL, why, 0, {"aggregate_state": "rebuilt"})
-
-
-def _check_join_reads(tick: Tick, inputs: dict[str, Any], before: dict[str, int | None]) -> None:
-    """Raise :class:`NotInPlaceError` when Spark's delta-rule joins read about what full reads.
+def _join_reads(tick: Tick, before: Mapping[str, int | None]) -> Fallback | None:
+    """A ``not in place`` fallback when Spark's delta-rule joins read about what full reads.
 
     Decided from snapshot summaries before Spark reads anything (the driver's
     keyed joins, tried first, read only matches); the fallback plan then
     runs with its own rules (``refresh="auto"`` only).
     """
-    pinned = tick.desc.inputs
+    pinned, inputs = tick.desc.inputs, tick.inputs()
     sizes = {name: live_bytes(inputs[name], snap) for name, snap in pinned.items()}
     changed = [name for name, snap in pinned.items() if before.get(name) != snap]
-    reason = join_reads_reason(sizes, changed, tick.read_share)
-    if reason is not None:
-        raise NotInPlaceError(reason)
+    reason = join_reads_reason(sizes, changed, tick.settings.read_share)
+    return None if reason is None else Fallback(Discovery.NOT_IN_PLACE, reason)
 
 
 def _incremental(
-    tick: Tick,
-    target: Target,
-    agg: Aggregation,
-    inputs: dict[str, Any],
-    before: dict[str, int | None],
-    kept: Any,
-) -> tuple[InPlaceResult, dict[str, Any]]:
+    tick: Tick, target: Target, agg: Aggregation, before: Mapping[str, int | None], kept: Any
+) -> tuple[InPlaceResult, dict[str, Any]] | Fallback:
     """The tick from the kept state: on the driver when it can, else with Spark's jobs."""
+    inputs = tick.inputs()
     read = _one_input_change(tick, agg, inputs, before)
     if read is not None and _rows(read[1]) <= agg.driver_rows:
         name, changes = read
@@ -148,16 +153,25 @@ def _incremental(
     joined = joined_change(tick, agg, inputs, before)
     if joined is not None:
         tick.clock.lap("changes")
-        sides = {NEW: dict(tick.desc.inputs), OLD: before}
+        sides = {NEW: dict(tick.desc.inputs), OLD: dict(before)}
         change = joined_change_state(agg, joined, inputs, sides, kept.schema)
         if change is not None:
             result = correct(agg, lambda: target.persisted, kept, change)
             details = {**joined_report(joined), "aggregate_state": "kept"}
             return result, {**details, "change_state_on": "driver"}
         known = joined.changes
-    _check_join_reads(tick, inputs, before)
+    costly = _join_reads(tick, before)
+    if costly is not None:
+        return costly
     bindings = bind_inputs(
-        tick.spark, tick.config, tick.plan, inputs, before, tick.desc.inputs, tick.scratch, known
+        tick.spark,
+        tick.config,
+        agg.plan,
+        inputs,
+        dict(before),
+        tick.desc.inputs,
+        tick.scratch,
+        known,
     )
     try:
         tick.clock.lap("changes")
@@ -168,7 +182,7 @@ def _incremental(
 
 
 def _one_input_change(
-    tick: Tick, agg: Aggregation, inputs: dict[str, Any], before: dict[str, int | None]
+    tick: Tick, agg: Aggregation, inputs: dict[str, Any], before: Mapping[str, int | None]
 ) -> tuple[str, TableChanges] | None:
     """The change of a one-input view, read on the driver, when it is small enough for it.
 
@@ -184,7 +198,7 @@ def _one_input_change(
     ):
         return None
     schema = snapshot_schema(inputs[name], inputs[name].metadata.snapshot_by_id(after))
-    columns = referenced_columns(tick.plan, {name: schema.column_names}, tick.config.name)
+    columns = referenced_columns(agg.plan, {name: schema.column_names}, tick.config.name)
     changes = table_changes(inputs[name], before.get(name), after, columns=columns[name])
     return name, changes  # larger than the driver takes: Spark's jobs start from it
 
@@ -198,11 +212,9 @@ def _rows(changes: TableChanges) -> int:
     return int(changes.inserted.num_rows + changes.deleted.num_rows)
 
 
-def _done(
-    result: InPlaceResult, strategy: str, reason: str, ticks: int, details: dict[str, Any]
-) -> Computed:
+def _done(decision: TickDecision, result: InPlaceResult, details: dict[str, Any]) -> Computed:
     notes = {**details, **result.correction.notes, "state_groups": result.groups}
-    return Computed(result.correction, strategy, reason, ticks, notes, state=result.state)
+    return Computed.of(decision, result.correction, notes, state=result.state)
 
 
 def keep_state(tick: Tick, computed: Computed) -> None:
@@ -210,4 +222,11 @@ def keep_state(tick: Tick, computed: Computed) -> None:
     if computed.state is None:
         return
     digest = query_hash(tick.sql)
-    write_state(tick.catalog, tick.desc.target, computed.state, digest, tick.desc.inputs)
+    write_state(
+        tick.catalog,
+        tick.desc.target,
+        computed.state,
+        digest,
+        tick.desc.inputs,
+        batch_id=tick.desc.id,
+    )

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_ct.ivm.changes.table_changes import TableChanges, table_changes
-from airflow_provider_ct.ivm.plan.planner import Plan, referenced_columns
+from airflow_provider_ct.ivm.plan.columns import referenced_columns
+from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.frames import changes_to_spark
 
 if TYPE_CHECKING:
