@@ -206,15 +206,22 @@ def _verify_reason(facts: TickFacts) -> str | None:
     return None
 
 
+def _sent_full(facts: TickFacts, plan: Plan) -> tuple[str, Mapping[str, Any]] | None:
+    """Why ``plan`` cannot tick incrementally before anything is computed (rules 3 and 4's
+    size rules), with numbers for the report; None when it can."""
+    if not facts.has_rows:
+        return "the target has no rows yet", {}
+    if facts.base is None:
+        return facts.no_base_reason, {}
+    why, details = facts.size_rules(plan)
+    return (why, details) if why else None
+
+
 def _in_place(facts: TickFacts, plan: Plan) -> TickDecision:
     """Rule 1: in place, or a rebuild of the state."""
-    if not facts.has_rows:
-        return _rebuild(plan, "the target has no rows yet")
-    if facts.base is None:
-        return _rebuild(plan, facts.no_base_reason)
-    why, details = facts.size_rules(plan)
-    if why:
-        return _rebuild(plan, why, details)
+    sent = _sent_full(facts, plan)
+    if sent is not None:
+        return _rebuild(plan, *sent)
     last = facts.found[-1] if facts.found else None
     if last is not None and last.discovery is Discovery.STATE_UNUSABLE:
         return _rebuild(plan, f"the kept aggregate state is rebuilt: {last.reason}")
@@ -229,18 +236,15 @@ def _incremental_or_full(facts: TickFacts, plan: Plan) -> TickDecision:
     """Rules 2-5 for a plan without in-place aggregates."""
     if not plan.incremental:
         return _full(plan, plan.reason)
-    if not facts.has_rows:
-        return _full(plan, "the target has no rows yet")
-    if facts.base is None:
-        return _full(plan, facts.no_base_reason)
-    why, details = facts.size_rules(plan)
-    if why:
-        return _full(plan, why, details)
+    sent = _sent_full(facts, plan)
+    if sent is not None:
+        return _full(plan, *sent)
     for found in reversed(facts.found):
         if found.discovery is Discovery.NOT_CHEAPER:
             return _full(plan, found.reason, found.details)
         if found.discovery is Discovery.NOT_POSSIBLE:
             return _full(plan, f"the incremental correction is not possible: {found.reason}")
+    assert facts.base is not None  # _sent_full checked it
     every = facts.settings.verify_every
     verify = every > 0 and facts.base.incremental_ticks + 1 >= every
     return TickDecision(
