@@ -184,18 +184,27 @@ def _utc(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
-def test_ct_retain_compares_mz_now_with_timestamps(
-    spark: Any, spark_catalog_config: CatalogConfig
-) -> None:
-    """``FROM RETAIN ... WHILE (ts_col + INTERVAL '2s' > mz_now())``, Materialize's sugar.
-
-    Failed before issue 43 twice over: the sugar did not parse, and ``mz_now()``
-    was a number, which a timestamp cannot be compared with.
-    """
-    definition = """CREATE CONTINUAL TASK retain
+RETAIN_SUGAR = """CREATE CONTINUAL TASK retain
     FROM RETAIN append_only
     WHILE (ts_col + INTERVAL '2s' > mz_now())"""
-    ns = "mz_retain"
+#: The same, spelled out: what the sugar stands for, with a column list.
+RETAIN_STATEMENTS = """CREATE CONTINUAL TASK retain (val STRING, ts_col TIMESTAMPTZ)
+ON INPUT append_only AS (
+    DELETE FROM retain WHERE NOT (ts_col + INTERVAL '2s' > mz_now());
+    INSERT INTO retain SELECT * FROM append_only WHERE ts_col + INTERVAL '2s' > mz_now();
+)"""
+
+
+@pytest.mark.parametrize(("ns", "definition"), [("mz_retain", RETAIN_SUGAR),
+                                                ("mz_retain_ddl", RETAIN_STATEMENTS)])  # fmt: skip
+def test_ct_retain_compares_mz_now_with_timestamps(
+    spark: Any, spark_catalog_config: CatalogConfig, ns: str, definition: str
+) -> None:
+    """``WHILE (ts_col + INTERVAL '2s' > mz_now())``: Materialize's retention idiom.
+
+    Failed before issue 43: ``mz_now()`` was a number, which Spark does not
+    compare with a timestamp (and the ``FROM RETAIN`` sugar did not parse).
+    """
     schema = pa.schema([("val", pa.string()), ("ts_col", pa.timestamp("us", tz="UTC"))])
     catalog = spark_catalog_config.load()
     source = create_managed_table(catalog, f"{ns}.append_only", schema)
