@@ -1,19 +1,23 @@
 """Continual-task definitions as Materialize users write them, checked at DAG parse.
 
-No JVM: everything here is what the text alone shows (issue 43). The
+No JVM: everything here is what the text alone shows (issue 43), plus the
+mint's refusal of an input that is not an Iceberg table. The
 definitions are those of Materialize's own continual-task tests and docs;
 the expected refusals use Materialize's words for the same mistakes.
 """
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 import sqlglot
 
 from airflow_provider_ct.continual import continual_task
+from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.continual import parse_continual_task
 from airflow_provider_ct.core.continual_now import with_time
-from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 
 
 def test_a_column_list_is_optional_when_the_task_does_not_read_its_output() -> None:
@@ -150,3 +154,23 @@ def test_mz_now_takes_the_type_its_comparison_needs(
     tree = sqlglot.parse_one(f"SELECT * FROM t WHERE {where}", read="spark")
     got = with_time(tree, 7, temporal).args["where"].this.sql(dialect="spark")
     assert got == expected
+
+
+def test_an_input_that_is_not_an_iceberg_table_is_refused_with_nothing_created(
+    default_catalog: CatalogConfig,
+) -> None:
+    """Materialize's ``ct_errors``: a view cannot be an input. Here anything that is not an
+    Iceberg table of the catalog (a view, a mistyped name) is refused by the first tick's
+    mint, before any job, naming the input."""
+    from airflow_provider_ct.operators.continual import ContinualMintOperator
+
+    catalog = default_catalog.load()
+    create_managed_table(catalog, "mzview.foo", pa.schema([("key", pa.int32())]))
+    definition = (
+        "CREATE CONTINUAL TASK nope (key INT, val STRING) ON INPUT some_view AS (\n"
+        "    INSERT INTO nope SELECT * FROM foo;\n)"
+    )
+    mint = ContinualMintOperator(task_id="m", definition=definition, namespace="mzview", time=10)
+    with pytest.raises(ConfigurationError, match=r"'mzview\.some_view' does not exist"):
+        mint.execute({})
+    assert not catalog.table_exists("mzview.nope")

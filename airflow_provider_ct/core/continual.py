@@ -13,10 +13,13 @@ Per input time ``t`` the statements run in order against:
 * the **output** name: the output as of ``t - 1`` plus the changes of the
   statements before (one iteration);
 * any other table (a **reference**): its contents as of ``t``;
-* ``mz_now()`` / ``ct_time()``: the literal ``t`` (epoch ms), e.g. for a
-  retention window.
+* ``mz_now()`` / ``ct_time()``: ``t``, as a timestamp where it meets one and
+  in epoch ms otherwise (:mod:`~airflow_provider_ct.core.continual_now`),
+  e.g. for a retention window.
 
-Unqualified table names resolve in ``default_namespace``.
+Unqualified table names resolve in ``default_namespace``. As in Materialize,
+the column list may be left out when no statement reads the output (the job
+infers it), and ``SNAPSHOT`` defaults to true (docs/continual-tasks.md).
 """
 
 from __future__ import annotations
@@ -261,13 +264,15 @@ def _statements(
     body: str, output: str, source: str, namespace: str | None, catalog_name: str
 ) -> tuple[list[Statement], list[str]]:
     """The body's statements, table names qualified, and the references they read."""
-    texts = _split_top_level(body, ";")
     try:
-        parsed = [sqlglot.parse_one(text, read="spark") for text in texts]
+        parsed = [s for s in sqlglot.parse(body, read="spark") if s is not None]
     except ParseError as exc:
         raise QueryError(f"the task's statements do not parse: {exc}") from None
     if not parsed:
         raise QueryError("the task has no statements")
+    texts = _split_top_level(body, ";")  # as written, for messages
+    if len(texts) != len(parsed):  # a ';' in a comment: quote sqlglot's rendering instead
+        texts = [tree.sql(dialect="spark") for tree in parsed]
     statements: list[Statement] = []
     references: list[str] = []
     for index, (tree, text) in enumerate(zip(parsed, texts, strict=True), start=1):

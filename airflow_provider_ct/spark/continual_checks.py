@@ -31,7 +31,7 @@ from airflow_provider_ct.core.continual_statements import Statement, width_error
 from airflow_provider_ct.exceptions import QueryError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -77,12 +77,15 @@ def temporal_columns(frames: list[StructType]) -> set[str]:
 
 def _analysed(
     spark: SparkSession, statement: Statement, sql: str, views: Mapping[str, str]
-) -> DataFrame:
-    """``spark.sql(sql)`` analysed; an analysis error names the statement, not the views."""
+) -> StructType:
+    """The schema of ``sql`` (analysed, not run); an error names the statement, not the views.
+
+    ``.schema`` inside the ``try``: Spark Connect analyses only when asked for it.
+    """
     from pyspark.errors import AnalysisException, ParseException
 
     try:
-        return spark.sql(sql)
+        return spark.sql(sql).schema
     except (AnalysisException, ParseException) as exc:
         message = str(exc).split("\n")[0]
         message = re.sub(r";? ?line \d+ pos \d+;?", "", message).strip()
@@ -152,9 +155,9 @@ def check_statements(
         if statement.kind == "insert":
             schema = _analysed(spark, statement, tree.expression.sql(dialect="spark"), back)
             if not task.declared:
-                task = task.with_columns(_infer(statement, schema.schema))
+                task = task.with_columns(_infer(statement, schema))
                 bind_output(task)
-            _check_insert(statement, schema.schema, task)
+            _check_insert(statement, schema, task)
     for statement in task.statements:  # DELETEs: once the output's columns are known
         if statement.kind == "delete":
             tree = with_time(renamed(statement.expression, views), 0, temporal)
