@@ -82,6 +82,10 @@ def test_the_snapshot_is_taken_by_default_and_can_be_switched_off() -> None:
             r"\(s\) for 1 target column\(s\): a\)",
         ),
         (
+            "CREATE CONTINUAL TASK nope ON INPUT foo AS (INSERT INTO nope (a) SELECT a FROM foo)",
+            r"^statement 1 .* names target columns, but the task declares none",
+        ),
+        (
             "CREATE CONTINUAL TASK nope (a INT) ON INPUT foo AS (SELECT a FROM foo)",
             r"^statement 1 \(SELECT a FROM foo\) must be DELETE FROM ns\.nope",
         ),

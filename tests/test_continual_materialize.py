@@ -345,3 +345,22 @@ def test_an_inferred_task_keeps_its_output_columns_and_its_history(
     expected = Counter((k, v * 2) for _, rows in written for k, v in rows if v > 0)
     assert rows_of(output) == expected
     assert [t for t, _ in Timeline.of(output).data_times()] == [20, 30]
+
+
+@pytest.mark.parametrize(
+    ("ns", "select", "message"),
+    [
+        ("mz_unnamed", "SELECT key, max(val) FROM foo GROUP BY key",
+         r"column 2 \(max\(val\)\) needs a name"),
+        ("mz_untyped", "SELECT key, NULL AS nothing FROM foo",
+         r'column "nothing" has no type \(NULL\)'),
+    ],
+)  # fmt: skip
+def test_inferred_columns_need_a_name_and_a_type(
+    spark: Any, spark_catalog_config: CatalogConfig, ns: str, select: str, message: str
+) -> None:
+    definition = f"CREATE CONTINUAL TASK nope ON INPUT foo AS (INSERT INTO nope {select};)"
+    tick = _first_tick(spark, spark_catalog_config, ns, definition, KV, {"key": 1, "val": 2})
+    with pytest.raises(QueryError, match=rf"^statement 1 \(INSERT INTO nope .*\): {message}"):
+        tick()
+    assert not spark_catalog_config.load().table_exists(f"{ns}.nope")
