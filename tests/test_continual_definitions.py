@@ -133,6 +133,14 @@ def test_materializes_sugar_desugars_to_statements() -> None:
         default_namespace="ns",
     )
     assert [s.kind for s in transform.statements] == ["insert"]
+    options = parse_continual_task(
+        "CREATE CONTINUAL TASK r FROM RETAIN i WHILE ((a + 1) > mz_now()) WITH (SNAPSHOT = false)",
+        default_namespace="ns",
+    )
+    assert options.snapshot is False
+    assert options.statements[1].expression.sql(dialect="spark") == (
+        "INSERT INTO ns.r SELECT * FROM ns.i WHERE ((a + 1) > MZ_NOW())"
+    )
     assert transform.statements[0].expression.sql(dialect="spark") == (
         "INSERT INTO ns.t SELECT a FROM ns.i WHERE a > 1"
     )

@@ -61,7 +61,7 @@ _HEADER = re.compile(
 _TRANSFORM = re.compile(
     rf"""^\s*CREATE\s+CONTINUAL\s+TASK\s+(?P<name>{_NAME})\s*
         FROM\s+TRANSFORM\s+(?P<input>{_NAME})\s*
-        USING\s*\((?P<query>.*)\)\s*
+        USING\s*\((?P<query>.*?)\)\s*
         {_OPTIONS};?\s*$""",
     re.IGNORECASE | re.DOTALL | re.VERBOSE,
 )
@@ -69,7 +69,7 @@ _TRANSFORM = re.compile(
 _RETAIN = re.compile(
     rf"""^\s*CREATE\s+CONTINUAL\s+TASK\s+(?P<name>{_NAME})\s*
         FROM\s+RETAIN\s+(?P<input>{_NAME})\s*
-        WHILE\s*\((?P<predicate>.*)\)\s*
+        WHILE\s*\((?P<predicate>.*?)\)\s*
         {_OPTIONS};?\s*$""",
     re.IGNORECASE | re.DOTALL | re.VERBOSE,
 )
