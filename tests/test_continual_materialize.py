@@ -306,19 +306,43 @@ def test_ct_errors_types_follow_ansi_store_assignment(
     assert not catalog.table_exists(f"{ns}.nope")  # nothing created, nothing written
 
 
+@pytest.mark.parametrize(
+    ("ns", "statement"),
+    [
+        ("mz_err_name", "INSERT INTO nope SELECT missing FROM foo"),
+        ("mz_err_delete", "DELETE FROM nope WHERE missing > 1"),
+    ],
+)
 def test_ct_errors_unresolved_names_speak_of_the_definition(
-    spark: Any, spark_catalog_config: CatalogConfig
+    spark: Any, spark_catalog_config: CatalogConfig, ns: str, statement: str
 ) -> None:
-    definition = """CREATE CONTINUAL TASK nope (key INT) ON INPUT foo AS (
-    INSERT INTO nope SELECT missing FROM foo;
-)"""
-    tick = _first_tick(spark, spark_catalog_config, "mz_err_name", definition, KEY, {"key": 1})
+    definition = f"CREATE CONTINUAL TASK nope (key INT) ON INPUT foo AS (\n    {statement};\n)"
+    tick = _first_tick(spark, spark_catalog_config, ns, definition, KEY, {"key": 1})
     with pytest.raises(QueryError) as caught:
         tick()
     message = str(caught.value)
-    assert message.startswith("statement 1 (INSERT INTO nope SELECT missing FROM foo): ")
+    assert message.startswith(f"statement 1 ({statement}): ")
     assert "`missing`" in message and "__ct" not in message
-    assert not spark_catalog_config.load().table_exists("mz_err_name.nope")
+    assert not spark_catalog_config.load().table_exists(f"{ns}.nope")
+
+
+def test_an_insert_reading_the_output_sees_only_its_columns(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """``SELECT * FROM <output>`` inside the statements is the output's columns, as in
+    Materialize (the job's row addresses stay internal): each key is recorded once."""
+    definition = """CREATE CONTINUAL TASK seen (key INT) ON INPUT foo AS (
+    INSERT INTO seen SELECT DISTINCT * FROM foo WHERE key NOT IN (SELECT * FROM seen);
+)"""
+    ns = "mz_seen"
+    catalog = spark_catalog_config.load()
+    source = create_managed_table(catalog, f"{ns}.foo", KEY)
+    seen: set[int] = set()
+    for time, keys in ((10, [1, 2, 2]), (20, [2, 3]), (30, [1, 4])):
+        append_rows(source, time, [(k,) for k in keys], KEY)
+        seen.update(keys)
+        ct_tick(spark, spark_catalog_config, definition, ns, time)
+    assert rows_of(catalog.load_table(f"{ns}.seen")) == Counter((k,) for k in seen)
 
 
 def test_an_inferred_task_keeps_its_output_columns_and_its_history(

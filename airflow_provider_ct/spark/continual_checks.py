@@ -89,8 +89,10 @@ def _analysed(
     except (AnalysisException, ParseException) as exc:
         message = str(exc).split("\n")[0]
         message = re.sub(r";? ?line \d+ pos \d+;?", "", message).strip()
-        for view, name in views.items():
+        for view, name in sorted(views.items(), key=lambda item: -len(item[0])):
             message = message.replace(view, name)
+        if "__ct_" in message:  # a suggestion listing the row addresses: drop it
+            message = re.sub(r"\s*Did you mean one of the following\? \[.*?\]\.?", ".", message)
         raise QueryError(f"{statement.label}: {message}") from None
 
 
@@ -139,19 +141,21 @@ def check_statements(
     spark: SparkSession,
     task: ContinualTaskDef,
     views: Mapping[str, str],
+    insert_views: Mapping[str, str],
     temporal: set[str],
     bind_output: Callable[[ContinualTaskDef], None],
 ) -> ContinualTaskDef:
     """Analyse every statement over the bound (empty) views; the task with its columns.
 
     ``views`` maps the definition's table names to the views the caller bound
-    (the output's view is bound by ``bind_output`` once the columns are known).
+    for DELETEs, ``insert_views`` those for INSERTs (the output's views are
+    bound by ``bind_output`` once the columns are known).
     """
-    back = {view: name for name, view in views.items()}
+    back = {view: name for name, view in (*views.items(), *insert_views.items())}
     if task.declared:
         bind_output(task)
     for statement in task.statements:
-        tree = with_time(renamed(statement.expression, views), 0, temporal)
+        tree = with_time(renamed(statement.expression, insert_views), 0, temporal)
         if statement.kind == "insert":
             schema = _analysed(spark, statement, tree.expression.sql(dialect="spark"), back)
             if not task.declared:

@@ -69,6 +69,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_provider_ct.continual_job")
 
 SELF_VIEW, INPUT_VIEW, REF_VIEW = "__ct_self", "__ct_input", "__ct_ref_"
+#: The output so far without the row addresses: what an INSERT's SELECT reads
+#: (``SELECT * FROM output`` gives the output's columns, nothing internal).
+SELF_ROWS = "__ct_self_rows"
 FILE_COL, POS_COL = "__ct_file", "__ct_pos"
 
 
@@ -158,10 +161,13 @@ def _run_time(run: _Run, time: int, inserts: DataFrame) -> tuple[list[Any], list
         if pending.added:
             current = current.unionByName(spark.createDataFrame(pending.added, ddl))
         current.createOrReplaceTempView(SELF_VIEW)
-        tree = with_time(renamed(statement.expression, mapping), time, run.temporal)
+        current.drop(FILE_COL, POS_COL).createOrReplaceTempView(SELF_ROWS)
         if statement.kind == "delete":
+            tree = with_time(renamed(statement.expression, mapping), time, run.temporal)
             _run_delete(spark, tree, state, pending)
         else:
+            views = {**mapping, task.name: SELF_ROWS}
+            tree = with_time(renamed(statement.expression, views), time, run.temporal)
             _run_insert(spark, task, statement, tree, pending)
     return pending.added, pending.retracted
 
@@ -332,9 +338,12 @@ def _checked(
     def bind_output(columns: ContinualTaskDef) -> None:
         frame = _state_frame(spark, columns, _State(base=None))
         frame.createOrReplaceTempView(SELF_VIEW)
+        frame.drop(FILE_COL, POS_COL).createOrReplaceTempView(SELF_ROWS)
         temporal.update(temporal_columns([frame.schema]))
 
-    return check_statements(spark, task, views, temporal, bind_output), temporal
+    inserts = {**views, task.name: SELF_ROWS}
+    checked = check_statements(spark, task, views, inserts, temporal, bind_output)
+    return checked, temporal
 
 
 def _open_output(
