@@ -65,7 +65,9 @@ class Shop:
         self.customers: dict[int, str] = {}
 
     def order(self, *rows: tuple[int, int, int, str]) -> None:
-        self.raw_table.append(pa.Table.from_pylist([dict(zip(RAW.names, r)) for r in rows], RAW))
+        self.raw_table.append(
+            pa.Table.from_pylist([dict(zip(RAW.names, r, strict=True)) for r in rows], RAW)
+        )
         self.raw += rows
 
     def customer(self, customer_id: int, region: str | None) -> None:
@@ -92,7 +94,7 @@ class Shop:
 
     def expected(self, dataset: str) -> Counter[tuple[Any, ...]]:
         con = duckdb.connect()
-        raw = pa.Table.from_pylist([dict(zip(RAW.names, r)) for r in self.raw], RAW)
+        raw = pa.Table.from_pylist([dict(zip(RAW.names, r, strict=True)) for r in self.raw], RAW)
         customers = pa.Table.from_pylist(
             [{"customer_id": k, "region": v} for k, v in self.customers.items()], CUSTOMERS
         )
