@@ -58,6 +58,8 @@ class Dataset:
     via: tuple[str, ...] = ()
     #: Flows into this table that became datasets of their own.
     flows: tuple[str, ...] = ()
+    #: A ``CREATE CONTINUAL TASK``'s declared columns (name, Spark type).
+    columns: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -234,7 +236,12 @@ def _datasets(
             task = _continual(statement, catalog)
             reads = (task.input, *task.references)
             datasets[name] = Dataset(
-                name, CONTINUAL_TASK, statement, stream=task.input, reads=reads
+                name,
+                CONTINUAL_TASK,
+                statement,
+                stream=task.input,
+                reads=reads,
+                columns=task.columns,
             )
             continue
         if name in union:

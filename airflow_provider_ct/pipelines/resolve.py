@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
-from sqlglot.errors import OptimizeError
+from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
@@ -125,7 +125,8 @@ def _resolve(dataset: Dataset, schema: dict[str, Columns]) -> Resolved:
         columns = tuple((c, schema[dataset.flows[0]][c]) for c in names)
         return Resolved(dataset, sql=sql, columns=columns, **_layout(statement))
     if dataset.kind == CONTINUAL_TASK and dataset.tree is None:  # CREATE CONTINUAL TASK
-        return Resolved(dataset, definition=statement.text, **_layout(statement))
+        columns = tuple(dataset.columns)
+        return Resolved(dataset, definition=statement.text, columns=columns, **_layout(statement))
     tree = _declared(dataset, statement)
     inferred = _infer(tree, schema)
     if dataset.kind != CONTINUAL_TASK:
@@ -152,7 +153,7 @@ def _declared(dataset: Dataset, statement: Statement) -> Any:
     leaves = [tree] if isinstance(tree, exp.Select) else list(tree.find_all(exp.Select))
     for leaf in leaves:
         selects = leaf.expressions
-        if len(selects) != len(declared) or any(s.find(exp.Star) for s in selects):
+        if len(selects) != len(declared) or any(_is_star(s) for s in selects):
             raise statement.error(
                 f"{statement.name} declares {len(declared)} columns but its query "
                 f"produces {len(selects)} (or uses *)"
@@ -167,10 +168,18 @@ def _declared(dataset: Dataset, statement: Statement) -> Any:
     return tree
 
 
+def _is_star(select: Any) -> bool:
+    return isinstance(select, exp.Star) or (
+        isinstance(select, exp.Column) and isinstance(select.this, exp.Star)
+    )
+
+
 def _infer(tree: Any, schema: dict[str, Columns]) -> tuple[tuple[str, str], ...]:
     """The query's columns and their Spark types (``UNKNOWN`` where sqlglot cannot tell)."""
     mapping: dict[str, Any] = {}
     for table, columns in schema.items():
+        if not columns:
+            continue
         ns, name = table.split(".")
         mapping.setdefault(ns, {})[name] = dict(columns)
     try:
@@ -178,7 +187,7 @@ def _infer(tree: Any, schema: dict[str, Columns]) -> tuple[tuple[str, str], ...]
             qualify(tree.copy(), schema=MappingSchema(mapping, dialect="spark"), dialect="spark"),
             schema=MappingSchema(mapping, dialect="spark"),
         )
-    except (OptimizeError, ValueError, KeyError):
+    except (SqlglotError, ValueError, KeyError):
         names = [s.alias_or_name.lower() for s in tree.selects]
         return tuple((n, "UNKNOWN") for n in names)
     out = []
