@@ -54,7 +54,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         {AIRFLOW, "exceptions", "views", "continual", "pipelines", "pipelines.load"}
     ),
     "pipelines.cli": frozenset(
-        {AIRFLOW, "exceptions", "core", "views", "pipelines", "pipelines.load"}
+        {AIRFLOW, "exceptions", "views", "pipelines", "pipelines.load", "pipelines.dag"}
     ),
     "ui": frozenset({AIRFLOW, "exceptions", "core", "collections", "hooks"}),
     "get_provider_info": frozenset({"__init__"}),

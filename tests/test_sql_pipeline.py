@@ -334,3 +334,58 @@ def test_the_dag_has_one_group_per_dataset_wired_by_what_each_reads(
     assert dag.get_task("s.append").asset.uri == "iceberg://ct/shop/s"
     assert set(dag.params) == {"refresh", "full_refresh", "full_refresh_all"}
     assert dag.get_task("a.write").engine == "warm"
+
+
+# -- the dry run -------------------------------------------------------------------------
+
+
+def test_the_dry_run_prints_each_plan_and_writes_nothing(
+    tmp_path: Path, lake: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_ct.pipelines.cli import main
+
+    catalog, warehouse = lake
+    catalog.create_table(
+        "shop.customers", pa.schema([("customer", pa.int64()), ("region", pa.string())])
+    )
+    root = folder(
+        tmp_path,
+        {
+            "x.sql": """
+            CREATE STREAMING TABLE s AS SELECT id, amount FROM STREAM(raw) WHERE amount > 0;
+            CREATE MATERIALIZED VIEW a PARTITIONED BY (id) AS
+            SELECT id, SUM(amount) AS t, COUNT(*) AS n FROM s GROUP BY id;
+            CREATE TEMPORARY VIEW v AS SELECT id, t FROM a WHERE n > 1;
+            CREATE MATERIALIZED VIEW b AS SELECT SUM(t) AS total, COUNT(*) AS n FROM v;
+            CREATE MATERIALIZED VIEW w AS
+            SELECT id, ROW_NUMBER() OVER (ORDER BY amount) AS r FROM s;
+            """
+        },
+    )
+    tables, written = _tables(catalog), _files(warehouse)
+    assert main(["dry-run", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "order: shop.s -> shop.a -> shop.b -> shop.w" in out
+    assert "external inputs: shop.raw" in out and "temporary views (inlined): shop.v" in out
+    sections = {s.split()[0]: s for s in out.split("\n\n")[1:]}
+    assert "[streaming table -> continual task]  shop/transformations/x.sql:1" in sections["shop.s"]
+    assert "inputs: shop.raw (external, stream)" in sections["shop.s"]
+    assert "columns: id BIGINT, amount BIGINT" in sections["shop.s"]
+    assert "layout: partitioned by id" in sections["shop.a"]
+    assert "plan: aggregate" in sections["shop.a"]
+    # The view over a temporary view: the view merged into it, still incremental.
+    assert "via temporary views: shop.v" in sections["shop.b"]
+    assert "plan: full" not in sections["shop.b"]
+    assert "plan: full\n  why: window functions are recomputed in full" in sections["shop.w"]
+    assert _tables(catalog) == tables and _files(warehouse) == written
+
+
+def test_the_dry_run_of_a_bad_folder_exits_1_naming_file_and_line(
+    tmp_path: Path, lake: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_ct.pipelines.cli import main
+
+    root = folder(tmp_path, {"x.sql": "CREATE MATERIALIZED VIEW a AS\nSELECT id FROM gone;\n"})
+    assert main(["dry-run", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert "error: shop/transformations/x.sql:2: unknown table shop.gone" in err

@@ -56,6 +56,18 @@ def sql_pipeline(
     loaded = load_pipeline(
         _folder(folder), iceberg_conn_id=iceberg_conn_id, catalog_name=catalog_name
     )
+    return build_dag(loaded, dag_id=dag_id, time=time, factory_kwargs=factory_kwargs, **dag_kwargs)
+
+
+def build_dag(
+    loaded: LoadedPipeline,
+    *,
+    dag_id: str | None = None,
+    time: int | str | None = None,
+    factory_kwargs: Mapping[str, Any] | None = None,
+    **dag_kwargs: Any,
+) -> DAG:
+    """The DAG of a loaded pipeline (every factory's parse-time checks run here)."""
     settings = loaded.spec.airflow
     params = {
         "refresh": Param([], type="array", description="datasets to tick (and what they read)"),

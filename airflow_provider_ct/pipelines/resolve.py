@@ -19,6 +19,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
@@ -130,8 +131,9 @@ def _resolve(dataset: Dataset, schema: dict[str, Columns]) -> Resolved:
     tree = _declared(dataset, statement)
     inferred = _infer(tree, schema)
     if dataset.kind != CONTINUAL_TASK:
+        merged = _merged(tree, schema) if dataset.via else tree
         return Resolved(
-            dataset, sql=tree.sql(dialect="spark"), columns=inferred, **_layout(statement)
+            dataset, sql=merged.sql(dialect="spark"), columns=inferred, **_layout(statement)
         )
     columns = _continual_columns(dataset, inferred)
     return Resolved(
@@ -174,18 +176,39 @@ def _is_star(select: Any) -> bool:
     )
 
 
-def _infer(tree: Any, schema: dict[str, Columns]) -> tuple[tuple[str, str], ...]:
-    """The query's columns and their Spark types (``UNKNOWN`` where sqlglot cannot tell)."""
+def _mapping(schema: dict[str, Columns]) -> MappingSchema:
     mapping: dict[str, Any] = {}
     for table, columns in schema.items():
-        if not columns:
-            continue
-        ns, name = table.split(".")
-        mapping.setdefault(ns, {})[name] = dict(columns)
+        if columns:
+            ns, name = table.split(".")
+            mapping.setdefault(ns, {})[name] = dict(columns)
+    return MappingSchema(mapping, dialect="spark")
+
+
+def _merged(tree: Any, schema: dict[str, Columns]) -> Any:
+    """The query with its inlined temporary views merged into it where that keeps its meaning.
+
+    A derived table is recomputed in full by the planner; merged (sqlglot's
+    ``merge_subqueries``, which merges only what it can prove equivalent: a
+    projection and filter, not an aggregate under a join), a view over a
+    temporary view keeps its incremental plan. Anything left over, or a
+    query sqlglot cannot qualify, stays as inlined: correct, and full.
+    """
+    try:
+        qualified = qualify(
+            tree.copy(), schema=_mapping(schema), dialect="spark", quote_identifiers=False
+        )
+        merged = merge_subqueries(qualified)
+    except (SqlglotError, ValueError, KeyError):
+        return tree
+    return tree if merged.find(exp.Subquery) else merged
+
+
+def _infer(tree: Any, schema: dict[str, Columns]) -> tuple[tuple[str, str], ...]:
+    """The query's columns and their Spark types (``UNKNOWN`` where sqlglot cannot tell)."""
     try:
         typed = annotate_types(
-            qualify(tree.copy(), schema=MappingSchema(mapping, dialect="spark"), dialect="spark"),
-            schema=MappingSchema(mapping, dialect="spark"),
+            qualify(tree.copy(), schema=_mapping(schema), dialect="spark"), schema=_mapping(schema)
         )
     except (SqlglotError, ValueError, KeyError):
         names = [s.alias_or_name.lower() for s in tree.selects]
