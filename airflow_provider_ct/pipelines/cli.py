@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Sequence
 
 from airflow_provider_ct.exceptions import CTError
@@ -38,12 +39,15 @@ def describe(loaded: LoadedPipeline) -> list[str]:
         lines.append(f"external inputs: {', '.join(external)}")
     if pipeline.temporary:
         lines.append(f"temporary views (inlined): {', '.join(sorted(pipeline.temporary))}")
+    plans = {name: _plan(loaded, loaded.resolved[name]) for name in pipeline.order}
+    kinds = Counter(kind for kind, _ in plans.values())
+    lines.append("plans: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     for name in pipeline.order:
-        lines += ["", *_dataset(loaded, loaded.resolved[name])]
+        lines += ["", *_dataset(loaded, loaded.resolved[name], plans[name][1])]
     return lines
 
 
-def _dataset(loaded: LoadedPipeline, item: Resolved) -> list[str]:
+def _dataset(loaded: LoadedPipeline, item: Resolved, plan: list[str]) -> list[str]:
     dataset, statement = item.dataset, item.dataset.statement
     source = statement.kind if not dataset.flows else "streaming table (union of flows)"
     lines = [
@@ -58,23 +62,26 @@ def _dataset(loaded: LoadedPipeline, item: Resolved) -> list[str]:
     lines.append(f"  inputs: {', '.join(inputs)}")
     if dataset.via:
         lines.append(f"  via temporary views: {', '.join(dataset.via)}")
-    if item.columns:
+    if item.definition is not None and item.columns:  # declared: they create the table
         lines.append(f"  columns: {', '.join(f'{n} {t}' for n, t in item.columns)}")
+    elif item.columns:  # a view's table takes Spark's types for its query
+        lines.append(f"  columns: {', '.join(n for n, _ in item.columns)}")
     layout = [f"partitioned by {', '.join(item.partition_by)}"] if item.partition_by else []
     layout += [f"{k}={v!r}" for k, v in sorted(item.properties.items())]
     lines.append(f"  layout: {'; '.join(layout) or 'default'}")
-    lines += [f"  {line}" for line in _plan(loaded, item)]
-    return lines
+    return lines + [f"  {line}" for line in plan]
 
 
-def _plan(loaded: LoadedPipeline, item: Resolved) -> list[str]:
+def _plan(loaded: LoadedPipeline, item: Resolved) -> tuple[str, list[str]]:
+    """The dataset's plan: its kind (a view's strategy, or ``continual``) and its lines."""
     dataset = item.dataset
     if item.sql is not None:
         refresh = str(loaded.spec.airflow.get("refresh", "auto"))
         plan = explain_view(
             item.sql, target=item.name, catalog_name=loaded.catalog, refresh=refresh
         )
-        return [f"plan: {plan[0].removeprefix('strategy: ')}", *plan[1:]]
+        strategy = plan[0].removeprefix("strategy: ")
+        return strategy, [f"plan: {strategy}", *plan[1:]]
     others = [r for r in dataset.reads if r != dataset.stream]
     plan = [
         f"plan: continual task: each row inserted into {dataset.stream} is processed once, "
@@ -84,7 +91,7 @@ def _plan(loaded: LoadedPipeline, item: Resolved) -> list[str]:
         plan.append("why: a streaming table; its first tick processes the input's whole contents")
     if others:
         plan.append(f"references (read as of each input time): {', '.join(others)}")
-    return plan
+    return "continual", plan
 
 
 def main(argv: Sequence[str] | None = None) -> int:
