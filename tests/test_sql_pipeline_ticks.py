@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pytest
 from pyiceberg.expressions import EqualTo
@@ -22,35 +21,10 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.timeline import Timeline
 from tests.helpers import rows_of, run_at_sealed_time, task_xcom
+from tests.pipelines.shop_oracle import CUSTOMERS, DATASETS, RAW, expected
 from tests.warm import private_warm_dir
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
-
-RAW = pa.schema(
-    [
-        ("order_id", pa.int64()),
-        ("customer_id", pa.int64()),
-        ("amount", pa.int64()),
-        ("status", pa.string()),
-    ]
-)
-CUSTOMERS = pa.schema([("customer_id", pa.int64()), ("region", pa.string())])
-
-#: The oracle's queries, written for DuckDB from the datasets' meaning.
-ORACLE = {
-    "orders": "SELECT order_id, customer_id, amount FROM raw WHERE status <> 'test'",
-    "customer_revenue": (
-        "SELECT o.customer_id, c.region, SUM(o.amount)::BIGINT, COUNT(*)::BIGINT "
-        "FROM raw AS o JOIN customers AS c ON o.customer_id = c.customer_id "
-        "WHERE o.status <> 'test' GROUP BY ALL"
-    ),
-    "region_revenue": (
-        "WITH cr AS (SELECT o.customer_id, c.region, SUM(o.amount) AS revenue, COUNT(*) AS n "
-        "FROM raw AS o JOIN customers AS c ON o.customer_id = c.customer_id "
-        "WHERE o.status <> 'test' GROUP BY ALL) "
-        "SELECT region, SUM(revenue)::BIGINT, COUNT(*)::BIGINT FROM cr WHERE n > 1 GROUP BY ALL"
-    ),
-}
 
 
 class Shop:
@@ -93,20 +67,17 @@ class Shop:
         return max(stamps)
 
     def expected(self, dataset: str) -> Counter[tuple[Any, ...]]:
-        con = duckdb.connect()
         raw = pa.Table.from_pylist([dict(zip(RAW.names, r, strict=True)) for r in self.raw], RAW)
         customers = pa.Table.from_pylist(
             [{"customer_id": k, "region": v} for k, v in self.customers.items()], CUSTOMERS
         )
-        con.register("raw", raw)
-        con.register("customers", customers)
-        return Counter(tuple(r) for r in con.execute(ORACLE[dataset]).fetchall())
+        return expected(raw, customers, dataset)
 
     def actual(self, dataset: str) -> Counter[tuple[Any, ...]]:
         return rows_of(self.catalog.load_table(f"sqlp.{dataset}"))
 
     def check(self) -> None:
-        for dataset in ORACLE:
+        for dataset in DATASETS:
             assert self.actual(dataset) == self.expected(dataset), dataset
 
 
@@ -126,7 +97,7 @@ def shop(airflow_db: None, default_catalog: CatalogConfig, monkeypatch: pytest.M
 
 def _tick(world: Shop, dag: Any, **conf: Any) -> int:
     time = run_at_sealed_time(dag, world.last_commit_ms(), conf)
-    for dataset in ORACLE:
+    for dataset in DATASETS:
         upper = Timeline.of(world.catalog.load_table(f"sqlp.{dataset}")).upper
         assert upper == Frontier.sealing(time), dataset  # one time for the whole run
     return time
@@ -158,9 +129,9 @@ def test_a_sql_folder_ticks_every_dataset_at_one_time_as_duckdb_says(shop: Any) 
     assert world.expected("region_revenue")  # the oracle is not trivially empty
 
     # Nothing changed: every dataset's frontier moves, no row does.
-    before = {d: world.actual(d) for d in ORACLE}
+    before = {d: world.actual(d) for d in DATASETS}
     _tick(world, dag)
-    assert {d: world.actual(d) for d in ORACLE} == before
+    assert {d: world.actual(d) for d in DATASETS} == before
     world.check()
 
 
@@ -171,10 +142,10 @@ def test_a_full_refresh_of_one_view_rewrites_it_and_leaves_its_readers_alone(sho
     _tick(world, dag)
     world.check()
 
-    tables = {d: world.catalog.load_table(f"sqlp.{d}") for d in ORACLE}
+    tables = {d: world.catalog.load_table(f"sqlp.{d}") for d in DATASETS}
     before = {d: t.metadata.current_snapshot_id for d, t in tables.items()}
     time = run_at_sealed_time(dag, world.last_commit_ms(), {"full_refresh": ["customer_revenue"]})
-    after = {d: world.catalog.load_table(f"sqlp.{d}") for d in ORACLE}
+    after = {d: world.catalog.load_table(f"sqlp.{d}") for d in DATASETS}
     # Its reader skipped the run: same snapshot, frontier not moved.
     assert after["region_revenue"].metadata.current_snapshot_id == before["region_revenue"]
     assert Timeline.of(after["region_revenue"]).upper != Frontier.sealing(time)
