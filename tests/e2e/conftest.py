@@ -25,7 +25,7 @@ from tests.conftest import _pg_config, connection_json
 from tests.e2e.checks import check_backfilled_view
 from tests.e2e_dags.e2e_dags import DEFERRAL_DAG, POSTGRES_CONN, SPARK_CONN, VIEWS
 from tests.e2e_dags.e2e_medallion import MEDALLION_DAGS
-from tests.e2e_dags.e2e_sql_pipeline import SQL_PIPELINE_DAG, create_inputs
+from tests.pipelines.shop_feed import SQL_PIPELINE_DAG, create_inputs
 from tests.sparkcluster import SparkCluster, running_spark_cluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ from airflow_provider_ct.core.timeline import Timeline
 from tests.e2e.checks import FROM_DATE, TICKS, TO_DATE, iso
 from tests.e2e.conftest import Stack
 from tests.e2e_dags import e2e_dags
-from tests.e2e_dags.e2e_sql_pipeline import INTERVALS, NAMESPACE, SQL_PIPELINE_DAG, START
 from tests.helpers import rows_of
+from tests.pipelines.shop_feed import INTERVALS, NAMESPACE, SQL_PIPELINE_DAG, START
 from tests.pipelines.shop_oracle import DATASETS, expected
 
 pytestmark = [pytest.mark.timeout(2400), pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark]
