@@ -10,22 +10,20 @@ history itself. Kept out of the DAG file: importing this module builds no DAG.
 from __future__ import annotations
 
 import random
-import uuid
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from airflow_provider_ct.core.commit import compare_and_append
-from airflow_provider_ct.core.frontier import Frontier
-from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.core.tables import create_managed_table
-from airflow_provider_ct.core.timeline import Timeline
 from tests.pipelines.shop_oracle import CUSTOMERS, RAW
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "dags_examples"))
+
+from sql_pipeline_landing import commit_at  # noqa: E402
 
 SQL_PIPELINE_DAG = "sql_pipeline_backfill"
 SHOP = ROOT / "tests" / "pipelines" / "shop"
@@ -39,29 +37,6 @@ def create_inputs(catalog: Any) -> None:
     """The folder's external inputs, empty (managed tables: the feed stamps their times)."""
     create_managed_table(catalog, f"{NAMESPACE}.raw_orders", RAW)
     create_managed_table(catalog, f"{NAMESPACE}.customers", CUSTOMERS)
-
-
-def _commit(table: Any, time: int, data: pa.Table, batch_id: str, replace: bool) -> None:
-    """``data`` appended (or, ``replace``, as the whole contents) at ``time``, once per batch id."""
-    table.refresh()
-    timeline = Timeline.of(table)
-    if timeline.find_batch(batch_id) is not None or timeline.upper.seals(time):
-        return  # this interval was already fed
-    path = f"{batch_data_dir(table.location(), batch_id)}/part-{uuid.uuid4().hex}.parquet"
-    with table.io.new_output(path).create(overwrite=True) as out:
-        pq.write_table(data, out)
-    live = [t.file.file_path for t in table.scan().plan_files()] if replace else []
-    result = compare_and_append(
-        table,
-        expected_upper=timeline.upper,
-        new_upper=Frontier.sealing(time),
-        batch_id=batch_id,
-        add_files=[path],
-        remove_files=live,
-        time=time,
-    )
-    if not result.landed:
-        raise RuntimeError(f"feeding {batch_id} lost a race: {result.reason}")
 
 
 def feed(catalog: Any, time: int) -> None:
@@ -78,7 +53,7 @@ def feed(catalog: Any, time: int) -> None:
         }
         for i in range(rng.randint(6, 12))
     ]
-    _commit(raw, time, pa.Table.from_pylist(orders, RAW), f"feed-raw_orders-{time}", False)
+    commit_at(raw, time, pa.Table.from_pylist(orders, RAW), f"feed-raw_orders-{time}", False)
     customers = [
         {"customer_id": c, "region": rng.choice(["eu", "us", "apac"])}
         for c in range(1, 6)
@@ -86,4 +61,4 @@ def feed(catalog: Any, time: int) -> None:
     ]
     customers_t = catalog.load_table(f"{NAMESPACE}.customers")
     data = pa.Table.from_pylist(customers, CUSTOMERS)
-    _commit(customers_t, time, data, f"feed-customers-{time}", True)
+    commit_at(customers_t, time, data, f"feed-customers-{time}", True)
