@@ -209,6 +209,18 @@ BAD = {
         1,
         "cannot infer the type of column 'm'",
     ),
+    "unknown column": (
+        {"x.sql": "CREATE MATERIALIZED VIEW m AS\nSELECT id,\n  amuont FROM raw;\n"},
+        "x.sql",
+        3,
+        "unknown column 'amuont': no input of shop.m has it (shop.raw)",
+    ),
+    "unknown qualified column": (
+        {"x.sql": "CREATE MATERIALIZED VIEW m AS SELECT r.id, r.nope FROM raw AS r;\n"},
+        "x.sql",
+        1,
+        "unknown column 'nope'",
+    ),
     "not incremental on request": (
         {"x.sql": "CREATE MATERIALIZED VIEW m AS\nSELECT id FROM raw ORDER BY id LIMIT 3;\n"},
         "x.sql",
@@ -389,3 +401,20 @@ def test_the_dry_run_of_a_bad_folder_exits_1_naming_file_and_line(
     assert main(["dry-run", str(root)]) == 1
     err = capsys.readouterr().err
     assert "error: shop/transformations/x.sql:2: unknown table shop.gone" in err
+
+
+def test_the_column_check_leaves_what_spark_resolves_alone(tmp_path: Path) -> None:
+    """Aliases, lambda variables and generator outputs are no unknown columns."""
+    root = folder(
+        tmp_path,
+        {
+            "x.sql": """
+            CREATE MATERIALIZED VIEW a AS
+            SELECT id, transform(array(amount), x -> x + 1) AS plus, amount * 2 AS twice
+            FROM raw;
+            CREATE MATERIALIZED VIEW b AS
+            SELECT t.id, e.v FROM raw AS t LATERAL VIEW explode(array(t.amount)) e AS v;
+            """
+        },
+    )
+    assert list(resolved(root)) == ["shop.a", "shop.b"]

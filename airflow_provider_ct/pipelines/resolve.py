@@ -23,6 +23,7 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
+from airflow_provider_ct.pipelines.analysis import unknown_column
 from airflow_provider_ct.pipelines.graph import Dataset, Pipeline
 from airflow_provider_ct.pipelines.statements import CONTINUAL_TASK, Statement
 
@@ -128,6 +129,7 @@ def _resolve(dataset: Dataset, schema: dict[str, Columns]) -> Resolved:
     if dataset.kind == CONTINUAL_TASK and dataset.tree is None:  # CREATE CONTINUAL TASK
         columns = tuple(dataset.columns)
         return Resolved(dataset, definition=statement.text, columns=columns, **_layout(statement))
+    _check_columns(dataset, schema)
     tree = _declared(dataset, statement)
     inferred = _infer(tree, schema)
     if dataset.kind != CONTINUAL_TASK:
@@ -141,6 +143,21 @@ def _resolve(dataset: Dataset, schema: dict[str, Columns]) -> Resolved:
         definition=_definition(dataset, tree, columns),
         columns=columns,
         **_layout(statement),
+    )
+
+
+def _check_columns(dataset: Dataset, schema: dict[str, Columns]) -> None:
+    """Refuse a column no input has, at its line when the statement's own query holds it."""
+    inputs = {t: schema.get(t, {}) for t in dataset.reads}
+    found = unknown_column(dataset.tree, _mapping(schema), inputs)
+    if found is None:
+        return
+    name, relative = found
+    statement = dataset.statement
+    line = statement.query_line + relative - 1 if relative and not dataset.via else None
+    raise statement.error(
+        f"unknown column {name!r}: no input of {dataset.name} has it ({', '.join(sorted(inputs))})",
+        line,
     )
 
 
