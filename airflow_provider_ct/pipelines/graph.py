@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlglot import exp
+
 from airflow_provider_ct.core.continual import parse_continual_task
 from airflow_provider_ct.exceptions import PipelineError, QueryError
 from airflow_provider_ct.pipelines.queries import (
@@ -298,9 +300,7 @@ def _dataset(
 
 
 def _tables(tree: Any) -> Iterator[str]:
-    from sqlglot import exp
-
-    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    """The tables a qualified tree reads (CTE references and table functions have no namespace)."""
     for table in tree.find_all(exp.Table):
-        if table.name and table.db and not (table.name.lower() in ctes and not table.db):
+        if table.name and table.db:
             yield f"{table.db}.{table.name}".lower()

@@ -125,9 +125,3 @@ def inline(tree: Any, temporary: dict[str, Any]) -> Any:
             alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
             table.replace(exp.Subquery(this=temporary[name].copy(), alias=alias))
     return tree
-
-
-def output_names(tree: Any) -> list[str]:
-    """The names of a query's columns (``SELECT a, b AS c`` -> ``a, c``); ``*`` refused."""
-    selects = tree.selects if isinstance(tree, exp.Query) else []
-    return [s.alias_or_name.lower() for s in selects]
