@@ -98,15 +98,16 @@ def test_one_flow_is_a_task_and_several_flows_are_a_union_of_tasks(tmp_path: Pat
         {
             "flows.sql": """
             CREATE STREAMING TABLE one;
-            CREATE FLOW f AS INSERT INTO one BY NAME SELECT id, amount FROM STREAM(raw);
+            CREATE FLOW f AS INSERT INTO one BY NAME SELECT id, amount FROM STREAM shop.raw;
             CREATE STREAMING TABLE many;
             CREATE FLOW a AS INSERT INTO many BY NAME SELECT id, amount FROM STREAM(raw);
-            CREATE FLOW b AS INSERT INTO many BY NAME SELECT id, amount FROM STREAM(one);
+            CREATE FLOW b AS INSERT INTO many BY NAME SELECT id, amount FROM STREAM one AS o;
             """
         },
     )
     items = resolved(root)
-    assert items["shop.one"].dataset.kind == "continual task"
+    assert items["shop.one"].dataset.kind == "continual task"  # STREAM without parentheses
+    assert items["shop.one"].dataset.stream == "shop.raw"
     assert items["shop.many__a"].dataset.stream == "shop.raw"
     assert items["shop.many__b"].dataset.stream == "shop.one"
     many = items["shop.many"]

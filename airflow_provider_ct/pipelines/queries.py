@@ -7,6 +7,7 @@ spec's ``database``, or a ``USE SCHEMA`` before it), ``ns.t`` as written,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,11 @@ from sqlglot.errors import ParseError
 from airflow_provider_ct.pipelines.statements import Statement
 
 STREAM = "STREAM"
+#: ``STREAM src`` (SDP accepts it without parentheses), which sqlglot reads as
+#: a table ``STREAM`` aliased ``src``, or not at all for ``STREAM ns.src``.
+_BARE_STREAM = re.compile(
+    r"(\b(?:FROM|JOIN)\s+)STREAM(\s+)(?!\(|AS\b)([A-Za-z_`][\w.`]*)", re.IGNORECASE
+)
 
 
 @dataclass
@@ -56,8 +62,9 @@ def qualify_name(raw: str, statement: Statement, catalog: str, line: int | None 
 def parse_statement_query(statement: Statement, catalog: str) -> Query:
     """Parse ``statement.query``; every table qualified, ``STREAM(x)`` replaced by ``x``."""
     assert statement.query is not None
+    text = _BARE_STREAM.sub(_parenthesized, statement.query)
     try:
-        trees = [t for t in sqlglot.parse(statement.query, read="spark") if t is not None]
+        trees = [t for t in sqlglot.parse(text, read="spark") if t is not None]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         line = statement.query_line + int(first.get("line") or 1) - 1
@@ -71,6 +78,11 @@ def parse_statement_query(statement: Statement, catalog: str) -> Query:
     for table in list(tree.find_all(exp.Table)):
         _qualify_table(query, table, ctes, catalog)
     return query
+
+
+def _parenthesized(match: re.Match[str]) -> str:
+    """``STREAM src`` -> ``STREAM(src)``, its line breaks kept (errors keep their lines)."""
+    return f"{match[1]}STREAM({match[3]})" + "\n" * match[2].count("\n")
 
 
 def _line(statement: Statement, node: Any) -> int:
