@@ -39,8 +39,6 @@ the returned result.
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class CTError(Exception):
     """Base class of every error raised by airflow-provider-ct."""
@@ -145,13 +143,15 @@ class StateMismatchError(CTError):
     """A view's kept aggregate state cannot be used: it is missing, stale or edited.
 
     The write job then rebuilds it from the inputs (in-place aggregates,
-    :mod:`airflow_provider_ct.core.aggregate_state`).
+    :mod:`airflow_provider_ct.ivm.state.aggregate_state`).
     """
 
 
 class NotInPlaceError(CTError):
-    """The write job cannot keep this view's aggregates in place (inexact types, too many
-    groups); the message says why, and the view's fallback strategy runs instead."""
+    """The write job cannot keep this view's aggregates in place (too many groups for the
+    driver, a sum past its type), found deep in the computation; the in-place tick turns it
+    into a fallback for the tick's decision (``ivm/plan/decision``), and the view's
+    fallback strategy runs instead."""
 
 
 class SparkJobError(CTError):
@@ -161,19 +161,6 @@ class SparkJobError(CTError):
     raised an exception outside this hierarchy (a bug, or a Spark analysis
     error); the message names the original type.
     """
-
-
-class IncrementalNotCheaperError(CTError):
-    """``refresh="auto"``: the incremental tick would cost at least the full correction.
-
-    Raised before the expensive part of the tick (the message says why); the
-    write job then runs the full correction, with that reason (and the
-    estimate it was based on) in its report.
-    """
-
-    def __init__(self, message: str, estimate: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.estimate = estimate
 
 
 class ChangesUnavailableError(CTError):

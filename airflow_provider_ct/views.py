@@ -10,11 +10,12 @@ from airflow.sdk import Asset, TaskGroup
 from airflow_provider_ct._groups import Step, tick_group
 from airflow_provider_ct.assets import table_asset
 from airflow_provider_ct.core.layout import TableLayout, TargetSettings
-from airflow_provider_ct.core.planner import choose_plan
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.factory_settings import SparkSettings, WaitSettings
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.planner import choose_plan
 from airflow_provider_ct.operators._common import catalog_name_of, is_templated_sql
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
@@ -39,7 +40,7 @@ def explain_view(
     :class:`~airflow_provider_ct.exceptions.QueryError`. Nothing is read or written.
     """
     parsed = parse_query(sql, target=target, catalog_name=catalog_name)
-    return choose_plan(parsed, refresh).explain()
+    return choose_plan(parsed, RefreshMode.parse(refresh)).explain()
 
 
 def materialized_view(
@@ -124,10 +125,11 @@ def materialized_view(
         see docs/views.md, "Definitions that change".
     """
     catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
+    mode = RefreshMode.parse(refresh)  # the one check of refresh=; the job trusts its spec
     if not is_templated_sql(sql):  # a template is checked when rendered (RenderedSqlMixin)
         parsed = parse_query(sql, target=target, catalog_name=catalog_name)
         parse_policies(input_upper_policies, parsed.inputs, catalog_name)
-        choose_plan(parsed, refresh)  # refresh="incremental" fails here for a query it cannot do
+        choose_plan(parsed, mode)  # refresh="incremental" fails here for a query it cannot do
     name = normalize_table_name(target, catalog_name)
     view = {"target": target, "sql": sql}
     settings = TargetSettings(
@@ -136,7 +138,7 @@ def materialized_view(
     write = {
         "report_only": report_only,
         "quiet_ticks": quiet_ticks,
-        "refresh": refresh,
+        "refresh": mode.value,
         "target_settings": settings.to_json(),
     }
     return tick_group(

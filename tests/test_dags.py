@@ -188,7 +188,7 @@ def test_mint_holds_collection_inputs_once_and_only_those(
 
     from airflow_provider_ct import MintOperator
     from airflow_provider_ct.collections.holds import read_holds
-    from airflow_provider_ct.collections.registry import register_collection
+    from airflow_provider_ct.collections.registration import register_collection
 
     catalog = default_catalog.load()
     register_collection(catalog, "ops.status", SCHEMA, "differential")

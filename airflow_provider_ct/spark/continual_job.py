@@ -8,7 +8,7 @@ Plain PySpark code like :mod:`.write_job`, run for a
 2. finds the input's times in the batch (its snapshots there) and, for each
    time ``t`` in order, reads only the rows *inserted* at ``t`` (an
    incremental read between the snapshot before ``t`` and the one at ``t``
-   across appends, :func:`~airflow_provider_ct.core.changes.table_changes`
+   across appends, :func:`~airflow_provider_ct.ivm.changes.table_changes.table_changes`
    across anything else; the input is never scanned in full after the first
    tick, see docs/continual-tasks.md);
 3. runs the statements in order: the output name sees the output as of
@@ -51,7 +51,7 @@ from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import begin_batch, finish_batch, outdated_reason
 from airflow_provider_ct.core.storage import io_properties
-from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.tables import create_managed_table, load_table_or_none
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import CTError, SchemaMismatchError
 from airflow_provider_ct.spark.continual_inputs import inserted_rows
@@ -317,12 +317,7 @@ def _open_output(
     layout: TableLayout,
 ) -> Table | WriteReport:
     """The output, created on the first tick (with ``layout``); ``outdated`` if it moved on."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        table = catalog.load_table(task.name)
-    except NoSuchTableError:
-        table = None
+    table = load_table_or_none(catalog, task.name)
     reason = outdated_reason(table, desc)
     if reason is not None:
         return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)

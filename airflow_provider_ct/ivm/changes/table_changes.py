@@ -55,15 +55,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.core.snapshot_files import (
+from airflow_provider_ct.core.tables import UNKNOWN_ROWS, live_rows
+from airflow_provider_ct.exceptions import ChangesUnavailableError
+from airflow_provider_ct.ivm.changes.snapshot_files import (
     EMPTY_STATE,
     FileReader,
     LiveFiles,
     Manifests,
     step_changes,
 )
-from airflow_provider_ct.core.tables import UNKNOWN_ROWS, live_rows
-from airflow_provider_ct.exceptions import ChangesUnavailableError
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema

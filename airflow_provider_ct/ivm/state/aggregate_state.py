@@ -33,9 +33,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_ct.core.in_place import AVG, COUNT, SUM, InPlace
-from airflow_provider_ct.core.row_match import matching_rows
 from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
+from airflow_provider_ct.ivm.changes.row_match import matching_rows
+from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, SUM, InPlace
 
 ROWS = "__ct_rows"
 #: Spark's ``Decimal`` division context (precision 38 + 1, half-up).

@@ -1,6 +1,6 @@
 """The affected days of a ``partition`` tick: found, bounded, reported.
 
-A day key (``CAST(ts AS DATE)``, :class:`~airflow_provider_ct.core.group_keys.KeyRange`)
+A day key (``CAST(ts AS DATE)``, :class:`~airflow_provider_ct.ivm.plan.group_keys.KeyRange`)
 turns the affected groups into days, and days into ranges of the bare
 column that Iceberg prunes by. Kept apart from :mod:`.incremental`, which
 decides when a tick may use them, because these are the day arithmetic
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.core.group_keys import KeyRange
-from airflow_provider_ct.core.planner import Plan
-from airflow_provider_ct.core.rewrites import InlineKeys, day_ranges, restrict_to_days
+from airflow_provider_ct.ivm.plan.group_keys import KeyRange
+from airflow_provider_ct.ivm.plan.planner import Plan
+from airflow_provider_ct.ivm.plan.rewrites import InlineKeys, day_ranges, restrict_to_days
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -1,9 +1,9 @@
 """Incremental corrections: a view's change computed from its inputs' changes.
 
-Given a :class:`~airflow_provider_ct.core.planner.Plan` and the inputs bound
+Given a :class:`~airflow_provider_ct.ivm.plan.planner.Plan` and the inputs bound
 to temp views ``new``, ``old``, ``plus`` (rows the input gained) and
 ``minus`` (rows it lost) between the snapshots the target's last batch
-pinned and now (:mod:`.input_changes`), we evaluate the plan's *terms*: the
+pinned and now (:mod:`.input_changes`), we evaluate the plan's *terms* (:mod:`.terms`): the
 query's blocks over those bindings, each with a sign. Their signed sum is
 the view's change (the delta rules, see the planner). Then:
 
@@ -22,16 +22,17 @@ as in the full correction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.core.planner import GROUP, Block, KeyColumns, KeyRange, Plan
-from airflow_provider_ct.core.read_estimate import Restriction
-from airflow_provider_ct.core.rewrites import (
+from airflow_provider_ct.ivm.plan.decision import Fallback
+from airflow_provider_ct.ivm.plan.planner import GROUP, Block, KeyColumns, KeyRange, Plan
+from airflow_provider_ct.ivm.plan.read_estimate import Restriction
+from airflow_provider_ct.ivm.plan.rewrites import (
     DAY_BOUND_TYPES,
     InlineKeys,
     bind_tables,
@@ -40,7 +41,10 @@ from airflow_provider_ct.core.rewrites import (
     restrict_columns_to_keys,
     restrict_to_keys,
 )
-from airflow_provider_ct.spark.days import (
+from airflow_provider_ct.ivm.plan.sizes import ReadCheck
+from airflow_provider_ct.spark.diff import compute_correction
+from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.ivm.days import (
     INLINE_KEYS,
     Days,
     arrow_days,
@@ -48,9 +52,8 @@ from airflow_provider_ct.spark.days import (
     only_days,
     restrict_days,
 )
-from airflow_provider_ct.spark.diff import compute_correction
-from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.input_changes import MINUS, NEW, OLD, PLUS, Bindings, InputChange
+from airflow_provider_ct.spark.ivm.input_changes import NEW, Bindings, InputChange
+from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,74 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEYS_VIEW = "__ct_affected_keys"
-
-
-@dataclass(frozen=True)
-class Term:
-    """One block of the query over one choice of bindings, added or subtracted."""
-
-    sign: int
-    block: Block
-    views: dict[str, str]
-
-
-def terms(plan: Plan, bindings: Bindings) -> list[Term]:
-    """The signed terms whose sum is the change of the rows below any aggregation."""
-    out: list[Term] = []
-    for block in plan.blocks:
-        if block.left_join is not None:
-            out.extend(_left_join_terms(block, bindings))
-            continue
-        for position, name in enumerate(block.inputs):
-            if name not in bindings.changed:
-                continue
-            chosen = {
-                other: bindings.views[other][NEW if i < position else OLD]
-                for i, other in enumerate(block.inputs)
-            }
-            for sign, side in ((1, PLUS), (-1, MINUS)):
-                out.append(Term(sign, block, {**chosen, name: bindings.views[name][side]}))
-    return out
-
-
-def _left_join_terms(block: Block, bindings: Bindings) -> list[Term]:
-    """``ΔP ⟕ O_old`` and, for the keys ``K`` changed in ``O``, ``P|K ⟕ O_new - P|K ⟕ O_old``."""
-    join = block.left_join
-    assert join is not None
-    views = bindings.views
-    out: list[Term] = []
-    preserved, optional = join.preserved, join.optional
-    if preserved in bindings.changed:
-        for sign, side in ((1, PLUS), (-1, MINUS)):
-            chosen = {preserved: views[preserved][side], optional: views[optional][OLD]}
-            out.append(Term(sign, block, chosen))
-    if optional in bindings.changed:
-        restricted = f"{views[preserved][NEW]}_k"
-        for sign, side in ((1, NEW), (-1, OLD)):
-            chosen = {preserved: restricted, optional: views[optional][side]}
-            out.append(Term(sign, block, chosen))
-    return out
-
-
-def register_left_join_restrictions(spark: SparkSession, plan: Plan, bindings: Bindings) -> None:
-    """``P_new`` restricted to the join keys that changed in ``O`` (plain equality: a NULL
-    key of ``P`` matches nothing in any ``O``, so its rows do not depend on ``O``)."""
-    from pyspark.sql import functions as F
-
-    for block in plan.blocks:
-        join = block.left_join
-        if join is None or join.optional not in bindings.changed:
-            continue
-        change = bindings.changes[join.optional]
-        okeys = [F.col(f"`{k}`").alias(f"__ct_j{i}") for i, k in enumerate(join.optional_keys)]
-        keys = change.plus.select(*okeys).union(change.minus.select(*okeys)).distinct()
-        new = spark.table(bindings.views[join.preserved][NEW])
-        condition = None
-        for i, k in enumerate(join.preserved_keys):
-            clause = new[f"`{k}`"] == keys[f"__ct_j{i}"]
-            condition = clause if condition is None else condition & clause
-        restricted = new.join(F.broadcast(keys), condition, "left_semi")
-        restricted.createOrReplaceTempView(f"{bindings.views[join.preserved][NEW]}_k")
 
 
 def _signed_frames(
@@ -155,9 +90,9 @@ class _Delta:
     #: Diff small sides on the driver (see ``.driver_diff``).
     on_driver: bool = True
     #: Prices the restricted reads (input -> restrictions) before they run;
-    #: raises :class:`~airflow_provider_ct.exceptions.IncrementalNotCheaperError`
-    #: when the full correction would cost less (``refresh="auto"`` only).
-    check_reads: Callable[[dict[str, list[Restriction]]], None] | None = None
+    #: returns a ``not cheaper`` fallback when the full correction would cost
+    #: less (``refresh="auto"`` only), and the tick stops there.
+    check_reads: ReadCheck | None = None
 
     def frame(self, block: Block, views: dict[str, str], names: list[str], shape: Any) -> DataFrame:
         """``block`` over ``views``, reshaped by ``shape`` (a tree -> tree function)."""
@@ -205,7 +140,7 @@ class _AffectedKeys:
     members: tuple[tuple[str, str], ...] = ()
 
 
-def _group(delta: _Delta, persisted: DataFrame) -> Correction:
+def _group(delta: _Delta, persisted: DataFrame) -> Correction | Fallback:
     """Recompute the groups whose keys occur in the change; correct only their rows."""
     whole_days = _days_from_changes(delta)
     if whole_days is not None:
@@ -214,7 +149,9 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
     block = plan.blocks[0]
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
     if delta.check_reads is not None and not (plan.key_columns or plan.key_ranges):
-        delta.check_reads({})  # no restriction can reach the scan: every input is read whole
+        costly = delta.check_reads({})  # no restriction reaches the scan: inputs read whole
+        if costly is not None:
+            return costly
     # Days need every key: a key read from the changes alone spans all days.
     found = (None if plan.key_ranges else _keys_from_changes(delta)) or _keys_from_terms(delta)
     keys = found.frame.distinct().cache()
@@ -227,11 +164,10 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction:
         inline = _inline_keys(keys)
     days = _affected_days(delta, keys, inline)
     if delta.check_reads is not None:
-        try:
-            delta.check_reads(_restrictions(found.members, inline, days))
-        except Exception:
+        costly = delta.check_reads(_restrictions(found.members, inline, days))
+        if costly is not None:
             keys.unpersist()  # a warm driver outlives the job: free what this tick cached
-            raise
+            return costly
 
     def restrict(tree: Any) -> Any:
         tree = restrict_days(restrict_to_keys(tree, found.key_sql, KEYS_VIEW, inline), days)
@@ -277,7 +213,7 @@ def _restrictions(
     return out
 
 
-def _whole_days(delta: _Delta, persisted: DataFrame, days: Days) -> Correction:
+def _whole_days(delta: _Delta, persisted: DataFrame, days: Days) -> Correction | Fallback:
     """Recompute every group of the changed days: no keys to find, no Spark job to find them.
 
     When the input holding the day column is the only one that changed, a
@@ -288,7 +224,9 @@ def _whole_days(delta: _Delta, persisted: DataFrame, days: Days) -> Correction:
     """
     plan, columns = delta.plan, delta.columns
     if delta.check_reads is not None:
-        delta.check_reads(_restrictions((), None, days))
+        costly = delta.check_reads(_restrictions((), None, days))
+        if costly is not None:
+            return costly
 
     new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
     desired = delta.frame(
@@ -544,8 +482,8 @@ def incremental_correction(
     columns: list[str],
     *,
     on_driver: bool = True,
-    check_reads: Callable[[dict[str, list[Restriction]]], None] | None = None,
-) -> Correction:
+    check_reads: ReadCheck | None = None,
+) -> Correction | Fallback:
     """The correction of one incremental tick, by the plan's strategy.
 
     :param persisted: the target's head with ``_file`` and ``_pos``.

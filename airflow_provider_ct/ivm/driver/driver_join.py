@@ -1,7 +1,7 @@
 """The rows a change adds and removes below an aggregation over inner-joined inputs, on the driver.
 
 The delta rules of a join (the telescoping sum the Spark path evaluates in
-``spark/incremental.terms``): for each changed input ``i``, in the block's
+``spark/ivm/incremental.terms``): for each changed input ``i``, in the block's
 order, its change (inserted rows with sign +1, deleted rows with -1) joined
 with the inputs before it at their new snapshot and the inputs after it at
 their old one. Summed, the terms are exactly the change of the join.
@@ -31,9 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from airflow_provider_ct.core.arrow_eval import NotOnDriver
-from airflow_provider_ct.core.planner import qualified_name
 from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
+from airflow_provider_ct.ivm.plan.planner import qualified_name
 
 #: A fetch of an input's rows: (input, ``"new"`` or ``"old"``, column, values) -> rows.
 Fetch = Callable[[str, str, str, pa.Array], pa.Table]

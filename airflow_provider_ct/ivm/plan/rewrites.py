@@ -27,8 +27,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.planner import qualified_name
 from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.ivm.plan.planner import qualified_name
 
 
 def bind_tables(tree: Any, views: Mapping[str, str], catalog_name: str) -> Any:

@@ -1,6 +1,6 @@
 """One step of a table's changes: which files two snapshots differ by, and their live rows.
 
-:func:`~airflow_provider_ct.core.changes.table_changes` walks the snapshots
+:func:`~airflow_provider_ct.ivm.changes.table_changes.table_changes` walks the snapshots
 of a range and nets their changes; for each step from a snapshot ``p`` to its
 child ``s`` it calls :func:`step_changes`, which works on files only:
 
@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_ct.core.file_cache import cached, file_cache, live_entries
-from airflow_provider_ct.core.row_match import matching_rows
 from airflow_provider_ct.exceptions import ChangesUnavailableError
+from airflow_provider_ct.ivm.changes.row_match import matching_rows
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

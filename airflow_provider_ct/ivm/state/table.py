@@ -22,18 +22,24 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_ct.core.file_cache import live_entries
+from airflow_provider_ct.core.batch_files import BatchFiles
+from airflow_provider_ct.core.commit import commit_once
+from airflow_provider_ct.core.expiry import delete_files, unreachable_files
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
+from airflow_provider_ct.core.producers import staged_data_files
+from airflow_provider_ct.core.schema_change import diff_schemas
+from airflow_provider_ct.core.staging import batch_data_dir, new_attempt_id
+from airflow_provider_ct.core.tables import load_table_or_none, state_table_name
 from airflow_provider_ct.exceptions import StateMismatchError
 
 log = logging.getLogger(__name__)
 
-SUFFIX = "__ct_state"
 #: Snapshots a state table keeps: its head and the two before it, so a tick
 #: that read one just before a newer write still finds its files.
 KEPT_SNAPSHOTS = 3
@@ -42,11 +48,6 @@ _METADATA_KEPT = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": str(KEPT_SNAPSHOTS),
 }
-
-
-def state_table_name(target: str) -> str:
-    """The state table of view ``target`` (same namespace)."""
-    return f"{target}{SUFFIX}"
 
 
 def pins_json(pins: Mapping[str, int | None]) -> str:
@@ -61,13 +62,10 @@ def read_state(
     :raises StateMismatchError: no state, or one kept for another query, other
         input snapshots, or last written by something else (the message says which).
     """
-    from pyiceberg.exceptions import NoSuchTableError
-
     name = state_table_name(target)
-    try:
-        table = catalog.load_table(name)
-    except NoSuchTableError:
-        raise StateMismatchError(f"no kept state yet ({name} does not exist)") from None
+    table = load_table_or_none(catalog, name)
+    if table is None:
+        raise StateMismatchError(f"no kept state yet ({name} does not exist)")
     snapshot = table.current_snapshot()
     summary = snapshot.summary if snapshot is not None else None
     kept_for = summary.get(SummaryKeys.STATE_INPUTS) if summary is not None else None
@@ -83,78 +81,93 @@ def read_state(
 
 
 def write_state(
-    catalog: Any, target: str, rows: pa.Table, digest: str, pins: Mapping[str, int | None]
+    catalog: Any,
+    target: str,
+    rows: pa.Table,
+    digest: str,
+    pins: Mapping[str, int | None],
+    *,
+    batch_id: str | None = None,
 ) -> bool:
     """Replace the kept state with ``rows`` for ``digest`` at ``pins``; False if it failed.
 
-    Never raises for a failed commit: the tick's batch does not depend on
-    it (a later tick rebuilds). A state table whose columns no longer match
-    (a changed definition) is dropped and created again.
+    Never raises for a failed write or commit: the tick's batch does not
+    depend on it (a later tick rebuilds). A state table whose columns no
+    longer match (a changed definition) is dropped and created again.
+
+    The files go where every staged batch's go (``data/ct_batch=<id>/attempt=<a>/``,
+    through :class:`~airflow_provider_ct.core.batch_files.BatchFiles`), the
+    commit asserts the head it replaces (:func:`~airflow_provider_ct.core.commit.commit_once`),
+    and a failed commit deletes its own files; what a crash or an outage
+    leaves there, the sweep (``core/sweep.py``, run on the state table by
+    ``maintain``) removes.
+
+    :param batch_id: the target's batch this state belongs to (its folder's name).
     """
     name = state_table_name(target)
     # Every column optional: Spark's nullability flags differ between the
     # rebuild's aggregation and a change's, and a required column would refuse one.
     rows = rows.cast(pa.schema([f.with_nullable(True) for f in rows.schema]))
+    table, staged = None, []
     try:
         table, old_files = _state_table(catalog, name, target, rows.schema)
+        folder = batch_data_dir(table.location(), batch_id or _state_batch_id(), new_attempt_id())
+        staged = [part.file.path for part in BatchFiles(table, folder).write_rows(rows)]
         properties = {SummaryKeys.QUERY_HASH: digest, SummaryKeys.STATE_INPUTS: pins_json(pins)}
-        expired = _replace(table, old_files, rows, properties)
+        expired = _replace(table, old_files, staged, properties)
     except Exception as exc:
         log.warning("could not keep the aggregate state in %s: %s", name, exc)
+        if table is not None and staged:
+            delete_files(table, staged)  # a loser's files; the sweep finds them if this fails
         return False
     _delete_unreachable(table, expired)
     log.info("kept the aggregate state of %d groups in %s", rows.num_rows, name)
     return True
 
 
+def _state_batch_id() -> str:
+    """A batch folder for a state written outside a tick (tests, a rebuild by hand)."""
+    return f"state-{uuid.uuid4().hex[:12]}"
+
+
 def _replace(
-    table: Any, old_files: list[Any], rows: pa.Table, properties: dict[str, str]
+    table: Any, old_files: list[Any], staged: list[str], properties: dict[str, str]
 ) -> list[Any]:
-    """Commit one snapshot holding only ``rows``, expiring the oldest snapshots in the same commit.
+    """Commit one snapshot holding only ``staged``; expire the oldest snapshots in that commit.
 
     The state table is the product's own, so the product keeps it small: each
-    tick would otherwise add a snapshot (and a file) for ever. Returns the
-    snapshots expired, whose files :func:`_delete_unreachable` removes.
+    tick would otherwise add a snapshot (and a file) for ever. The commit
+    asserts the head it was planned from; a concurrent writer makes it fail.
+    Returns the snapshots expired, whose files the caller deletes.
     """
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
     from pyiceberg.table.update.snapshot import ExpireSnapshots
 
     newest = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)
     kept = newest[-(KEPT_SNAPSHOTS - 1) :] if KEPT_SNAPSHOTS > 1 else []
     expired = [s for s in newest if s not in kept]
-    with table.transaction() as tx:
-        producer = tx.update_snapshot(snapshot_properties=properties).overwrite()
-        for data_file in old_files:
-            producer.delete_data_file(data_file)
-        if rows.num_rows:  # no groups: a snapshot of no files (PyIceberg cannot bin-pack none)
-            for data_file in _dataframe_to_data_files(tx.table_metadata, rows, table.io):
-                producer.append_data_file(data_file)
-        producer.commit()
-        if expired:
-            ExpireSnapshots(tx).by_ids([s.snapshot_id for s in expired]).commit()
+    head = table.metadata.current_snapshot()
+    tx = table.transaction()
+    producer = tx.update_snapshot(snapshot_properties=properties).overwrite()
+    for data_file in old_files:
+        producer.delete_data_file(data_file)
+    for data_file in staged_data_files(table, tx.table_metadata, staged):
+        producer.append_data_file(data_file)
+    producer.commit()
+    if expired:
+        ExpireSnapshots(tx).by_ids([s.snapshot_id for s in expired]).commit()
+    commit_once(table, tx, head.snapshot_id if head is not None else None, follow=True)
     return expired
 
 
 def _delete_unreachable(table: Any, expired: list[Any]) -> None:
-    """Delete the manifest lists, manifests and data files only ``expired`` snapshots reached."""
+    """Delete the files only ``expired`` snapshots reached (after the commit that expired them)."""
     if not expired:
         return
     try:
-        reachable = _files(table, table.metadata.snapshots)
-        for path in sorted(_files(table, expired) - reachable):
-            table.io.delete(path)
+        gone = unreachable_files(table.io, expired, table.metadata.snapshots, live_only=True)
+        delete_files(table, gone)
     except Exception as exc:  # orphans cost storage, never correctness
         log.warning("could not delete expired state files of %s: %s", table.name(), exc)
-
-
-def _files(table: Any, snapshots: list[Any]) -> set[str]:
-    out: set[str] = set()
-    for snapshot in snapshots:
-        out.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
-            out.add(manifest.manifest_path)
-            out.update(e.data_file.file_path for e in live_entries(manifest, table.io))
-    return out
 
 
 def _state_table(catalog: Any, name: str, target: str, schema: pa.Schema) -> tuple[Any, list[Any]]:
@@ -173,7 +186,7 @@ def _state_table(catalog: Any, name: str, target: str, schema: pa.Schema) -> tup
     except NoSuchTableError:
         return catalog.create_table(name, schema=schema, properties=properties), []
     tasks = list(table.scan().plan_files()) if table.current_snapshot() is not None else []
-    if not _fits(table, schema) or any(task.delete_files for task in tasks):
+    if diff_schemas(table.schema(), schema) or any(task.delete_files for task in tasks):
         log.info("%s has other columns than the view's state now, or deletes: created again", name)
         catalog.drop_table(name)
         return catalog.create_table(name, schema=schema, properties=properties), []
@@ -181,18 +194,3 @@ def _state_table(catalog: Any, name: str, target: str, schema: pa.Schema) -> tup
         with table.transaction() as tx:
             tx.set_properties(**_METADATA_KEPT)
     return table, [task.file for task in tasks]
-
-
-def _fits(table: Any, schema: pa.Schema) -> bool:
-    """The table's columns are ``schema``'s: same names and types, in order."""
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
-
-    have = schema_to_pyarrow(table.schema(), include_field_ids=False)
-    if have.names != schema.names:
-        return False
-    return all(_same_type(h.type, w.type) for h, w in zip(have, schema, strict=True))
-
-
-def _same_type(have: pa.DataType, want: pa.DataType) -> bool:
-    text = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
-    return text.get(have, have) == text.get(want, want)

@@ -2,11 +2,11 @@
 
 When a view's block inner-joins several inputs and their changes are small,
 the delta rules' terms are joined on the driver
-(:mod:`airflow_provider_ct.core.driver_join`), each partner fetched by the
+(:mod:`airflow_provider_ct.ivm.driver.driver_join`), each partner fetched by the
 join keys the change carries from its data files' columns, which the warm
 driver keeps decoded (:mod:`airflow_provider_ct.core.file_cache`). Spark
 still types every expression (one analysis, no job) and the evaluation
-keeps its semantics or refuses (:mod:`airflow_provider_ct.core.arrow_eval`).
+keeps its semantics or refuses (:mod:`airflow_provider_ct.ivm.driver.arrow_eval`).
 
 Taken only when what it decodes fits the file cache: the referenced
 columns' stored size (from the manifests) times :data:`DECODED_PER_STORED`
@@ -18,32 +18,33 @@ uses Spark's jobs, under the cost model's join-read rule.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_ct.core.arrow_eval import ArrowEvaluator, NotOnDriver
-from airflow_provider_ct.core.changes import (
+from airflow_provider_ct.core.file_cache import file_cache
+from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
+from airflow_provider_ct.ivm.changes.table_changes import (
     TableChanges,
     changes_report,
     estimated_change_rows,
     table_changes,
 )
-from airflow_provider_ct.core.driver_join import (
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
+from airflow_provider_ct.ivm.driver.driver_join import (
     JoinShape,
     Prefilter,
     join_shape,
     single_table_conjuncts,
     term_rows,
 )
-from airflow_provider_ct.core.file_cache import file_cache
-from airflow_provider_ct.core.in_place_driver import Expressions
-from airflow_provider_ct.core.in_place_driver import change_state as change_state_rows
-from airflow_provider_ct.core.keyed_rows import SnapshotRows, column_bytes
-from airflow_provider_ct.core.planner import referenced_columns
-from airflow_provider_ct.core.snapshot_files import snapshot_schema
-from airflow_provider_ct.spark.in_place import Aggregation, expressions, node_types
+from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
+from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
+from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
+from airflow_provider_ct.ivm.plan.columns import referenced_columns
+from airflow_provider_ct.spark.ivm.in_place import Aggregation, expressions, node_types
 from airflow_provider_ct.spark.tick import Tick
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class JoinedChange:
 
 
 def joined_change(
-    tick: Tick, agg: Aggregation, inputs: dict[str, Any], before: dict[str, int | None]
+    tick: Tick, agg: Aggregation, inputs: dict[str, Any], before: Mapping[str, int | None]
 ) -> JoinedChange | None:
     """The changed inputs' changes, read on the driver, when the driver can join them."""
     block = agg.plan.blocks[0]
@@ -81,7 +82,7 @@ def joined_change(
         n: snapshot_schema(inputs[n], inputs[n].metadata.snapshot_by_id(pinned[n])).column_names
         for n in block.inputs
     }
-    columns = referenced_columns(tick.plan, schemas, tick.config.name)
+    columns = referenced_columns(agg.plan, schemas, tick.config.name)
     try:
         shape = join_shape(block.tree, tick.config.name, columns)
     except NotOnDriver as exc:

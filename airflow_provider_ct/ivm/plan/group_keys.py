@@ -30,7 +30,7 @@ class KeyColumns:
     ``WHERE`` conjuncts, ``o.cust = c.id``). A changed row of an input that
     holds such a column can only move groups whose key is that column's
     value, so the affected keys come from the inputs' changes alone, with no
-    join (see :mod:`airflow_provider_ct.spark.incremental`).
+    join (see :mod:`airflow_provider_ct.spark.ivm.incremental`).
     """
 
     #: Index of the key in :attr:`~.planner.Plan.key_sql`.

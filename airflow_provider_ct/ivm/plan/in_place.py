@@ -6,7 +6,7 @@ maintained without recomputing any group: each group's new value is its old
 state plus the aggregate of the signed change of the rows below the
 aggregation (``new = old + agg(inserted) - agg(deleted)``). The state is,
 per group, its row count and, per distinct argument, its sum and its count
-of non-NULL values (:mod:`~airflow_provider_ct.core.aggregate_state`).
+of non-NULL values (:mod:`~airflow_provider_ct.ivm.state.aggregate_state`).
 
 An expression over such aggregates and literals (TPC-H q14's ``100.00 *
 SUM(...) / SUM(...)``) is kept too: its aggregates are kept as hidden
@@ -20,7 +20,7 @@ aggregate, ``FILTER``, ``HAVING``, an expression mixing aggregates with
 columns or windows, ``MIN``/``MAX`` (a deleted extreme needs the group's
 other rows) and any other aggregate function. Whether the arguments' *types* allow exact
 arithmetic (integral or decimal, not floating point) is only known to Spark;
-the write job checks it (:mod:`airflow_provider_ct.spark.in_place`).
+the write job checks it (:mod:`airflow_provider_ct.spark.ivm.in_place`).
 """
 
 from __future__ import annotations

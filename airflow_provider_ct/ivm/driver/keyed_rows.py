@@ -18,16 +18,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.core.arrow_eval import NotOnDriver
 from airflow_provider_ct.core.file_cache import cached
-from airflow_provider_ct.core.snapshot_files import (
+from airflow_provider_ct.exceptions import ChangesUnavailableError
+from airflow_provider_ct.ivm.changes.snapshot_files import (
     EMPTY_STATE,
     FileReader,
     Manifests,
     live_positions,
     snapshot_schema,
 )
-from airflow_provider_ct.exceptions import ChangesUnavailableError
+from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -1,6 +1,6 @@
 """In-place aggregates in the write job: Spark aggregates the change, the driver adds.
 
-For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.core.in_place`):
+For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.ivm.plan.in_place`):
 
 * **The change's state.** The delta rules' terms (:func:`.incremental.terms`)
   give the rows below the aggregation that the inputs' changes add and
@@ -9,19 +9,20 @@ For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.core.in_p
   pulled through Arrow). ``SUM`` over the signed values keeps Spark's sum
   type, so the view's decimal precision and scale carry over.
 * **Kept state plus change**, on the driver, exactly
-  (:func:`~airflow_provider_ct.core.aggregate_state.combine`), gives the
+  (:func:`~airflow_provider_ct.ivm.state.aggregate_state.combine`), gives the
   affected groups' rows; they are diffed with the target's rows of those
   groups by the usual correction (:func:`.diff.compute_correction`).
-* **Rebuild.** Without a usable state (:mod:`~airflow_provider_ct.core.state_table`)
+* **Rebuild.** Without a usable state (:mod:`~airflow_provider_ct.ivm.state.table`)
   the state of every group is aggregated from the pinned inputs in one
   scan, and the whole target is diffed against its rows: the full
   correction, computed through the state, which is then kept.
 
-Refused with :class:`NotInPlaceError` (the plan's fallback runs): an
-argument of a floating-point or other inexact type under ``SUM``/``AVG``,
-a grouping key of a floating-point or nested type (``NaN`` and ``-0.0``
-group as Spark normalizes them, not as Python compares them), more groups
-than the driver holds.
+Left to the plan's fallback: an argument of a floating-point or other
+inexact type under ``SUM``/``AVG``, a grouping key of a floating-point or
+nested type (``NaN`` and ``-0.0`` group as Spark normalizes them, not as
+Python compares them) (:func:`inexact_types` says which), and more groups
+than the driver holds (:class:`NotInPlaceError`, found while pulling them;
+``in_place_tick`` turns either into a fallback for the tick's decision).
 """
 
 from __future__ import annotations
@@ -35,7 +36,22 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_ct.core.aggregate_state import (
+from airflow_provider_ct.core.tables import live_rows
+from airflow_provider_ct.exceptions import NotInPlaceError
+from airflow_provider_ct.ivm.changes.row_match import matching_rows
+from airflow_provider_ct.ivm.changes.snapshot_files import rows_with_positions
+from airflow_provider_ct.ivm.driver.arrow_eval import (
+    ArrowEvaluator,
+    NotOnDriver,
+    node_key,
+    typed_nodes,
+)
+from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, diff_rows
+from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
+from airflow_provider_ct.ivm.plan.in_place import AVG, SUM, InPlace, operand
+from airflow_provider_ct.ivm.plan.planner import Plan
+from airflow_provider_ct.ivm.plan.rewrites import bind_tables, rows_select
+from airflow_provider_ct.ivm.state.aggregate_state import (
     ROWS,
     GroupState,
     combine,
@@ -45,22 +61,12 @@ from airflow_provider_ct.core.aggregate_state import (
     output_rows,
     sum_column,
 )
-from airflow_provider_ct.core.arrow_eval import ArrowEvaluator, NotOnDriver, node_key, typed_nodes
-from airflow_provider_ct.core.in_place import AVG, SUM, InPlace, operand
-from airflow_provider_ct.core.in_place_driver import Expressions, diff_rows
-from airflow_provider_ct.core.in_place_driver import change_state as change_state_rows
-from airflow_provider_ct.core.planner import Plan
-from airflow_provider_ct.core.rewrites import bind_tables, rows_select
-from airflow_provider_ct.core.row_match import matching_rows
-from airflow_provider_ct.core.snapshot_files import rows_with_positions
-from airflow_provider_ct.core.tables import live_rows
-from airflow_provider_ct.exceptions import NotInPlaceError
-from airflow_provider_ct.spark.analysis_cache import analyzed
-from airflow_provider_ct.spark.days import INLINE_KEYS
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.incremental import register_left_join_restrictions, terms
-from airflow_provider_ct.spark.input_changes import Bindings, Scratch
+from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
+from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
+from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
+from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -123,26 +129,26 @@ class InPlaceResult:
     groups: int
 
 
-def check_types(agg: Aggregation) -> None:
-    """Raise :class:`NotInPlaceError` unless every key and summed argument is exact."""
+def inexact_types(agg: Aggregation) -> str | None:
+    """Why a key or summed argument is not exact (float keys, float sums), or None."""
     from pyspark.sql import types as T
 
     key_count = len(agg.plan.key_sql)
     fields = analyzed(agg.analysis_key, "rows", lambda: agg.rows(agg.new_views).schema.fields)
     keys, arguments = fields[:key_count], fields[key_count:]
     for field in keys:
-        if isinstance(field.dataType, T.FloatType | T.DoubleType | T.MapType | T.ArrayType):
-            raise NotInPlaceError(f"grouping key of type {field.dataType.simpleString()}")
-        if isinstance(field.dataType, T.StructType):
-            raise NotInPlaceError(f"grouping key of type {field.dataType.simpleString()}")
+        inexact = (T.FloatType, T.DoubleType, T.MapType, T.ArrayType, T.StructType)
+        if isinstance(field.dataType, inexact):
+            return f"grouping key of type {field.dataType.simpleString()}"
     exact = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType)
     summed = _summed(agg.in_place)
     for j, field in enumerate(arguments):
         if j in summed and not isinstance(field.dataType, exact):
-            raise NotInPlaceError(
+            return (
                 f"SUM/AVG of {agg.in_place.arguments[j]} ({field.dataType.simpleString()}): "
                 "only integral and decimal sums are exact"
             )
+    return None
 
 
 def _summed(in_place: InPlace) -> set[int]:
@@ -184,7 +190,7 @@ def driver_change_state(
     """:func:`change_state` on the driver, from the one input's change as Arrow.
 
     ``None`` when Spark must compute it (an expression or value
-    :mod:`~airflow_provider_ct.core.arrow_eval` leaves to Spark; the reason
+    :mod:`~airflow_provider_ct.ivm.driver.arrow_eval` leaves to Spark; the reason
     is logged). ``schema``: the kept state's.
     """
     parts = expressions(agg)

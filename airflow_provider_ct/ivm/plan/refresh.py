@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from airflow_provider_ct.core.planner import FULL, GROUP
 from airflow_provider_ct.core.settings import (
     LARGE_CHANGE_SHARE_ENV,
     RETRY_INCREMENTAL_AFTER_ENV,
     SMALL_INPUT_ROWS_ENV,
 )
 from airflow_provider_ct.core.tables import UNKNOWN_ROWS
+from airflow_provider_ct.ivm.plan.planner import FULL, GROUP
 
 
 def small_inputs_reason(rows: int, limit: int) -> str | None:
@@ -65,7 +65,7 @@ def large_change_reason(strategy: str, rows: int, changed: int, share: float) ->
     :param strategy: the plan's strategy; only ``group`` is concerned.
     :param rows: the pinned inputs' live rows by their summaries.
     :param changed: their change since the last batch's snapshots, by
-        :func:`~airflow_provider_ct.core.changes.estimated_change_rows`.
+        :func:`~airflow_provider_ct.ivm.changes.table_changes.estimated_change_rows`.
     :param share: :func:`~airflow_provider_ct.core.settings.large_change_share`
         (0: the rule is off).
     """
@@ -143,7 +143,7 @@ def read_history_reason(
 ) -> tuple[str, float] | None:
     """Why the last batches' read estimates send this tick in full without a new one, or None.
 
-    The read estimate (:mod:`~airflow_provider_ct.core.read_estimate`) needs
+    The read estimate (:mod:`~airflow_provider_ct.ivm.plan.read_estimate`) needs
     the affected keys, so the inputs' changes are read before it can say
     "full": a cost paid for nothing on every tick of a view whose restricted
     reads always cover most files. A view whose newest batches all went full

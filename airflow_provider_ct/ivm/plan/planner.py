@@ -35,9 +35,9 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
 
 Only the shape is decided here. Whether a tick can use the plan also depends
 on the target's history (drift, rollbacks, expired input snapshots: see
-:mod:`airflow_provider_ct.core.incremental`) and on the sizes the settings
+:mod:`airflow_provider_ct.ivm.plan.history`) and on the sizes the settings
 weigh (:mod:`airflow_provider_ct.core.settings`). The SQL a tick runs for
-the plan is written by :mod:`airflow_provider_ct.core.rewrites`.
+the plan is written by :mod:`airflow_provider_ct.ivm.plan.rewrites`.
 """
 
 from __future__ import annotations
@@ -47,20 +47,21 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.group_keys import (
+from airflow_provider_ct.core.query import (
+    ParsedQuery,
+    nondeterministic_calls,
+    normalize_table_name,
+)
+from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.ivm.plan.group_keys import (
     KeyColumns,
     KeyRange,
     affected_keys_steps,
     key_columns,
     key_ranges,
 )
-from airflow_provider_ct.core.in_place import InPlace, in_place_shape
-from airflow_provider_ct.core.query import (
-    ParsedQuery,
-    nondeterministic_calls,
-    normalize_table_name,
-)
-from airflow_provider_ct.exceptions import ConfigurationError, QueryError
+from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
 
 LINEAR = "linear"
 GROUP = "group"
@@ -69,9 +70,6 @@ AGGREGATE = "aggregate"
 FULL = "full"
 #: Strategies that recompute the groups a change affects.
 GROUPED = (GROUP, PARTITION)
-#: ``refresh=`` of a view: incremental where possible, never falling back for
-#: the query's shape, or always the full correction.
-REFRESH_MODES = ("auto", "incremental", FULL)
 
 
 class NotIncremental(Exception):
@@ -153,14 +151,12 @@ def plan_query(parsed: ParsedQuery) -> Plan:
         return Plan(FULL, str(exc))
 
 
-def choose_plan(parsed: ParsedQuery, refresh: str) -> Plan:
+def choose_plan(parsed: ParsedQuery, refresh: RefreshMode) -> Plan:
     """The query's incremental plan under ``refresh`` (``full``: none)."""
-    if refresh not in REFRESH_MODES:
-        raise ConfigurationError(f"refresh={refresh!r}: expected one of {', '.join(REFRESH_MODES)}")
-    if refresh == FULL:
+    if refresh is RefreshMode.FULL:
         return Plan(FULL, "refresh='full'")
     plan = plan_query(parsed)
-    if refresh == "incremental" and not plan.incremental:
+    if refresh is RefreshMode.INCREMENTAL and not plan.incremental:
         raise QueryError(f"refresh='incremental', but the query is not incremental: {plan.reason}")
     return plan
 
@@ -240,7 +236,7 @@ def _check_grouped_select(select: Any, group: Any, distinct: Any) -> None:
     if group is not None and group.args.get("grouping_sets"):
         raise NotIncremental("GROUPING SETS are recomputed in full")
     items = list(select.expressions)
-    if any(isinstance(i, exp.Star) or (i.find(exp.Star) and not _is_count_star(i)) for i in items):
+    if any(isinstance(i, exp.Star) or (i.find(exp.Star) and not is_count_star(i)) for i in items):
         raise NotIncremental("SELECT * with GROUP BY / DISTINCT is recomputed in full")
 
 
@@ -253,7 +249,7 @@ def _grouped_plan(
         if not distinct
         else "SELECT DISTINCT: rows whose values occur in the change are recomputed"
     )
-    tables = zip(_tables(select), block.inputs, strict=True)
+    tables = zip(block_tables(select), block.inputs, strict=True)
     aliases = {t.alias_or_name.lower(): name for t, name in tables}
     columns = () if block.left_join is not None else key_columns(select, aliases, keys)
     ranges = () if distinct else key_ranges(aliases, keys)
@@ -308,7 +304,7 @@ def _in_place_steps(block: Block) -> tuple[str, ...]:
     )
 
 
-def _is_count_star(node: Any) -> bool:
+def is_count_star(node: Any) -> bool:
     star = node.find(exp.Star)
     return star is not None and isinstance(star.parent, exp.Count)
 
@@ -376,7 +372,7 @@ def _block(select: Any, catalog_name: str) -> Block:
         if isinstance(node, exp.In) and node.args.get("query") is None:
             continue
         raise NotIncremental("subqueries are recomputed in full")
-    tables = _tables(select)
+    tables = block_tables(select)
     joins = list(select.args.get("joins") or [])
     if not all(isinstance(t, exp.Table) and t.name for t in tables):
         raise NotIncremental("a join of something other than a table is recomputed in full")
@@ -389,69 +385,7 @@ def _block(select: Any, catalog_name: str) -> Block:
     return Block(tree=select, inputs=tuple(names), left_join=left)
 
 
-def referenced_columns(
-    plan: Plan, schemas: dict[str, list[str]], catalog_name: str
-) -> dict[str, list[str]]:
-    """The columns of each input that the plan's blocks read, in schema order.
-
-    An incremental tick reads its inputs' changes from their data files;
-    reading only these columns keeps the cost of a change spread over the
-    table's files down, and nets away changes to columns the view never
-    reads. Conservative: a ``*``, a ``NATURAL`` join or a column this cannot
-    place (a struct field, an alias) means every column of every input.
-
-    :param schemas: input name -> its column names.
-    """
-    every = {name: list(columns) for name, columns in schemas.items()}
-    wanted: dict[str, set[str]] = {name: set() for name in schemas}
-    for block in plan.blocks:
-        placed = _block_columns(block, schemas, catalog_name)
-        if placed is None:
-            return every
-        for name, found in placed.items():
-            wanted[name] |= found
-    out = {}
-    for name, names in schemas.items():
-        kept = [c for c in names if c.lower() in wanted[name]]
-        out[name] = kept or names[:1]  # a view that reads no column still counts rows
-    return out
-
-
-def _block_columns(
-    block: Block, schemas: dict[str, list[str]], catalog_name: str
-) -> dict[str, set[str]] | None:
-    """Lower-cased columns read per input of ``block``; ``None``: cannot tell."""
-    tree = block.tree
-    if any(not _is_count_star(star) for star in tree.find_all(exp.Star)):
-        return None
-    if any(j.args.get("method") for j in tree.args.get("joins") or []):
-        return None
-    tables = _tables(tree)
-    aliases = {
-        t.alias_or_name.lower(): normalize_table_name(qualified_name(t), catalog_name)
-        for t in tables
-    }
-    lower = {name: {c.lower() for c in columns} for name, columns in schemas.items()}
-    placed: dict[str, set[str]] = {}
-    for column in tree.find_all(exp.Column):
-        name = column.name.lower()
-        if column.args.get("db") or column.args.get("catalog"):
-            return None  # a.s.f: a struct field, or a name this cannot place
-        if column.table:
-            owner = aliases.get(column.table.lower())
-            if owner is None or name not in lower.get(owner, set()):
-                return None
-            placed.setdefault(owner, set()).add(name)
-            continue
-        owners = [n for n in aliases.values() if name in lower.get(n, set())]
-        if not owners:
-            return None
-        for owner in owners:
-            placed.setdefault(owner, set()).add(name)
-    return placed
-
-
-def _tables(select: Any) -> list[Any]:
+def block_tables(select: Any) -> list[Any]:
     """The FROM table and every joined one, in order."""
     from_ = select.args.get("from_") or select.args.get("from")
     if from_ is None or not isinstance(from_.this, exp.Table):

@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.core.aggregate_state import GroupState, add_exact, state_table
-from airflow_provider_ct.core.arrow_eval import ArrowEvaluator
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator
+from airflow_provider_ct.ivm.state.aggregate_state import GroupState, add_exact, state_table
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ now (``new``), as the target's last batch pinned it (``old``), and over the
 rows it gained (``plus``) and lost (``minus``) in between
 (:mod:`.incremental`). This module makes those four views: it reads the
 pinned snapshots, reads the changes from the files the snapshot range
-touched (:func:`~airflow_provider_ct.core.changes.table_changes`, never a
+touched (:func:`~airflow_provider_ct.ivm.changes.table_changes.table_changes`, never a
 scan of the input) and writes them where Spark can read them
 (:class:`Scratch`). Kept apart from the correction's arithmetic, which only
 sees view names and frames, so each can be read on its own.
@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_ct.core.changes import TableChanges, table_changes
-from airflow_provider_ct.core.planner import Plan, referenced_columns
+from airflow_provider_ct.ivm.changes.table_changes import TableChanges, table_changes
+from airflow_provider_ct.ivm.plan.columns import referenced_columns
+from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.frames import changes_to_spark
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def input_change(
 ) -> InputChange:
     """The rows the input gained and lost between ``before`` and ``after``, on ``columns``.
 
-    Read by :func:`~airflow_provider_ct.core.changes.table_changes` from the
+    Read by :func:`~airflow_provider_ct.ivm.changes.table_changes.table_changes` from the
     files the range touched (not a scan of the input), and only the columns
     the view reads; raises
     :class:`~airflow_provider_ct.exceptions.ChangesUnavailableError` when the
