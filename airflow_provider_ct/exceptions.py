@@ -17,6 +17,7 @@ our refusals apart from bugs in libraries underneath::
     │   └── ManifestMissingError      a staged batch's manifest is gone (landed or swept)
     ├── DescriptionError          a batch description (XCom) is malformed
     ├── QueryError                SQL is unusable (syntax, not a SELECT, tables)
+    │   └── PipelineError             a pipeline folder is unusable (names its file and line)
     ├── SchemaMismatchError       a query's schema no longer matches its table
     ├── OwnershipError            a second definition points at a table another maintains
     ├── SparkJobError             a Spark job failed without one of these errors
@@ -108,6 +109,19 @@ class DescriptionError(CTError):
 
 class QueryError(CTError):
     """A view's or task's SQL is unusable: bad syntax, not a SELECT, unknown tables."""
+
+
+class PipelineError(QueryError):
+    """A pipeline folder (spec file, SQL files) is unusable; the message starts ``file:line:``.
+
+    ``path`` and ``line`` are kept too, so a dry run and the tests can tell
+    which statement failed without parsing the message.
+    """
+
+    def __init__(self, message: str, *, path: str = "", line: int = 0) -> None:
+        where = f"{path}:{line}: " if path and line else f"{path}: " if path else ""
+        super().__init__(f"{where}{message}")
+        self.path, self.line, self.problem = path, line, message
 
 
 class SchemaMismatchError(CTError):

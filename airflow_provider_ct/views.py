@@ -29,6 +29,20 @@ def view_asset(target: str, catalog_name: str = "ct") -> Asset:
     return table_asset(target, catalog_name)
 
 
+def explain_view(
+    sql: str, *, target: str, catalog_name: str = "ct", refresh: str = "auto"
+) -> list[str]:
+    """How a view of ``sql`` refreshes, as ``EXPLAIN`` would say: the strategy, why, the steps.
+
+    The same shape decision :func:`materialized_view` checks at DAG-parse
+    time and the write job starts from (a tick may still go full for its
+    history or sizes, see docs/views.md). A query a view cannot be raises
+    :class:`~airflow_provider_ct.exceptions.QueryError`. Nothing is read or written.
+    """
+    parsed = parse_query(sql, target=target, catalog_name=catalog_name)
+    return choose_plan(parsed, RefreshMode.parse(refresh)).explain()
+
+
 def materialized_view(
     *,
     target: str,

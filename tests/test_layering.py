@@ -55,12 +55,24 @@ ALLOWED: dict[str, frozenset[str]] = {
         {AIRFLOW, "core", "assets", "hooks", "operators", "sensors", "_groups", "factory_settings"}
     ),
     "tick_dag": frozenset({AIRFLOW, "core", "collections", "hooks", "operators"}),
+    # A pipeline folder: reading, parsing and the graph import no Airflow; the
+    # modules that load it against the catalog and build its DAG sit on the factories.
+    "pipelines": frozenset({"exceptions", "core"}),
+    "pipelines.load": frozenset(
+        {AIRFLOW, "exceptions", "core", "hooks", "operators._common", "pipelines"}
+    ),
+    "pipelines.dag": frozenset(
+        {AIRFLOW, "exceptions", "views", "continual", "pipelines", "pipelines.load"}
+    ),
+    "pipelines.cli": frozenset(
+        {AIRFLOW, "exceptions", "views", "pipelines", "pipelines.load", "pipelines.dag"}
+    ),
     "ui": frozenset({AIRFLOW, "exceptions", "core", "collections", "hooks"}),
     "get_provider_info": frozenset({"__init__"}),
     "__init__": frozenset(),
 }
 #: Floors that run where Airflow is not installed (Spark drivers, the warm engine).
-WITHOUT_AIRFLOW = ("exceptions", "core", "ivm", "spark", "engine", "collections")
+WITHOUT_AIRFLOW = ("exceptions", "core", "ivm", "spark", "engine", "collections", "pipelines")
 #: The rooms of incremental maintenance (``ivm/``), each importing only the ones
 #: listed before it: changes are read without a plan, the plan decides without
 #: state, the state's arithmetic knows no driver evaluation.
@@ -75,12 +87,17 @@ IVM_ROOMS: dict[str, frozenset[str]] = {
 SPARK_JOB_MODULES = ("write_job", "continual_job", "job_main", "jobs", "stage_correction")
 #: Parts of the package where PySpark may be imported (only the Spark floor, and
 #: the warm engine that hosts it): ``ivm`` plans and evaluates without a JVM.
-WITHOUT_PYSPARK = ("exceptions", "core", "ivm", "collections")
+WITHOUT_PYSPARK = ("exceptions", "core", "ivm", "collections", "pipelines")
 
 
 def _part(module: str) -> str:
-    """``airflow_provider_ct.core.staging`` -> ``core``; the root -> ``__init__``."""
+    """``airflow_provider_ct.core.staging`` -> ``core``; the root -> ``__init__``.
+
+    A module with a floor of its own (``pipelines.dag``) is its own part.
+    """
     parts = module.split(".")
+    if len(parts) > 2 and ".".join(parts[1:3]) in ALLOWED:
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else "__init__"
 
 
