@@ -16,6 +16,7 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.ivm.changes.table_changes import table_changes
 from airflow_provider_ct.spark.frames import changes_to_spark
+from airflow_provider_ct.spark.snapshots import read_at
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -54,8 +55,7 @@ def inserted_rows(
     if current is None:
         return spark.table(table).limit(0), "empty", None
     if previous is None:
-        read = spark.read.option("snapshot-id", str(current)).table(table)
-        return read, "first-snapshot", None
+        return read_at(spark, table, current), "first-snapshot", None
     between = _snapshots_between(timeline, previous, current)
     if all(op == "append" for op in between):
         incremental = (
@@ -78,7 +78,7 @@ def inserted_rows(
         changes.bytes_read,
         changes.snapshots,
     )
-    schema = spark.read.option("snapshot-id", str(current)).table(table).schema
+    schema = read_at(spark, table, current).schema
     frame = changes_to_spark(spark, changes.inserted, schema, folder=scratch, io=scratch_io)
     return frame, "changes", frame.inputFiles()[0]
 

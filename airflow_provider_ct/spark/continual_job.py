@@ -61,6 +61,7 @@ from airflow_provider_ct.spark.continual_checks import (
     temporal_columns,
 )
 from airflow_provider_ct.spark.continual_inputs import inserted_rows
+from airflow_provider_ct.spark.snapshots import read_at
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -130,11 +131,7 @@ def _bind_views(
         snapshot = references[name].snapshot_at(time, require_sealed=False)
         view = f"{REF_VIEW}{index}"
         table = f"{config.name}.{name}"
-        frame = (
-            spark.table(table).limit(0)
-            if snapshot is None
-            else spark.read.option("snapshot-id", str(snapshot)).table(table)
-        )
+        frame = read_at(spark, table, snapshot)
         frame.createOrReplaceTempView(view)
         mapping[name] = view
     return mapping
@@ -397,14 +394,10 @@ def _base_frame(
 
     if base is None:
         return None
-    return (
-        spark.read.option("snapshot-id", str(base))
-        .table(f"{config.name}.{task.name}")
-        .select(
-            *[F.col(f"`{c}`") for c in task.column_names],
-            F.col("_file").alias(FILE_COL),
-            F.col("_pos").alias(POS_COL),
-        )
+    return read_at(spark, f"{config.name}.{task.name}", base).select(
+        *[F.col(f"`{c}`") for c in task.column_names],
+        F.col("_file").alias(FILE_COL),
+        F.col("_pos").alias(POS_COL),
     )
 
 
@@ -436,10 +429,7 @@ def _process_time(run: _Run, time: int) -> StagedTime | None:
 def _snapshot_rows(run: _Run, time: int) -> DataFrame:
     """``SNAPSHOT = true``: the input's whole contents at the as-of count as inserted then."""
     name = f"{run.config.name}.{run.task.input}"
-    snap = run.input_timeline.snapshot_at(time, require_sealed=False)
-    if snap is None:
-        return run.spark.table(name).limit(0)
-    return run.spark.read.option("snapshot-id", str(snap)).table(name)
+    return read_at(run.spark, name, run.input_timeline.snapshot_at(time, require_sealed=False))
 
 
 def _arrow_type(spark: SparkSession, spark_type: str) -> pa.DataType:

@@ -89,6 +89,7 @@ from airflow_provider_ct.spark.ivm.in_place_tick import in_place_computed, keep_
 from airflow_provider_ct.spark.ivm.incremental import incremental_correction
 from airflow_provider_ct.spark.ivm.input_changes import Scratch, bind_inputs
 from airflow_provider_ct.spark.pinned_query import PinnedQuery, PinnedViews, input_tables
+from airflow_provider_ct.spark.snapshots import read_at
 from airflow_provider_ct.spark.stage_correction import stage_correction
 from airflow_provider_ct.spark.tick import Computed, PhaseClock, Target, Tick
 
@@ -281,7 +282,7 @@ def _prepare_target(
         raise schema_error(diff, desc.target, "fail")
     change = plan_schema_change(table, diff, arrow_schema, settings.on_schema_change)
     log.info("schema of %s changes with this batch: %s", desc.target, diff.problems())
-    base = None if base_id is None else spark.read.option("snapshot-id", str(base_id)).table(name)
+    base = None if base_id is None else read_at(spark, name, base_id)
     changing = _changing_target(table, change, query.frame, base)
     changing.query_schema = schema
     return changing
@@ -297,7 +298,7 @@ def _frames(
     check_schema(desired, stored, target)
     if base_id is None:
         return desired, None
-    base = spark.read.option("snapshot-id", str(base_id)).table(name)
+    base = read_at(spark, name, base_id)
     return desired, base.select(*[f"`{c}`" for c in columns], *_AT)
 
 

@@ -27,6 +27,7 @@ from airflow_provider_ct.ivm.changes.table_changes import TableChanges, table_ch
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.frames import changes_to_spark
+from airflow_provider_ct.spark.snapshots import read_at
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -84,10 +85,7 @@ def read_pinned(
     spark: SparkSession, config: CatalogConfig, name: str, snapshot: int | None
 ) -> DataFrame:
     """``name`` as of ``snapshot``; ``None``: the input was empty then (no rows, today's schema)."""
-    table = f"{config.name}.{name}"
-    if snapshot is None:
-        return spark.table(table).limit(0)
-    return spark.read.option("snapshot-id", str(snapshot)).table(table)
+    return read_at(spark, f"{config.name}.{name}", snapshot)
 
 
 class Scratch:
