@@ -27,6 +27,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.outages import heartbeat
 from airflow_provider_ct.core.reports import WriteReport
 from airflow_provider_ct.engine import choice, client
 from airflow_provider_ct.exceptions import ConfigurationError, SparkJobError
@@ -169,10 +170,11 @@ class SparkJobHook(BaseHook):
         self, spec: JobSpec, description: BatchDescription, config: CatalogConfig, *, what: str
     ) -> WriteReport:
         """Run ``spec`` for ``description``; the job's report, or the job's own exception."""
-        if self.engine_for() == choice.ENGINE_WARM:
-            raw = self._run_warm(spec, description, config, what)
-        else:
-            raw = self._submit(spec, description, config, what)
+        with heartbeat(what, config):  # a line at least every 30 s while the job runs
+            if self.engine_for() == choice.ENGINE_WARM:
+                raw = self._run_warm(spec, description, config, what)
+            else:
+                raw = self._submit(spec, description, config, what)
         return WriteReport.from_json(raw)
 
     def on_kill(self) -> None:

@@ -52,7 +52,7 @@ def open_read_only(config: CatalogConfig) -> Catalog:
     """
     from pyiceberg.catalog import load_catalog
 
-    props = config.pyiceberg_properties()
+    props = config.bounded_properties()
     if config.kind == "sql":
         props["uri"] = read_only_uri(config)
         props["init_catalog_tables"] = "false"
