@@ -231,7 +231,10 @@ def which_service(text: str, config: CatalogConfig) -> str | None:
 
 
 def _operation(text: str, fallback: str) -> str:
-    for pattern in (_S3A_OPERATION, _AWS_OPERATION, _REST_OPERATION):
+    found = _S3A_OPERATION.search(text)
+    if found:
+        return found.group(0)  # "getFileStatus on s3a://bucket/key"
+    for pattern in (_AWS_OPERATION, _REST_OPERATION):
         found = pattern.search(text)
         if found:
             return " ".join(g for g in found.groups() if g)
@@ -246,6 +249,11 @@ def _detail(text: str) -> str:
     return text.splitlines()[0][:300] if text else ""
 
 
+#: Our errors that may only wrap an outage (a manifest the store did not take,
+#: a job whose error file the store did not return).
+_WRAPPERS = ("ConfigurationError", "SparkJobError", "StagingError")
+
+
 def unavailable(
     exc: BaseException, config: CatalogConfig, operation: str
 ) -> ServiceUnavailableError | None:
@@ -253,16 +261,13 @@ def unavailable(
 
     Our own errors are left as they are (a :class:`CommitStateUnknownError`
     says more than "unavailable": a commit may have landed), except a
-    :class:`ConfigurationError` or a Spark job's error that only wraps an
-    outage. ``operation``: what was being done, used when the error itself
+    :class:`ConfigurationError`, a :class:`StagingError` or a Spark job's
+    error that only wraps an outage. ``operation``: what was being done, used when the error itself
     names no operation (``"the write job for ns.view"``).
     """
     if isinstance(exc, ServiceUnavailableError):
         return exc
-    if isinstance(exc, CTError) and type(exc).__name__ not in (
-        "ConfigurationError",
-        "SparkJobError",
-    ):
+    if isinstance(exc, CTError) and type(exc).__name__ not in _WRAPPERS:
         return None
     text = config.scrub(error_text(exc))
     service = which_service(text, config)

@@ -75,13 +75,13 @@ TRUE_VALUES = ("1", "true", "yes", "on")
 
 #: Seconds one request to the object store may wait to connect, and then for
 #: each answer, before it counts as failed (S3A, pyarrow, PyIceberg's FileIO).
-STORE_TIMEOUT_S = 15.0
+STORE_TIMEOUT_S = 10.0
 STORE_TIMEOUT_ENV = "CT_STORE_TIMEOUT_S"
 #: Retries of a failed store request (S3A's, pyarrow's; the AWS SDK's own are off).
-STORE_RETRIES = 2
+STORE_RETRIES = 1
 STORE_RETRIES_ENV = "CT_STORE_RETRIES"
 #: Seconds one request to the catalog (REST, the JDBC database) may wait.
-CATALOG_TIMEOUT_S = 15.0
+CATALOG_TIMEOUT_S = 10.0
 CATALOG_TIMEOUT_ENV = "CT_CATALOG_TIMEOUT_S"
 
 #: An environment variable's number: a row count or a share.
@@ -190,13 +190,17 @@ def read_only(environ: Mapping[str, str] | None = None) -> bool:
     return env.get(READ_ONLY_ENV, "").strip().lower() in TRUE_VALUES
 
 
+def _positive_seconds(name: str, default: float, environ: Mapping[str, str] | None) -> float:
+    what = "a number of seconds above 0"
+    value = env_number(name, default, float, what, environ)
+    if value <= 0:
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
 def store_timeout_s(environ: Mapping[str, str] | None = None) -> float:
     """Seconds a store request may wait (``CT_STORE_TIMEOUT_S``; a bad value is an error)."""
-    what = "a number of seconds above 0"
-    value = env_number(STORE_TIMEOUT_ENV, STORE_TIMEOUT_S, float, what, environ)
-    if value <= 0:
-        raise ConfigurationError(f"{STORE_TIMEOUT_ENV} must be {what}, got {value!r}")
-    return value
+    return _positive_seconds(STORE_TIMEOUT_ENV, STORE_TIMEOUT_S, environ)
 
 
 def store_retries(environ: Mapping[str, str] | None = None) -> int:
@@ -206,8 +210,4 @@ def store_retries(environ: Mapping[str, str] | None = None) -> int:
 
 def catalog_timeout_s(environ: Mapping[str, str] | None = None) -> float:
     """Seconds a catalog request may wait (``CT_CATALOG_TIMEOUT_S``)."""
-    what = "a number of seconds above 0"
-    value = env_number(CATALOG_TIMEOUT_ENV, CATALOG_TIMEOUT_S, float, what, environ)
-    if value <= 0:
-        raise ConfigurationError(f"{CATALOG_TIMEOUT_ENV} must be {what}, got {value!r}")
-    return value
+    return _positive_seconds(CATALOG_TIMEOUT_ENV, CATALOG_TIMEOUT_S, environ)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.outages import raise_if_unavailable
 from airflow_provider_ct.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def open_read_only(config: CatalogConfig) -> Catalog:
 
     :raises CatalogMissing: an embedded (SQLite) catalog that was never created.
     :raises ConfigurationError: the catalog cannot be opened (the message has no secret).
+    :raises ServiceUnavailableError: the catalog (or its store) did not answer in time.
     """
     from pyiceberg.catalog import load_catalog
 
@@ -59,6 +61,7 @@ def open_read_only(config: CatalogConfig) -> Catalog:
     try:
         return load_catalog(config.name, **props)
     except Exception as exc:
+        raise_if_unavailable(exc, config, "opening the catalog")
         raise ConfigurationError(
             f"cannot open Iceberg catalog {config.name!r} at {config.redacted_uri()}: "
             + config.scrub(str(exc))
