@@ -47,9 +47,10 @@ def _view(dag_id: str, ns: str, sql: str, engine: str) -> DAG:
 
 
 def _continual(dag_id: str, ns: str, engine: str) -> DAG:
+    """A continual task over the input's rows, ``SNAPSHOT``: the first tick reads what it holds."""
     definition = (
         f"CREATE CONTINUAL TASK {ns}.out (id BIGINT, kind STRING, amount BIGINT) "
-        f"ON INPUT {ns}.events AS (\n"
+        f"ON INPUT {ns}.events WITH (SNAPSHOT = true) AS (\n"
         f"    INSERT INTO {ns}.out SELECT id, kind, amount * 2 FROM {ns}.events;\n)"
     )
     with _dag(dag_id) as dag:
