@@ -147,6 +147,14 @@ def test_pyarrow_and_requests_errors_are_recognized_and_secrets_scrubbed() -> No
     catalog = unavailable(timeout, _rest(), "loading table 'ns.t'")
     assert isinstance(catalog, CatalogUnavailableError)
     assert catalog.operation == "loading table 'ns.t'" and "s3cret-value" not in str(catalog)
+    database = OSError(
+        "(psycopg2.OperationalError) server closed the connection unexpectedly\n\tThis "
+        "probably means the server terminated abnormally before or while processing the request."
+    )
+    pg = CatalogConfig(uri="postgresql+psycopg2://u:pw@db:5432/cat", warehouse="file:///w")
+    lost = unavailable(database, pg, "loading table 'ns.t'")
+    assert isinstance(lost, CatalogUnavailableError) and lost.operation == "loading table 'ns.t'"
+    assert "JDBC catalog 'ct' at postgresql+psycopg2://u:***@db:5432/cat" in str(lost)
     wrapped = StagingError(f"cannot write the staged-batch manifest s3://lake/m.json: {PYARROW}")
     assert isinstance(unavailable(wrapped, _rest(), "staging"), StoreUnavailableError)
 

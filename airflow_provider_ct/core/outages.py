@@ -180,7 +180,9 @@ _CATALOG = re.compile(
 _POOL_HOST = re.compile(r"host='([^']+)', port=(\d+)")
 _S3A_OPERATION = re.compile(r"\b(\w+) on (s3a?://[^\s:]+)")
 _AWS_OPERATION = re.compile(r"during (\w+) operation")
-_REST_OPERATION = re.compile(r"processing (\w+) request|(GET|POST|DELETE|HEAD) (\S*/v1/\S+)")
+_REST_OPERATION = re.compile(
+    r"processing (GET|POST|PUT|DELETE|HEAD) request|(GET|POST|PUT|DELETE|HEAD) (\S*/v1/\S+)"
+)
 
 
 def error_text(exc: BaseException) -> str:
