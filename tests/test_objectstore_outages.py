@@ -95,7 +95,7 @@ def outage_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Obj
         env.setenv(STORE_TIMEOUT_ENV, str(TIMEOUT_S))
         env.setenv(STORE_RETRIES_ENV, str(RETRIES))
         env.setenv(CATALOG_TIMEOUT_ENV, str(TIMEOUT_S))
-        env.setenv(FAILPOINTS, f"{PAUSE}=sleep:8@{marker}")
+        env.setenv(FAILPOINTS, f"{PAUSE}=sleep:3@{marker}")
         with running_object_store(folder / "store") as store:
             yield store, marker
 
