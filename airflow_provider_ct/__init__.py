@@ -22,6 +22,7 @@ _LAZY = {
     "IcebergCatalogHook": "airflow_provider_ct.hooks.iceberg",
     "materialized_view": "airflow_provider_ct.views",
     "continual_task": "airflow_provider_ct.continual",
+    "sql_pipeline": "airflow_provider_ct.pipelines.dag",
     "ContinualMintOperator": "airflow_provider_ct.operators.continual",
     "ContinualWriteOperator": "airflow_provider_ct.operators.continual",
     "ContinualAppendOperator": "airflow_provider_ct.operators.continual",

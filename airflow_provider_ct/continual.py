@@ -50,8 +50,10 @@ def continual_task(
 ) -> TaskGroup:
     """A TaskGroup that runs a continual task for every input time up to each tick.
 
-    :param definition: ``CREATE CONTINUAL TASK name (col type, ...) ON INPUT input
-        [WITH (SNAPSHOT = true)] AS ( stmt; ... )``, as in Materialize.
+    :param definition: ``CREATE CONTINUAL TASK name [(col type, ...)] ON INPUT input
+        [WITH (SNAPSHOT = false)] AS ( stmt; ... )`` (or Materialize's ``FROM
+        TRANSFORM`` / ``FROM RETAIN`` shorthands), as written for Materialize;
+        what the text shows to be wrong is refused here, at DAG parse.
     :param namespace: namespace of unqualified table names; not needed when
         every name in the definition is qualified.
     :param time: the tick time (epoch ms, templated); default the run's

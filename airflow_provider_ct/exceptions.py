@@ -20,6 +20,7 @@ our refusals apart from bugs in libraries underneath::
     │   └── ManifestMissingError      a staged batch's manifest is gone (landed or swept)
     ├── DescriptionError          a batch description (XCom) is malformed
     ├── QueryError                SQL is unusable (syntax, not a SELECT, tables)
+    │   └── PipelineError             a pipeline folder is unusable (names its file and line)
     ├── SchemaMismatchError       a query's schema no longer matches its table
     ├── OwnershipError            a second definition points at a table another maintains
     ├── SparkJobError             a Spark job failed without one of these errors
@@ -40,8 +41,6 @@ the returned result.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 
 class CTError(Exception):
@@ -149,6 +148,19 @@ class QueryError(CTError):
     """A view's or task's SQL is unusable: bad syntax, not a SELECT, unknown tables."""
 
 
+class PipelineError(QueryError):
+    """A pipeline folder (spec file, SQL files) is unusable; the message starts ``file:line:``.
+
+    ``path`` and ``line`` are kept too, so a dry run and the tests can tell
+    which statement failed without parsing the message.
+    """
+
+    def __init__(self, message: str, *, path: str = "", line: int = 0) -> None:
+        where = f"{path}:{line}: " if path and line else f"{path}: " if path else ""
+        super().__init__(f"{where}{message}")
+        self.path, self.line, self.problem = path, line, message
+
+
 class SchemaMismatchError(CTError):
     """A query's result schema no longer matches its target table."""
 
@@ -168,13 +180,15 @@ class StateMismatchError(CTError):
     """A view's kept aggregate state cannot be used: it is missing, stale or edited.
 
     The write job then rebuilds it from the inputs (in-place aggregates,
-    :mod:`airflow_provider_ct.core.aggregate_state`).
+    :mod:`airflow_provider_ct.ivm.state.aggregate_state`).
     """
 
 
 class NotInPlaceError(CTError):
-    """The write job cannot keep this view's aggregates in place (inexact types, too many
-    groups); the message says why, and the view's fallback strategy runs instead."""
+    """The write job cannot keep this view's aggregates in place (too many groups for the
+    driver, a sum past its type), found deep in the computation; the in-place tick turns it
+    into a fallback for the tick's decision (``ivm/plan/decision``), and the view's
+    fallback strategy runs instead."""
 
 
 class SparkJobError(CTError):
@@ -184,19 +198,6 @@ class SparkJobError(CTError):
     raised an exception outside this hierarchy (a bug, or a Spark analysis
     error); the message names the original type.
     """
-
-
-class IncrementalNotCheaperError(CTError):
-    """``refresh="auto"``: the incremental tick would cost at least the full correction.
-
-    Raised before the expensive part of the tick (the message says why); the
-    write job then runs the full correction, with that reason (and the
-    estimate it was based on) in its report.
-    """
-
-    def __init__(self, message: str, estimate: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.estimate = estimate
 
 
 class ChangesUnavailableError(CTError):

@@ -11,11 +11,12 @@ from airflow_provider_ct._groups import Step, tick_group
 from airflow_provider_ct.assets import table_asset
 from airflow_provider_ct.core.definition_rules import check_target_name, check_view_query
 from airflow_provider_ct.core.layout import TableLayout, TargetSettings
-from airflow_provider_ct.core.planner import choose_plan
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.factory_settings import SparkSettings, WaitSettings
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.planner import choose_plan
 from airflow_provider_ct.operators._common import catalog_name_of, is_templated_sql
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
@@ -27,6 +28,20 @@ from airflow_provider_ct.operators.write import WriteOperator
 def view_asset(target: str, catalog_name: str = "ct") -> Asset:
     """The Airflow Asset a view's append task updates (schedule other DAGs on it)."""
     return table_asset(target, catalog_name)
+
+
+def explain_view(
+    sql: str, *, target: str, catalog_name: str = "ct", refresh: str = "auto"
+) -> list[str]:
+    """How a view of ``sql`` refreshes, as ``EXPLAIN`` would say: the strategy, why, the steps.
+
+    The same shape decision :func:`materialized_view` checks at DAG-parse
+    time and the write job starts from (a tick may still go full for its
+    history or sizes, see docs/views.md). A query a view cannot be raises
+    :class:`~airflow_provider_ct.exceptions.QueryError`. Nothing is read or written.
+    """
+    parsed = parse_query(sql, target=target, catalog_name=catalog_name)
+    return choose_plan(parsed, RefreshMode.parse(refresh)).explain()
 
 
 def materialized_view(
@@ -113,13 +128,14 @@ def materialized_view(
         see docs/views.md, "Definitions that change".
     """
     catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
+    mode = RefreshMode.parse(refresh)  # the one check of refresh=; the job trusts its spec
     name = normalize_table_name(target, catalog_name)
     check_target_name(name)
     if not is_templated_sql(sql):  # a template is checked when rendered (its mint)
         parsed = parse_query(sql, target=target, catalog_name=catalog_name)
         check_view_query(parsed)
         parse_policies(input_upper_policies, parsed.inputs, catalog_name)
-        choose_plan(parsed, refresh)  # refresh="incremental" fails here for a query it cannot do
+        choose_plan(parsed, mode)  # refresh="incremental" fails here for a query it cannot do
     view = {"target": target, "sql": sql}
     settings = TargetSettings(
         TableLayout.parse(partition_by, sort_by, table_properties), on_schema_change
@@ -127,7 +143,7 @@ def materialized_view(
     write = {
         "report_only": report_only,
         "quiet_ticks": quiet_ticks,
-        "refresh": refresh,
+        "refresh": mode.value,
         "target_settings": settings.to_json(),
     }
     return tick_group(

@@ -30,7 +30,8 @@ from airflow_provider_ct.spark.conf import local_session  # noqa: E402
 from airflow_provider_ct.spark.continual_job import run_continual  # noqa: E402
 
 TASK = """
-CREATE CONTINUAL TASK upsert_{n} (key BIGINT, val BIGINT) ON INPUT events_{n} AS (
+CREATE CONTINUAL TASK upsert_{n} (key BIGINT, val BIGINT) ON INPUT events_{n}
+WITH (SNAPSHOT = false) AS (
     DELETE FROM upsert_{n} WHERE key IN (SELECT key FROM events_{n});
     INSERT INTO upsert_{n} SELECT key, max(val) FROM events_{n} GROUP BY key;
 )

@@ -3,7 +3,8 @@
 The definitions are Materialize's syntax (copy them from its docs). A small
 feed appends events every ten minutes; each task then processes exactly the
 rows inserted since its last tick, so a tick costs what changed, not what
-exists.
+exists. As in Materialize, the events already there at a task's first tick
+are processed first (its snapshot; ``WITH (SNAPSHOT = false)`` skips them).
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ DAGs folder, then, as a person would through the UI or REST API:
 2. triggers a few more ticks, at now, of all four example DAGs;
 3. meanwhile (with step 1, so it adds little time) writes order events into
    the medallion's bronze collection; silver, gold and the view over gold
-   follow on their own, triggered by asset events (docs/pipelines.md);
+   follow on their own, triggered by asset events (docs/pipelines.md); and
+   ticks the SQL folder ``dags_examples/pipelines/shop_sql`` (one DAG:
+   bronze streaming table -> silver view -> gold view through a temporary
+   view), which lands a few order events at each of its ticks;
 4. prints, as it goes, every table's frontier and the view's rows, then the
    medallion's end-to-end freshness per layer, and the UI address with its
    login.
@@ -64,11 +67,21 @@ BRONZE_DAG = "medallion_bronze"
 LAYER_DAGS = ["medallion_silver", "medallion_gold", "medallion_by_day"]
 BRONZE_TABLE = "medallion.order_events"
 LAYER_TABLES = ["medallion.orders_latest", "medallion.revenue_daily", "medallion.revenue_by_day"]
-EXAMPLE_DAGS = [VIEW_DAG, CT_DAG, "ops_service_status", "ct_collections", BRONZE_DAG, *LAYER_DAGS]
+#: The SQL folder dags_examples/pipelines/shop_sql as one DAG (dags_examples/sql_pipeline.py).
+SQL_DAG = "shop_sql_pipeline"
+EXAMPLE_DAGS = [
+    VIEW_DAG,
+    CT_DAG,
+    "ops_service_status",
+    "ct_collections",
+    BRONZE_DAG,
+    *LAYER_DAGS,
+    SQL_DAG,
+]
 #: DAGs the demo ticks besides the view (each run at "now").
-SIDE_DAGS = [CT_DAG, "ops_service_status", "ct_collections"]
+SIDE_DAGS = [CT_DAG, "ops_service_status", "ct_collections", SQL_DAG]
 VIEW_TABLE = "shop.revenue_per_customer"
-NAMESPACES = ("shop", "events", "ops", "medallion")
+NAMESPACES = ("shop", "events", "ops", "medallion", "shop_sql")
 #: The demo's Airflow: no time schedules but the view's (the demo triggers
 #: every run), and the example DAGs' write jobs on the warm engine.
 DEMO_ENV = {
@@ -300,6 +313,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     try:
+        # The SQL pipeline's DAG file resolves its folder against the catalog when
+        # parsed: its landing table exists first, as a deployment's inputs would.
+        sys.path.insert(0, str(ROOT / "dags_examples"))
+        from sql_pipeline_landing import create_landing
+
+        create_landing(CatalogConfig.embedded(args.home).load())
         say(f"== starting Airflow under {args.home} (scheduler, dag-processor, triggerer, API)")
         api = airflow.start(EXAMPLE_DAGS)
         say(f"   up in {time.monotonic() - started:.0f} s")

@@ -13,13 +13,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_provider_ct.core.aggregate_state import (
+from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
+from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, SUM, Aggregate, InPlace
+from airflow_provider_ct.ivm.state.aggregate_state import (
     combine,
     output_rows,
     spark_decimal_average,
 )
-from airflow_provider_ct.core.in_place import AVG, COUNT, SUM, Aggregate, InPlace
-from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
 
 STATE = pa.schema(
     [
@@ -127,7 +127,7 @@ def test_a_sum_past_its_type_leaves_the_view_to_its_fallback() -> None:
 def test_an_empty_change_of_one_group_still_names_the_group() -> None:
     """Without GROUP BY the group exists with no rows changed (as Spark's aggregate gives
     one row), so the target's row is compared with it, not retracted for lack of one."""
-    from airflow_provider_ct.core.in_place_driver import Expressions, change_state
+    from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, change_state
 
     schema = pa.schema(
         [("__ct_rows", pa.int64()), ("__ct_s0", pa.int64()), ("__ct_n0", pa.int64())]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_provider_ct.spark import analysis_cache as ac
+from airflow_provider_ct.spark.ivm import analysis_cache as ac
 
 
 class _Conf:

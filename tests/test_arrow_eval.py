@@ -1,7 +1,7 @@
 """The driver's expression evaluator against Spark itself, over rows the test chose.
 
 Every expression is evaluated by Spark (``SELECT <expr> FROM rows``) and by
-:class:`~airflow_provider_ct.core.arrow_eval.ArrowEvaluator` over the same
+:class:`~airflow_provider_ct.ivm.driver.arrow_eval.ArrowEvaluator` over the same
 rows as Arrow, with the node types Spark's analyzer gives (as the write job
 does); the values must be equal row by row, NULLs included. Expressions the
 evaluator leaves to Spark must say so (:class:`NotOnDriver`), never answer.
@@ -18,7 +18,12 @@ import pyarrow as pa
 import pytest
 import sqlglot
 
-from airflow_provider_ct.core.arrow_eval import ArrowEvaluator, NotOnDriver, node_key, typed_nodes
+from airflow_provider_ct.ivm.driver.arrow_eval import (
+    ArrowEvaluator,
+    NotOnDriver,
+    node_key,
+    typed_nodes,
+)
 
 pytestmark = [pytest.mark.spark]
 

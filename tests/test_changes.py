@@ -26,9 +26,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.changes import TableChanges, net_changes, table_changes
 from airflow_provider_ct.core.deletes import attach_delete_files, write_position_deletes
 from airflow_provider_ct.exceptions import ChangesUnavailableError, SchemaMismatchError
+from airflow_provider_ct.ivm.changes.table_changes import TableChanges, net_changes, table_changes
 
 STEPS = int(os.environ.get("CT_CHANGES_STEPS", "8"))
 

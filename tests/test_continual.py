@@ -93,7 +93,7 @@ def test_upsert_over_an_append_only_input_matches_the_seed(
     catalog = spark_catalog_config.load()
     source = create_managed_table(catalog, f"{ns}.append_only", KV)
     advance(source, 100)
-    assert ct_tick(spark, spark_catalog_config, UPSERT, ns, 100)["appended"]  # as-of: empty
+    assert ct_tick(spark, spark_catalog_config, UPSERT, ns, 100)["appended"]  # as-of: no rows
     output = catalog.load_table(f"{ns}.upsert")
     assert rows_of(output) == Counter()
 
@@ -122,7 +122,7 @@ def test_audit_log_records_an_anomaly_once(spark: Any, spark_catalog_config: Cat
         INSERT INTO audit_log SELECT * FROM anomalies;
     )"""
     advance(anomalies, 10)
-    ct_tick(spark, spark_catalog_config, task, ns, 10)
+    ct_tick(spark, spark_catalog_config, task, ns, 10)  # the as-of: an empty snapshot
     append_rows(anomalies, 20, [(7,)], schema)  # an anomaly appears
     ct_tick(spark, spark_catalog_config, task, ns, 20)
     append_rows(anomalies, 30, [(8,)], schema)  # unrelated rows arrive later
@@ -294,7 +294,7 @@ def test_retention_window_relative_to_each_input_time(
         ),
         (
             "CREATE CONTINUAL TASK t (a INT) ON INPUT i AS (INSERT INTO t SELECT 1, 2 FROM i)",
-            "produces 2 columns",
+            "INSERT has more expressions than target columns",
         ),
         (
             "CREATE CONTINUAL TASK t (a INT) ON INPUT i AS (INSERT INTO t (b) SELECT 1 FROM i)",
@@ -363,14 +363,15 @@ def test_inserts_across_overwrites_and_deletes_read_only_the_changes(
         INSERT INTO audit_log SELECT * FROM anomalies;
     )"""
     append_rows(source, 10, [(1,), (2,), (None,)], schema)
-    ct_tick(spark, spark_catalog_config, task, ns, 10)
+    ct_tick(spark, spark_catalog_config, task, ns, 10)  # the as-of: its snapshot is inserted
     # Keep 1 and the NULL, drop 2, add 3 twice and another NULL: inserted are 3, 3, NULL.
     rows = [{"count": c} for c in (1, None, 3, 3, None)]
     replace_contents(source, 20, pa.Table.from_pylist(rows, schema))
     out = ct_tick(spark, spark_catalog_config, task, ns, 20)
     assert out["report"].extra["input_reads"] == {"changes": 1}
     log = catalog.load_table(f"{ns}.audit_log")
-    assert rows_of(log) == Counter({(3,): 2, (None,): 1})
+    snapshot = Counter({(1,): 1, (2,): 1, (None,): 1})
+    assert rows_of(log) == snapshot + Counter({(3,): 2, (None,): 1})
     # The Parquet file that handed the inserts to Spark is gone once the time ran.
     assert not list(local_path(log.location()).glob("data/**/scratch/*.parquet"))
     assert list(local_path(log.location()).glob("data/**/*.parquet"))

@@ -16,7 +16,7 @@ import pytest
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.definition_rules import check_output_names, check_view_query
 from airflow_provider_ct.core.query import parse_query
-from airflow_provider_ct.core.state_table import SUFFIX
+from airflow_provider_ct.core.tables import STATE_TABLE_SUFFIX as SUFFIX
 from airflow_provider_ct.exceptions import QueryError
 from tests.helpers import rows_of
 

@@ -1,7 +1,7 @@
 """The driver's delta-rule joins against DuckDB: the signed terms sum to join(new) - join(old).
 
 Random contents of three tables (NULL keys, duplicate rows and keys) before
-and after a change to two of them; the terms of ``core/driver_join`` are
+and after a change to two of them; the terms of ``ivm/driver/driver_join`` are
 summed with their signs and compared with the multiset difference of the
 two joins, each computed by DuckDB over the whole tables the test chose.
 ``CT_DRIVER_JOIN_CASES`` (default 30) sets how many random cases run.
@@ -19,9 +19,9 @@ import pyarrow.compute as pc
 import pytest
 import sqlglot
 
-from airflow_provider_ct.core.arrow_eval import NotOnDriver
-from airflow_provider_ct.core.changes import net_changes
-from airflow_provider_ct.core.driver_join import (
+from airflow_provider_ct.ivm.changes.table_changes import net_changes
+from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
+from airflow_provider_ct.ivm.driver.driver_join import (
     NEW,
     OLD,
     join_shape,

@@ -13,8 +13,8 @@ import pytest
 
 from airflow_provider_ct.core import file_cache as fc
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.changes import table_changes
 from airflow_provider_ct.exceptions import ConfigurationError
+from airflow_provider_ct.ivm.changes.table_changes import table_changes
 from tests.test_changes import (
     ROWS,
     commit_deletes,
@@ -150,7 +150,7 @@ def test_snapshot_rows_fetch_live_rows_by_key(
     sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a driver join fetches: live rows at each snapshot whose key is asked, never NULL."""
-    from airflow_provider_ct.core.keyed_rows import SnapshotRows
+    from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows
 
     table, base, head, _files = _cached_history(sqlite_catalog_config, monkeypatch, "fcache.rows")
     table.append(pa.Table.from_pylist([{"k": None, "v": "nul", "n": 3}], ROWS))
@@ -201,7 +201,7 @@ def test_a_cached_file_is_one_chunk_and_fetches_the_rows_a_scan_holds(
     """A file of several row groups decodes into several chunks; the cache keeps
     its columns as one (taking rows from many chunks costs a pass over each),
     and the rows fetched by key are the same either way."""
-    from airflow_provider_ct.core.keyed_rows import SnapshotRows
+    from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows
 
     monkeypatch.setenv(fc.CACHE_MB_ENV, budget_mb)
     table = new_table(

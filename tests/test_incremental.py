@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.planner import plan_query
 from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.ivm.plan.planner import plan_query
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.spark.write_job import run_write
 from tests.conftest import SPARK_CATALOG_CONN as CONN
@@ -338,8 +338,8 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
     spark: Any, spark_type: str, plus: list[Any], minus: list[Any], expected: tuple[Any, ...]
 ) -> None:
     """The driver decides from the changes' Arrow tables what Spark's keys frame would decide."""
-    from airflow_provider_ct.core.rewrites import InlineKeys
-    from airflow_provider_ct.spark.incremental import _inline_from_arrow, _inline_keys
+    from airflow_provider_ct.ivm.plan.rewrites import InlineKeys
+    from airflow_provider_ct.spark.ivm.incremental import _inline_from_arrow, _inline_keys
 
     frame = spark.createDataFrame([(v,) for v in plus + minus], f"k {spark_type}")
     data_type = frame.schema.fields[0].dataType

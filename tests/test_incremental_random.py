@@ -90,7 +90,7 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.layout import TableLayout
-from airflow_provider_ct.core.state_table import SUFFIX as STATE_SUFFIX
+from airflow_provider_ct.core.tables import STATE_TABLE_SUFFIX as STATE_SUFFIX
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.operators.append import AppendOperator

@@ -18,6 +18,7 @@ from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import (
     ConfigurationError,
     CTError,
+    QueryError,
     SchemaMismatchError,
     SparkJobError,
     error_class,
@@ -222,7 +223,7 @@ def test_a_job_killed_without_an_error_file_fails_clearly(default_catalog: Catal
 KV = pa.schema([("key", pa.int32()), ("val", pa.int32())])
 WIDE = pa.schema([("key", pa.int32()), ("val", pa.int32()), ("note", pa.string())])
 #: ``*`` yields three columns, the task declares two: only Spark can tell, so the
-#: job refuses (a plain CTError), not the parser.
+#: job refuses (a QueryError naming the statement), not the parser.
 STAR_TASK = """CREATE CONTINUAL TASK cnt (key INT, val INT) ON INPUT csrc AS (
     INSERT INTO cnt SELECT * FROM csrc;
 )"""
@@ -248,5 +249,8 @@ def test_a_continual_job_error_keeps_its_type_and_message(default_catalog: Catal
     )
     with pytest.raises(CTError) as err:
         write.execute({})
-    assert type(err.value) is CTError
-    assert str(err.value) == "an INSERT of task errs.cnt produces 3 columns, the task declares 2"
+    assert type(err.value) is QueryError
+    assert str(err.value) == (
+        "statement 1 (INSERT INTO cnt SELECT * FROM csrc): INSERT has more expressions than "
+        "target columns (3 expression(s) for 2 target column(s): key, val)"
+    )

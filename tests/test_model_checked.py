@@ -16,7 +16,8 @@ a reference model that the test keeps from the inputs it chose itself:
   which write is outdated is predicted from the model's count of the commits
   made to the view's table (its *generation*);
 * the continual task's output: an upsert folded in Python over the rows the
-  test appended at each input time;
+  test appended at each input time, after the ones already there at its
+  first tick (its snapshot, Materialize's default);
 * the collections: the multiset of rows written (blind writes at the times
   their receipts name; the differential collection's desired states).
 
@@ -1015,9 +1016,17 @@ class World:
         return decision.description
 
     def _land_task(self, desc: BatchDescription) -> None:
-        """The model's side: fold the input times of ``[lower, time]`` after the as-of."""
+        """The model's side: fold the input times of ``[lower, time]`` after the as-of.
+
+        The first batch also folds the snapshot (``SNAPSHOT`` defaults to true, as
+        in Materialize): every event up to the as-of, as one change at the as-of.
+        """
         if self.task_as_of is None:
             self.task_as_of = desc.time
+            snapshot = [r for t, rows in self.event_batches if t <= desc.time for r in rows]
+            if snapshot:
+                self.task_state = upsert(self.task_state, snapshot)
+                self.task.history.record(desc.time, self.task_state)
         low = int(desc.lower.time or 0)
         for time, rows in self.event_batches:
             if low <= time <= desc.time and time > self.task_as_of:

@@ -51,9 +51,9 @@ from airflow_provider_ct.core.settings import (
     STORE_RETRIES_ENV,
     STORE_TIMEOUT_ENV,
 )
-from airflow_provider_ct.core.state_table import SUFFIX as STATE_SUFFIX
 from airflow_provider_ct.core.storage import files_under, io_properties
 from airflow_provider_ct.core.sweep import sweep_staged
+from airflow_provider_ct.core.tables import STATE_TABLE_SUFFIX as STATE_SUFFIX
 from tests.helpers import rows_of
 from tests.objectstore import ObjectStore, iceberg_connection, running_object_store
 

@@ -8,17 +8,19 @@ from typing import Any
 import pytest
 import sqlglot
 
-from airflow_provider_ct.core.in_place import in_place_shape
-from airflow_provider_ct.core.planner import choose_plan, plan_query, referenced_columns
 from airflow_provider_ct.core.query import parse_query
-from airflow_provider_ct.core.rewrites import (
+from airflow_provider_ct.exceptions import ConfigurationError, QueryError
+from airflow_provider_ct.ivm.plan.columns import referenced_columns
+from airflow_provider_ct.ivm.plan.in_place import in_place_shape
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.planner import choose_plan, plan_query
+from airflow_provider_ct.ivm.plan.rewrites import (
     InlineKeys,
     day_ranges,
     restrict_columns_to_keys,
     restrict_to_days,
     restrict_to_keys,
 )
-from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 
 CASES = [
     ("SELECT id, v FROM s.a WHERE v > 1", "linear", "projection and filter"),
@@ -167,12 +169,13 @@ def test_expressions_over_aggregates_keep_hidden_operands() -> None:
 
 def test_refresh_modes() -> None:
     window = parse_query("SELECT id, RANK() OVER (ORDER BY v) FROM s.a")
-    assert choose_plan(window, "auto").strategy == "full"
-    assert choose_plan(parse_query("SELECT id FROM s.a"), "full").reason == "refresh='full'"
+    assert choose_plan(window, RefreshMode.parse("auto")).strategy == "full"
+    full = RefreshMode.parse("full")
+    assert choose_plan(parse_query("SELECT id FROM s.a"), full).reason == "refresh='full'"
     with pytest.raises(QueryError, match="not incremental: window functions"):
-        choose_plan(window, "incremental")
+        choose_plan(window, RefreshMode.parse("incremental"))
     with pytest.raises(ConfigurationError, match="refresh='sometimes'"):
-        choose_plan(window, "sometimes")
+        choose_plan(window, RefreshMode.parse("sometimes"))
 
 
 SCHEMAS = {
@@ -311,8 +314,11 @@ def test_inline_keys_refuse_values_sql_cannot_write_exactly() -> None:
 def test_large_change_share_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, value: str, refresh: str, expected: float | None
 ) -> None:
-    from airflow_provider_ct.core.settings import large_change_share
     from airflow_provider_ct.exceptions import ConfigurationError
+    from airflow_provider_ct.ivm.plan.decision import RefreshMode, RefreshSettings
+
+    def large_change_share(refresh: str) -> float:
+        return RefreshSettings.of(RefreshMode.parse(refresh)).large_change
 
     monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", value)
     if expected is None:
@@ -369,7 +375,7 @@ def test_the_changed_rows_days_are_the_casts_days() -> None:
     """``CAST(ts AS DATE)``: an instant's date in the session's zone; a local time's own date."""
     import pyarrow as pa
 
-    from airflow_provider_ct.spark.days import INLINE_KEYS, arrow_days
+    from airflow_provider_ct.spark.ivm.days import INLINE_KEYS, arrow_days
 
     utc = datetime.UTC
     late = datetime.datetime(2026, 3, 2, 3, 30, tzinfo=utc)  # still March 1st in New York

@@ -177,8 +177,10 @@ def test_a_quiet_continual_tick_starts_no_jvm_and_only_advances_the_upper(
     catalog = default_catalog.load()
     src = create_managed_table(catalog, "cq.append_only", KV)
     replace_contents(src, 3, pa.table({"key": [1], "val": [7]}, KV))
-    # The output's first tick was at 5 (its as-of); nothing reached the input since.
-    create_managed_table(catalog, "cq.upsert", KV, properties={TableKeys.AS_OF: "5"})
+    # The output's first tick was at 5 (its as-of, its snapshot sealed); nothing reached
+    # the input since.
+    output = create_managed_table(catalog, "cq.upsert", KV, properties={TableKeys.AS_OF: "5"})
+    advance(output, 5)
     advance(src, 10)
     task = {"definition": UPSERT, "namespace": "cq"}
     desc = ContinualMintOperator(task_id="mint", time=10, **task).execute({})

@@ -16,13 +16,13 @@ import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.layout import TableLayout
-from airflow_provider_ct.core.read_estimate import (
+from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.ivm.plan.read_estimate import (
     ReadEstimate,
     Restriction,
     estimate_reads,
     not_cheaper_reason,
 )
-from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.spark.write_job import run_write
 from tests.conftest import SPARK_CATALOG_CONN as CONN

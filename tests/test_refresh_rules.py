@@ -1,6 +1,6 @@
 """The refresh rules' boundaries: when an incremental tick runs in full, where a full one diffs.
 
-Plain Python: no Spark, no catalog. The rules (``core/refresh.py``) decide
+Plain Python: no Spark, no catalog. The rules (``ivm/plan/refresh.py``) decide
 from numbers the snapshots' summaries give, so each threshold is checked at,
 just below and just above it, turned off (0), and against a size the
 summaries could not tell (``UNKNOWN_ROWS``), with the reason a report gives.
@@ -11,8 +11,17 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_ct.core.planner import FULL, GROUP, LINEAR
-from airflow_provider_ct.core.refresh import (
+from airflow_provider_ct.core.settings import (
+    LARGE_CHANGE_SHARE,
+    RETRY_INCREMENTAL_AFTER,
+    ROWS_ON_DRIVER,
+    SMALL_INPUT_ROWS,
+    SMALL_INPUT_ROWS_ENV,
+)
+from airflow_provider_ct.core.tables import UNKNOWN_ROWS
+from airflow_provider_ct.ivm.plan.decision import RefreshMode, RefreshSettings
+from airflow_provider_ct.ivm.plan.planner import FULL, GROUP, LINEAR
+from airflow_provider_ct.ivm.plan.refresh import (
     PastTick,
     full_diff_on_driver,
     history_reason,
@@ -20,16 +29,6 @@ from airflow_provider_ct.core.refresh import (
     large_change_reason,
     small_inputs_reason,
 )
-from airflow_provider_ct.core.settings import (
-    LARGE_CHANGE_SHARE,
-    RETRY_INCREMENTAL_AFTER,
-    ROWS_ON_DRIVER,
-    SMALL_INPUT_ROWS,
-    SMALL_INPUT_ROWS_ENV,
-    large_change_share,
-    small_input_rows,
-)
-from airflow_provider_ct.core.tables import UNKNOWN_ROWS
 
 
 def _small(rows: int, limit: int) -> str:
@@ -58,6 +57,11 @@ def test_small_inputs(rows: int, limit: int, expected: str | None) -> None:
     assert small_inputs_reason(rows, limit) == expected
 
 
+def _settings(refresh: str) -> RefreshSettings:
+    """The thresholds a tick of ``refresh`` runs under, as the write job takes them."""
+    return RefreshSettings.of(RefreshMode.parse(refresh))
+
+
 def test_small_inputs_message_names_the_numbers_and_the_variable() -> None:
     reason = small_inputs_reason(1_234, 250_000)
     assert reason == _small(1_234, 250_000)
@@ -68,14 +72,14 @@ def test_small_inputs_message_names_the_numbers_and_the_variable() -> None:
 def test_small_inputs_follow_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only ``refresh="auto"`` applies the rule; the variable moves or removes the limit."""
     monkeypatch.delenv(SMALL_INPUT_ROWS_ENV, raising=False)
-    assert small_inputs_reason(SMALL_INPUT_ROWS, small_input_rows("auto")) is not None
-    assert small_inputs_reason(0, small_input_rows("incremental")) is None
-    assert small_inputs_reason(0, small_input_rows(FULL)) is None
+    assert small_inputs_reason(SMALL_INPUT_ROWS, _settings("auto").small_rows) is not None
+    assert small_inputs_reason(0, _settings("incremental").small_rows) is None
+    assert small_inputs_reason(0, _settings(FULL).small_rows) is None
     monkeypatch.setenv(SMALL_INPUT_ROWS_ENV, "10")
-    assert small_inputs_reason(10, small_input_rows("auto")) == _small(10, 10)
-    assert small_inputs_reason(11, small_input_rows("auto")) is None
+    assert small_inputs_reason(10, _settings("auto").small_rows) == _small(10, 10)
+    assert small_inputs_reason(11, _settings("auto").small_rows) is None
     monkeypatch.setenv(SMALL_INPUT_ROWS_ENV, "0")
-    assert small_inputs_reason(0, small_input_rows("auto")) is None
+    assert small_inputs_reason(0, _settings("auto").small_rows) is None
 
 
 def _large(changed: int, rows: int, share_text: str, percent: str) -> str:
@@ -121,15 +125,15 @@ def test_large_change_concerns_only_group_views(strategy: str) -> None:
 def test_large_change_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only ``refresh="auto"`` applies the rule; the variable moves or removes the share."""
     monkeypatch.delenv("CT_FULL_ABOVE_CHANGE", raising=False)
-    assert large_change_share("auto") == LARGE_CHANGE_SHARE
-    assert large_change_reason(GROUP, 1_000, 101, large_change_share("auto")) is not None
-    assert large_change_reason(GROUP, 1_000, 101, large_change_share("incremental")) is None
+    assert _settings("auto").large_change == LARGE_CHANGE_SHARE
+    assert large_change_reason(GROUP, 1_000, 101, _settings("auto").large_change) is not None
+    assert large_change_reason(GROUP, 1_000, 101, _settings("incremental").large_change) is None
     monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", "0.5")
-    assert large_change_reason(GROUP, 1_000, 500, large_change_share("auto")) is None
-    reason = large_change_reason(GROUP, 1_000, 501, large_change_share("auto"))
+    assert large_change_reason(GROUP, 1_000, 500, _settings("auto").large_change) is None
+    reason = large_change_reason(GROUP, 1_000, 501, _settings("auto").large_change)
     assert reason == _large(501, 1_000, "50%", "50.1%")
     monkeypatch.setenv("CT_FULL_ABOVE_CHANGE", "0")
-    assert large_change_reason(GROUP, 1_000, 1_000_000, large_change_share("auto")) is None
+    assert large_change_reason(GROUP, 1_000, 1_000_000, _settings("auto").large_change) is None
 
 
 @pytest.mark.parametrize(
@@ -202,7 +206,7 @@ def test_after_enough_batches_in_full_incremental_is_tried_again() -> None:
 
 
 def test_read_history_sends_a_view_full_until_it_is_time_to_estimate_again() -> None:
-    from airflow_provider_ct.core.refresh import PastTick, read_history_reason
+    from airflow_provider_ct.ivm.plan.refresh import PastTick, read_history_reason
 
     def tick(share: float | None) -> PastTick:
         return PastTick("full" if share is not None else "group", 100, 1_000, share)

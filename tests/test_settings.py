@@ -28,19 +28,25 @@ from airflow_provider_ct.core.settings import (
     env_number,
     env_row_count,
     full_rows_on_driver,
-    large_change_share,
     read_only,
     rows_on_driver,
-    small_input_rows,
 )
 from airflow_provider_ct.exceptions import ConfigurationError
+from airflow_provider_ct.ivm.plan.decision import RefreshSettings
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
+
+
+def _auto() -> RefreshSettings:
+    """The thresholds a ``refresh="auto"`` tick runs under, read now."""
+    return RefreshSettings.of(RefreshMode.AUTO)
+
 
 #: (variable, reader with ``auto`` where it takes a refresh mode, default, a valid value
 #: as text, that value parsed, the start of the error for a bad value).
 NUMBERS: list[tuple[str, Callable[[], float], float, str, float, str]] = [
     (
         SMALL_INPUT_ROWS_ENV,
-        lambda: small_input_rows("auto"),
+        lambda: _auto().small_rows,
         SMALL_INPUT_ROWS,
         " 1000 ",
         1000,
@@ -48,7 +54,7 @@ NUMBERS: list[tuple[str, Callable[[], float], float, str, float, str]] = [
     ),
     (
         LARGE_CHANGE_SHARE_ENV,
-        lambda: large_change_share("auto"),
+        lambda: _auto().large_change,
         LARGE_CHANGE_SHARE,
         "0.25",
         0.25,
@@ -129,7 +135,7 @@ def test_a_bad_value_is_refused_naming_the_variable_and_the_value(
 def test_row_counts_are_whole_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SMALL_INPUT_ROWS_ENV, "1.5")
     with pytest.raises(ConfigurationError, match="CT_FULL_BELOW_ROWS must be a number of rows"):
-        small_input_rows("auto")
+        _auto()
 
 
 @pytest.mark.parametrize("refresh", ["incremental", "full"])
@@ -137,8 +143,9 @@ def test_only_auto_chooses_by_size(monkeypatch: pytest.MonkeyPatch, refresh: str
     """The size rules are off for the other modes, and a bad value is then not even read."""
     monkeypatch.setenv(SMALL_INPUT_ROWS_ENV, "many")
     monkeypatch.setenv(LARGE_CHANGE_SHARE_ENV, "many")
-    assert small_input_rows(refresh) == 0
-    assert large_change_share(refresh) == 0.0
+    thresholds = RefreshSettings.of(RefreshMode.parse(refresh))
+    assert thresholds.small_rows == 0
+    assert thresholds.large_change == 0.0
 
 
 def test_a_narrow_targets_full_correction_gets_the_larger_driver_limit(

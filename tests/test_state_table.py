@@ -13,13 +13,13 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.state_table import (
+from airflow_provider_ct.exceptions import StateMismatchError
+from airflow_provider_ct.ivm.state.table import (
     KEPT_SNAPSHOTS,
     read_state,
     state_table_name,
     write_state,
 )
-from airflow_provider_ct.exceptions import StateMismatchError
 from tests.test_changes import commit_deletes, live_files, position_delete
 
 TARGET = "st.view"
@@ -95,3 +95,63 @@ def test_a_state_table_from_before_gets_bounded_metadata(catalog: Any) -> None:
     properties = catalog.load_table(name).properties
     assert properties["write.metadata.delete-after-commit.enabled"] == "true"
     assert properties["write.metadata.previous-versions-max"] == str(KEPT_SNAPSHOTS)
+
+
+def _parquet_under(table: Any) -> set[str]:
+    location = table.location().removeprefix("file://")
+    return {str(p) for p in Path(location).rglob("*.parquet")}
+
+
+def test_a_state_write_that_loses_its_commit_deletes_its_files(
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers race for the state table: the loser's commit fails and its files go.
+
+    The race is real: just before the loser's commit, another writer commits
+    a state of its own, so the loser's commit asserts a head that moved.
+    """
+    from airflow_provider_ct.ivm.state import table as state_module
+
+    assert write_state(catalog, TARGET, _rows(1), "digest", {"st.events": 1})
+    real_commit = state_module.commit_once
+    raced: list[bool] = []
+
+    def commit_after_a_rival(table: Any, tx: Any, expected_head: int | None, **kw: Any) -> None:
+        if not raced:
+            raced.append(True)
+            assert write_state(catalog, TARGET, _rows(7), "digest", {"st.events": 7})
+        real_commit(table, tx, expected_head, **kw)
+
+    monkeypatch.setattr(state_module, "commit_once", commit_after_a_rival)
+    assert not write_state(catalog, TARGET, _rows(2), "digest", {"st.events": 2}, batch_id="b2")
+    monkeypatch.undo()
+    rows, _ = read_state(catalog, TARGET, "digest", {"st.events": 7})
+    assert _sorted(rows) == _sorted(_rows(7))  # the rival's state is the one kept
+    table = catalog.load_table(state_table_name(TARGET))
+    live = {f.file_path.removeprefix("file://") for f in live_files(table)}
+    assert not [p for p in _parquet_under(table) if "ct_batch=b2" in p]
+    assert live <= _parquet_under(table)
+
+
+def test_files_a_crashed_state_write_left_are_swept_with_the_view(catalog: Any) -> None:
+    """A writer that died after writing its files and before its commit (an outage) leaves
+    files no snapshot references; maintaining the view removes them from its state table."""
+    from airflow_provider_ct.collections.maintenance import MaintenanceSettings, maintain
+    from airflow_provider_ct.core.batch_files import BatchFiles
+    from airflow_provider_ct.core.staging import batch_data_dir, new_attempt_id
+
+    catalog.create_table(TARGET, schema=pa.schema([pa.field("g", pa.string())]))
+    assert write_state(catalog, TARGET, _rows(1), "digest", {"st.events": 1})
+    table = catalog.load_table(state_table_name(TARGET))
+    folder = batch_data_dir(table.location(), "crashed", new_attempt_id())
+    crashed = {
+        p.file.path.removeprefix("file://") for p in BatchFiles(table, folder).write_rows(_rows(2))
+    }
+    assert crashed <= _parquet_under(table)
+    settings = MaintenanceSettings(compact=False, expire=False, sweep_grace_ms=0)
+    report = maintain(catalog, [TARGET], settings)
+    assert report.errors == {}
+    assert report.sweeps[state_table_name(TARGET)].orphans_deleted == len(crashed)
+    assert not crashed & _parquet_under(table)
+    rows, _ = read_state(catalog, TARGET, "digest", {"st.events": 1})
+    assert _sorted(rows) == _sorted(_rows(1))  # the live state is untouched

@@ -36,7 +36,7 @@ def test_estimated_change_rows_sum_what_each_snapshot_touched_and_skip_compactio
     sqlite_catalog_config: CatalogConfig,
 ) -> None:
     """The estimate the large-change rule uses, against the changes the test made itself."""
-    from airflow_provider_ct.core.changes import estimated_change_rows
+    from airflow_provider_ct.ivm.changes.table_changes import estimated_change_rows
     from tests.helpers import rewrite_files
 
     catalog = sqlite_catalog_config.load()

@@ -59,7 +59,11 @@ from airflow_provider_ct.collections.maintenance import (
     MaintenanceSettings,
     maintain,
 )
-from airflow_provider_ct.collections.registration import Registration, register
+from airflow_provider_ct.collections.registration import (
+    Registration,
+    register,
+    register_collection,
+)
 from airflow_provider_ct.collections.registry import (
     CollectionInfo,
     CollectionKeys,
@@ -68,7 +72,6 @@ from airflow_provider_ct.collections.registry import (
     deployment_read_only,
     list_collections,
     load_collection,
-    register_collection,
     set_read_only,
 )
 from airflow_provider_ct.collections.ticker import (

@@ -44,11 +44,11 @@ from airflow_provider_ct.collections.rows import (
     append_change_now,
     arrow_schema,
     contents,
-    delete_files,
     read_live_files,
     signed_bags,
     stage_change,
 )
+from airflow_provider_ct.core.expiry import delete_files
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.landing import landing_of
 from airflow_provider_ct.core.timeline import Timeline

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.collections.registry import CollectionKeys, is_read_only
-from airflow_provider_ct.collections.rows import arrow_schema, delete_files, write_parquet
+from airflow_provider_ct.collections.rows import arrow_schema, write_parquet
 from airflow_provider_ct.core.commit import commit_once
+from airflow_provider_ct.core.expiry import delete_files
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.producers import replace_producer
 from airflow_provider_ct.core.timeline import Timeline

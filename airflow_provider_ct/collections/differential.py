@@ -53,13 +53,13 @@ from airflow_provider_ct.collections.rows import (
     append_change_now,
     arrow_schema,
     contents,
-    delete_files,
     read_live_files,
     signed_bags,
     stage_change,
     to_arrow,
 )
 from airflow_provider_ct.core.commit import AppendResult
+from airflow_provider_ct.core.expiry import delete_files
 from airflow_provider_ct.core.frontier import Frontier, is_ascii_digits, now_ms
 from airflow_provider_ct.core.landing import landing_of
 from airflow_provider_ct.core.staging import inside, staging_root

@@ -32,15 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.collections.holds import HoldTime, hold_time, read_holds
 from airflow_provider_ct.collections.registry import CollectionKeys, is_read_only, table_name
-from airflow_provider_ct.collections.rows import delete_files
 from airflow_provider_ct.core.commit import commit_once
+from airflow_provider_ct.core.expiry import delete_files, unreachable_files
 from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.timeline import Timeline, main_ancestry
 from airflow_provider_ct.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
-    from pyiceberg.io import FileIO
     from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
@@ -178,18 +177,6 @@ def plan_expiry(
     )
 
 
-def _files_of(snapshot: Snapshot, io: FileIO, cache: dict[str, set[str]]) -> set[str]:
-    """Every file a snapshot references: manifest list, manifests, data and delete files."""
-    files = {snapshot.manifest_list}
-    for manifest in snapshot.manifests(io):
-        files.add(manifest.manifest_path)
-        if manifest.manifest_path not in cache:
-            entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
-            cache[manifest.manifest_path] = {e.data_file.file_path for e in entries}
-        files |= cache[manifest.manifest_path]
-    return files
-
-
 def _retained_snapshots(table: Table, before: TableMetadata, plan: ExpiryPlan) -> list[Snapshot]:
     """The snapshots whose files must survive: all left, or just the oldest kept on main.
 
@@ -209,16 +196,10 @@ def _retained_snapshots(table: Table, before: TableMetadata, plan: ExpiryPlan) -
 
 def _delete_unreachable(table: Table, before: TableMetadata, plan: ExpiryPlan) -> int:
     """Delete the files only expired snapshots referenced (an entry of any status references)."""
-    cache: dict[str, set[str]] = {}
-    gone: set[str] = set()
-    for snapshot_id in plan.expire:
-        snapshot = before.snapshot_by_id(snapshot_id)
-        if snapshot is not None:
-            gone |= _files_of(snapshot, table.io, cache)
-    kept: set[str] = set()
-    for snapshot in _retained_snapshots(table, before, plan):
-        kept |= _files_of(snapshot, table.io, cache)
-    return delete_files(table, sorted(gone - kept))
+    expired = [before.snapshot_by_id(snapshot_id) for snapshot_id in plan.expire]
+    retained = _retained_snapshots(table, before, plan)
+    gone = unreachable_files(table.io, [s for s in expired if s is not None], retained)
+    return delete_files(table, gone)
 
 
 def _commit_expiry(table: Table, name: str, plan: ExpiryPlan) -> bool:

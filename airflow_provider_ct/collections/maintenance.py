@@ -37,6 +37,7 @@ from airflow_provider_ct.collections.expiry import (
 )
 from airflow_provider_ct.collections.registry import is_read_only
 from airflow_provider_ct.core.sweep import DEFAULT_GRACE_MS, SweepReport, sweep_staged
+from airflow_provider_ct.core.tables import load_table_or_none, state_table_name
 from airflow_provider_ct.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -110,6 +111,15 @@ class MaintenanceReport:
         }
 
 
+def _sweep_state(catalog: Catalog, name: str, grace_ms: int) -> dict[str, SweepReport]:
+    """The sweep of a view's state table, if it keeps one: its writes stage files like batches."""
+    state = state_table_name(name)
+    table = load_table_or_none(catalog, state)
+    if table is None:
+        return {}
+    return {state: sweep_staged(table, grace_ms=grace_ms)}
+
+
 def maintain(
     catalog: Catalog,
     tables: Iterable[str],
@@ -160,6 +170,7 @@ def maintain(
                 if not is_read_only(table, read_only):
                     # File ages are wall-clock ages, whatever time the tick is for.
                     sweeps[name] = sweep_staged(table, grace_ms=chosen.sweep_grace_ms)
+                    sweeps.update(_sweep_state(catalog, name, chosen.sweep_grace_ms))
         except Exception as exc:
             log.exception("maintenance of %s failed", name)
             errors[name] = f"{type(exc).__name__}: {exc}"

@@ -1,6 +1,6 @@
 """Registering a collection: create the table, adopt the user's, or find ours.
 
-:func:`register` is what :func:`~airflow_provider_ct.collections.registry.register_collection`
+:func:`register` is what :func:`register_collection`
 does, and says what that was (a :class:`Registration`: ``created``,
 ``adopted``, ``registered`` or ``existing``), so that the register operator
 can report it and announce an adoption's new upper: a task that wrote
@@ -31,7 +31,7 @@ from airflow_provider_ct.collections.registry import (
 )
 from airflow_provider_ct.core.frontier import now_ms
 from airflow_provider_ct.core.layout import TableLayout
-from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.tables import create_managed_table, load_table_or_none
 from airflow_provider_ct.core.timeline import is_managed
 from airflow_provider_ct.exceptions import NotACollectionError, ReadOnlyError
 
@@ -124,12 +124,7 @@ def register(
 
 
 def _load_existing(catalog: Catalog, name: str) -> Table | None:
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        return catalog.load_table(name)
-    except NoSuchTableError:
-        return None
+    return load_table_or_none(catalog, name)  # type: ignore[no-any-return]
 
 
 def _register_existing(
@@ -168,3 +163,34 @@ def _register_existing(
     if status == EXISTING:
         log.info("%s is a %s collection: nothing to register", name, wanted.value)
     return Registration(name, wanted, status, table)
+
+
+def register_collection(
+    catalog: Catalog,
+    name: str,
+    schema: Schema | pa.Schema | None,
+    kind: CollectionKind | str,
+    *,
+    read_only: bool = False,
+    location: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    layout: TableLayout | None = None,
+    now: int | None = None,
+    deployment_read_only: bool | None = None,
+) -> Table:
+    """Create (or adopt) the table ``name`` as a collection of ``kind``.
+
+    See :func:`register`, which also says what it did.
+    """
+    return register(
+        catalog,
+        name,
+        schema,
+        kind,
+        read_only=read_only,
+        location=location,
+        properties=properties,
+        layout=layout,
+        now=now,
+        deployment_read_only=deployment_read_only,
+    ).table

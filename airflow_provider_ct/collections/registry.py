@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.keys import TableKeys
-from airflow_provider_ct.core.layout import TableLayout
 from airflow_provider_ct.core.settings import TRUE_VALUES, read_only
 from airflow_provider_ct.core.tables import iter_tables
 from airflow_provider_ct.core.timeline import Timeline, is_managed
@@ -42,9 +41,7 @@ from airflow_provider_ct.exceptions import (
 )
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyiceberg.catalog import Catalog
-    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
@@ -138,40 +135,6 @@ class CollectionInfo:
 def table_name(table: Table) -> str:
     """``namespace.table`` of a loaded table (without the catalog name)."""
     return ".".join(table.name())
-
-
-def register_collection(
-    catalog: Catalog,
-    name: str,
-    schema: Schema | pa.Schema | None,
-    kind: CollectionKind | str,
-    *,
-    read_only: bool = False,
-    location: str | None = None,
-    properties: Mapping[str, str] | None = None,
-    layout: TableLayout | None = None,
-    now: int | None = None,
-    deployment_read_only: bool | None = None,
-) -> Table:
-    """Create (or adopt) the table ``name`` as a collection of ``kind``.
-
-    See :func:`~airflow_provider_ct.collections.registration.register`, which
-    also says what it did (that module imports this one, hence the late import).
-    """
-    from airflow_provider_ct.collections.registration import register
-
-    return register(
-        catalog,
-        name,
-        schema,
-        kind,
-        read_only=read_only,
-        location=location,
-        properties=properties,
-        layout=layout,
-        now=now,
-        deployment_read_only=deployment_read_only,
-    ).table
 
 
 def load_collection(catalog: Catalog, name: str, kind: CollectionKind | None = None) -> Table:

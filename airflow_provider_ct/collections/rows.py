@@ -299,20 +299,6 @@ def write_parquet(table: Table, batch_id: str, data: pa.Table) -> list[str]:
     return [part.file.path for part in files.write_rows(data)]
 
 
-def delete_files(table: Table, paths: Iterable[str]) -> int:
-    """Delete files we staged but did not commit; missing files are fine."""
-    deleted = 0
-    for path in paths:
-        try:
-            table.io.delete(path)
-            deleted += 1
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("could not delete staged file %s: %s", path, exc)
-    return deleted
-
-
 @dataclass(frozen=True)
 class StagedChange:
     """Files that turn the head's contents into the wanted ones."""

@@ -107,13 +107,21 @@ def _validate_batch(
         previous = change.time
 
 
-def commit_once(table: Table, tx: Transaction, expected_head: int | None) -> None:
+def commit_once(
+    table: Table, tx: Transaction, expected_head: int | None, *, follow: bool = False
+) -> None:
     """Commit ``tx``'s updates in one catalog call that asserts ``main`` is ``expected_head``.
 
     The single, non-rebasing catalog commit of :func:`compare_and_append`,
-    also used by commits that are not appends (snapshot expiry, compaction):
-    a concurrent commit makes it fail with PyIceberg's
+    also used by commits that are not appends (snapshot expiry, compaction,
+    a view's state table): a concurrent commit makes it fail with PyIceberg's
     ``CommitFailedException`` instead of being rebased over.
+
+    :param follow: also do what PyIceberg's own commit does after the catalog
+        call: ``table`` takes the new metadata, and old metadata files go as
+        the table's ``write.metadata.delete-after-commit.enabled`` and
+        ``write.metadata.previous-versions-max`` say (tables the product keeps
+        for itself bound their metadata this way).
     """
     from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
 
@@ -124,6 +132,9 @@ def commit_once(table: Table, tx: Transaction, expected_head: int | None) -> Non
     requirements += [
         r for r in tx._requirements if not isinstance(r, AssertRefSnapshotId | AssertTableUUID)
     ]
+    if follow:
+        table._do_commit(tx._updates, tuple(requirements))
+        return
     table.catalog.commit_table(table, tuple(requirements), tx._updates)
 
 

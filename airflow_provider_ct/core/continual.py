@@ -13,23 +13,32 @@ Per input time ``t`` the statements run in order against:
 * the **output** name: the output as of ``t - 1`` plus the changes of the
   statements before (one iteration);
 * any other table (a **reference**): its contents as of ``t``;
-* ``mz_now()`` / ``ct_time()``: the literal ``t`` (epoch ms), e.g. for a
-  retention window.
+* ``mz_now()`` / ``ct_time()``: ``t``, as a timestamp where it meets one and
+  in epoch ms otherwise (:mod:`~airflow_provider_ct.core.continual_now`),
+  e.g. for a retention window.
 
-Unqualified table names resolve in ``default_namespace``.
+Unqualified table names resolve in ``default_namespace``. As in Materialize,
+the column list may be left out when no statement reads the output (the job
+infers it), and ``SNAPSHOT`` defaults to true (docs/continual-tasks.md).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from airflow_provider_ct.core.continual_statements import (
+    Statement,
+    check_inferred,
+    check_widths,
+    classify,
+)
 from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.core.timeline import Timeline
@@ -38,15 +47,37 @@ from airflow_provider_ct.exceptions import QueryError
 if TYPE_CHECKING:
     from airflow_provider_ct.core.description import BatchDescription
 
+_NAME = r"[\w.`\"]+"
+_OPTIONS = r"(?:WITH\s*\((?P<options>[^)]*)\)\s*)?"
 _HEADER = re.compile(
-    r"""^\s*CREATE\s+CONTINUAL\s+TASK\s+(?P<name>[\w.`"]+)\s*
-        \((?P<columns>.*?)\)\s*
-        ON\s+INPUT\s+(?P<input>[\w.`"]+)\s*
-        (?:WITH\s*\((?P<options>[^)]*)\)\s*)?
+    rf"""^\s*CREATE\s+CONTINUAL\s+TASK\s+(?P<name>{_NAME})\s*
+        (?:\((?P<columns>.*?)\)\s*)?
+        ON\s+INPUT\s+(?P<input>{_NAME})\s*
+        {_OPTIONS}
         AS\s*\((?P<body>.*)\)\s*;?\s*$""",
     re.IGNORECASE | re.DOTALL | re.VERBOSE,
 )
-NOW_FUNCTIONS = ("mz_now", "ct_time")
+#: Materialize's sugar: ``FROM TRANSFORM input USING (query)``, an INSERT of the query.
+_TRANSFORM = re.compile(
+    rf"""^\s*CREATE\s+CONTINUAL\s+TASK\s+(?P<name>{_NAME})\s*
+        FROM\s+TRANSFORM\s+(?P<input>{_NAME})\s*
+        USING\s*\((?P<query>.*?)\)\s*
+        {_OPTIONS};?\s*$""",
+    re.IGNORECASE | re.DOTALL | re.VERBOSE,
+)
+#: ``FROM RETAIN input WHILE (predicate)``: the input's rows while the predicate holds.
+_RETAIN = re.compile(
+    rf"""^\s*CREATE\s+CONTINUAL\s+TASK\s+(?P<name>{_NAME})\s*
+        FROM\s+RETAIN\s+(?P<input>{_NAME})\s*
+        WHILE\s*\((?P<predicate>.*?)\)\s*
+        {_OPTIONS};?\s*$""",
+    re.IGNORECASE | re.DOTALL | re.VERBOSE,
+)
+_SYNTAX = (
+    "expected CREATE CONTINUAL TASK name [(col type, ...)] ON INPUT input "
+    "[WITH (SNAPSHOT = false)] AS ( statement; ... ), or CREATE CONTINUAL TASK name "
+    "FROM TRANSFORM input USING ( query ) / FROM RETAIN input WHILE ( predicate )"
+)
 #: ``kind`` of a continual task's :func:`~airflow_provider_ct.core.query.query_hash`.
 CONTINUAL_TASK_KIND = "continual-task"
 #: The Iceberg operation that rewrites files without changing rows (compaction).
@@ -54,27 +85,30 @@ REPLACE = "replace"
 
 
 @dataclass(frozen=True)
-class Statement:
-    kind: str  # "delete" or "insert"
-    #: The parsed statement (sqlglot, Spark dialect), table names qualified.
-    expression: Any
-    #: For INSERT with a column list: the target columns, in order.
-    columns: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class ContinualTaskDef:
     name: str  # the output, namespace.table
-    columns: tuple[tuple[str, str], ...]  # (name, Spark type)
+    #: (name, Spark type); empty when the definition has no column list: the
+    #: job then takes them from the INSERTs' SELECTs (:meth:`with_columns`).
+    columns: tuple[tuple[str, str], ...]
     input: str
     statements: tuple[Statement, ...]
-    snapshot: bool = False
+    #: Materialize's default: the input's contents at the as-of are processed.
+    snapshot: bool = True
     references: tuple[str, ...] = ()
     sql: str = field(default="", repr=False)
 
     @property
     def column_names(self) -> list[str]:
         return [c for c, _ in self.columns]
+
+    @property
+    def declared(self) -> bool:
+        """Whether the definition lists the output's columns (else they are inferred)."""
+        return bool(self.columns)
+
+    def with_columns(self, columns: tuple[tuple[str, str], ...]) -> ContinualTaskDef:
+        """This task with its (inferred) columns filled in."""
+        return replace(self, columns=columns)
 
     def spark_schema_ddl(self) -> str:
         return ", ".join(f"`{c}` {t}" for c, t in self.columns)
@@ -116,7 +150,9 @@ def _split_top_level(text: str, sep: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _parse_columns(text: str) -> tuple[tuple[str, str], ...]:
+def _parse_columns(text: str | None) -> tuple[tuple[str, str], ...]:
+    if text is None:
+        return ()  # no column list: inferred
     columns = []
     for item in _split_top_level(text, ","):
         bits = item.split(None, 1)
@@ -137,7 +173,8 @@ def _parse_columns(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def _options(text: str | None) -> bool:
-    snapshot = False
+    """``SNAPSHOT``: true unless the definition says false (Materialize's default)."""
+    snapshot = True
     for item in _split_top_level(text or "", ","):
         key, _, value = item.partition("=")
         if key.strip().upper() != "SNAPSHOT":
@@ -155,6 +192,40 @@ def _tables_in(tree: Any) -> list[exp.Table]:
     ]
 
 
+@dataclass(frozen=True)
+class _Header:
+    """A definition's parts, whichever of Materialize's spellings it used."""
+
+    name: str
+    input: str
+    columns: str | None
+    options: str | None
+    body: str
+    #: FROM RETAIN: the DELETE reads the output, but the columns are the input's.
+    retains: bool = False
+
+
+def _header(sql: str) -> _Header:
+    match = _HEADER.match(sql or "")
+    if match is not None:
+        return _Header(
+            match["name"], match["input"], match["columns"], match["options"], match["body"]
+        )
+    match = _TRANSFORM.match(sql or "")
+    if match is not None:
+        body = f"INSERT INTO {match['name']} {match['query']};"
+        return _Header(match["name"], match["input"], None, match["options"], body)
+    match = _RETAIN.match(sql or "")
+    if match is not None:
+        name, source, keep = match["name"], match["input"], match["predicate"]
+        body = (
+            f"DELETE FROM {name} WHERE NOT ({keep}); "
+            f"INSERT INTO {name} SELECT * FROM {source} WHERE ({keep});"
+        )
+        return _Header(name, source, None, match["options"], body, retains=True)
+    raise QueryError(_SYNTAX)
+
+
 def parse_continual_task(
     sql: str, *, default_namespace: str | None = None, catalog_name: str = "ct"
 ) -> ContinualTaskDef:
@@ -162,41 +233,22 @@ def parse_continual_task(
 
     ``default_namespace`` qualifies unqualified table names; without it every
     name must be qualified (the error names the first one that is not).
+    Everything the text alone shows to be wrong is refused here, at DAG parse
+    (:mod:`~airflow_provider_ct.core.continual_statements`).
     """
-    match = _HEADER.match(sql or "")
-    if match is None:
-        raise QueryError(
-            "expected CREATE CONTINUAL TASK name (col type, ...) ON INPUT input "
-            "[WITH (SNAPSHOT = true)] AS ( statement; ... )"
-        )
-    output = _qualify(match["name"], default_namespace, catalog_name)
-    source = _qualify(match["input"], default_namespace, catalog_name)
+    header = _header(sql)
+    output = _qualify(header.name, default_namespace, catalog_name)
+    source = _qualify(header.input, default_namespace, catalog_name)
     if output == source:
         raise QueryError(f"the task's output {output} cannot also be its input")
-    columns = _parse_columns(match["columns"])
-    snapshot = _options(match["options"])
-    try:
-        parsed = [s for s in sqlglot.parse(match["body"], read="spark") if s is not None]
-    except ParseError as exc:
-        raise QueryError(f"the task's statements do not parse: {exc}") from None
-    if not parsed:
-        raise QueryError("the task has no statements")
-    statements: list[Statement] = []
-    references: list[str] = []
-    for index, tree in enumerate(parsed, start=1):
-        for table in _tables_in(tree):
-            qualified = _qualify(
-                ".".join(p for p in (table.catalog, table.db, table.name) if p),
-                default_namespace,
-                catalog_name,
-            )
-            ns, name = qualified.split(".")
-            table.set("catalog", None)
-            table.set("db", exp.to_identifier(ns))
-            table.set("this", exp.to_identifier(name))
-            if qualified not in (output, source) and qualified not in references:
-                references.append(qualified)
-        statements.append(_statement(tree, index, output, columns))
+    columns = _parse_columns(header.columns)
+    snapshot = _options(header.options)
+    statements, references = _statements(header.body, output, source, default_namespace,
+                                         catalog_name)  # fmt: skip
+    if columns:
+        check_widths(statements, [c for c, _ in columns])
+    elif not header.retains:
+        check_inferred(statements, output)
     return ContinualTaskDef(
         name=output,
         columns=columns,
@@ -208,39 +260,36 @@ def parse_continual_task(
     )
 
 
-def _statement(tree: Any, index: int, output: str, columns: Any) -> Statement:
-    text = tree.sql(dialect="spark")[:100]
-    if isinstance(tree, exp.Delete):
-        target = tree.this
-        if isinstance(target, exp.Table) and f"{target.db}.{target.name}".lower() == output:
-            return Statement("delete", tree)
-    elif isinstance(tree, exp.Insert):
-        target = tree.this
-        cols: tuple[str, ...] = ()
-        if isinstance(target, exp.Schema):
-            cols = tuple(c.name.lower() for c in target.expressions)
-            target = target.this
-        if isinstance(target, exp.Table) and f"{target.db}.{target.name}".lower() == output:
-            query = tree.expression
-            if not isinstance(query, exp.Query):
-                raise QueryError(f"statement {index} must INSERT INTO {output} SELECT ...: {text}")
-            names = [c for c, _ in columns]
-            unknown = [c for c in cols if c not in names]
-            if unknown:
-                raise QueryError(f"statement {index} inserts unknown columns {unknown}: {text}")
-            width = len(cols) if cols else len(names)
-            projected = query.selects if isinstance(query, exp.Select) else []
-            stars = any(isinstance(p, exp.Star) or p.find(exp.Star) for p in projected)
-            if projected and not stars and len(projected) != width:
-                raise QueryError(
-                    f"statement {index} produces {len(projected)} columns but the task "
-                    f"declares {width} ({', '.join(cols or names)}): {text}"
-                )
-            return Statement("insert", tree, cols)
-    raise QueryError(
-        f"statement {index} must be DELETE FROM {output} ... or INSERT INTO {output} "
-        f"SELECT ...; got: {text}"
-    )
+def _statements(
+    body: str, output: str, source: str, namespace: str | None, catalog_name: str
+) -> tuple[list[Statement], list[str]]:
+    """The body's statements, table names qualified, and the references they read."""
+    try:
+        parsed = [s for s in sqlglot.parse(body, read="spark") if s is not None]
+    except ParseError as exc:
+        raise QueryError(f"the task's statements do not parse: {exc}") from None
+    if not parsed:
+        raise QueryError("the task has no statements")
+    texts = _split_top_level(body, ";")  # as written, for messages
+    if len(texts) != len(parsed):  # a ';' in a comment: quote sqlglot's rendering instead
+        texts = [tree.sql(dialect="spark") for tree in parsed]
+    statements: list[Statement] = []
+    references: list[str] = []
+    for index, (tree, text) in enumerate(zip(parsed, texts, strict=True), start=1):
+        for table in _tables_in(tree):
+            qualified = _qualify(
+                ".".join(p for p in (table.catalog, table.db, table.name) if p),
+                namespace,
+                catalog_name,
+            )
+            ns, name = qualified.split(".")
+            table.set("catalog", None)
+            table.set("db", exp.to_identifier(ns))
+            table.set("this", exp.to_identifier(name))
+            if qualified not in (output, source) and qualified not in references:
+                references.append(qualified)
+        statements.append(classify(tree, index, text, output))
+    return statements, references
 
 
 def input_times(timeline: Timeline, lower: int, upper: int, as_of: int) -> list[int]:

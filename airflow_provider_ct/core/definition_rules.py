@@ -19,7 +19,7 @@ a JVM starts and before any table is created:
   is read deterministically with ``mz_now()`` / ``ct_time()`` in a
   continual task (docs/decisions.md, "Definitions refused at parse time").
 * **a target named like a table the product keeps for itself**: a view's
-  aggregate state lives in ``<target>`` + :data:`~.state_table.SUFFIX`; a
+  aggregate state lives in ``<target>`` + :data:`~.tables.STATE_TABLE_SUFFIX`; a
   definition whose output ends in that suffix would write into another
   view's state (or have its own state table collide with it).
 """
@@ -31,7 +31,7 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import ParsedQuery, nondeterministic_calls
-from airflow_provider_ct.core.state_table import SUFFIX as STATE_TABLE_SUFFIX
+from airflow_provider_ct.core.tables import STATE_TABLE_SUFFIX
 from airflow_provider_ct.exceptions import QueryError
 
 #: Suffixes of table names the product keeps for itself.

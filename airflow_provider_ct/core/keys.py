@@ -34,9 +34,9 @@ class SummaryKeys:
     COMPUTE_MS = "ct.compute-ms"
     INPUT_ROWS = "ct.input-rows"
     #: Share of the inputs' bytes a grouped tick's restricted reads covered,
-    #: when ``refresh="auto"`` ran it in full for that (``core/read_estimate``).
+    #: when ``refresh="auto"`` ran it in full for that (``ivm/plan/read_estimate``).
     READ_SHARE = "ct.read-share"
-    #: On a view's aggregate state table (``core/state_table``): JSON object
+    #: On a view's aggregate state table (``ivm/state/table``): JSON object
     #: ``{table: snapshot_id | null}`` of the input snapshots the state reflects.
     STATE_INPUTS = "ct.state-inputs"
 

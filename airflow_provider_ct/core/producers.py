@@ -91,7 +91,7 @@ def _data_files_by_path(
     return [found[p] for p in paths]
 
 
-def _staged_data_files(
+def staged_data_files(
     table: Table, metadata: TableMetadata, paths: Sequence[str]
 ) -> list[DataFile]:
     """The staged Parquet files as Iceberg data files, each with its partition.
@@ -234,7 +234,7 @@ def _stage_change(
             snapshot_producer.delete_data_file(data_file)
     else:
         snapshot_producer = update.fast_append()
-    for data_file in _staged_data_files(table, tx.table_metadata, change.add_files):
+    for data_file in staged_data_files(table, tx.table_metadata, change.add_files):
         snapshot_producer.append_data_file(data_file)
         partitions.add(data_file)
     attach_delete_files(

@@ -61,3 +61,18 @@ def refresh_state(
         "refresh-start-timestamp-ms": started_ms,
     }
     return {REFRESH_STATE: json.dumps(state, separators=(",", ":"))}
+
+
+def view_batch_summary(
+    digest: str, sources: Mapping[str, tuple[Table, int | None]], started_ms: int
+) -> dict[str, str]:
+    """What every batch of a view records of its definition and sources, quiet or computed.
+
+    The query's hash (``ct.query-hash``), which lets a later tick prove itself
+    quiet (``core/quiet.py``) or incremental (``ivm/plan/history.py``), and
+    the draft's ``refresh-state`` for other engines. One owner: the quiet
+    batch (no Spark) and the write job's batch must never record it apart.
+    """
+    from airflow_provider_ct.core.keys import SummaryKeys
+
+    return {SummaryKeys.QUERY_HASH: digest, **refresh_state(digest, sources, started_ms)}

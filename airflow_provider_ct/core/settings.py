@@ -44,7 +44,7 @@ LARGE_CHANGE_SHARE_ENV = "CT_FULL_ABOVE_CHANGE"
 
 #: ``refresh="auto"`` runs a ``group`` tick in full when its restricted reads
 #: would still cover this share of the inputs' bytes (Iceberg's scan planning
-#: over the pinned snapshots: ``core/read_estimate``) and its result is small.
+#: over the pinned snapshots: ``ivm/plan/read_estimate``) and its result is small.
 FULL_READ_SHARE = 0.5
 #: Overrides :data:`FULL_READ_SHARE` in the job's environment; 0 turns the rule off.
 FULL_READ_SHARE_ENV = "CT_FULL_ABOVE_READ_SHARE"
@@ -53,7 +53,7 @@ FULL_READ_SHARE_ENV = "CT_FULL_ABOVE_READ_SHARE"
 SMALL_RESULT_ROWS = 200_000
 
 #: ``refresh="auto"`` runs in full while the view's own incremental batches
-#: cost more than its full ones (``core/refresh.history_reason``), and tries
+#: cost more than its full ones (``ivm/plan/refresh.history_reason``), and tries
 #: incremental again after this many batches in full.
 RETRY_INCREMENTAL_AFTER = 8
 #: Overrides :data:`RETRY_INCREMENTAL_AFTER` in the job's environment; 0 turns the rule off.
@@ -121,37 +121,31 @@ def env_row_count(name: str, default: int, environ: Mapping[str, str] | None = N
     return env_number(name, default, int, "a number of rows, not negative", environ)
 
 
-def retry_incremental_after(refresh: str) -> int:
+def retry_incremental_after() -> int:
     """Batches in full after which a view that lost incrementally tries again (0: rule off).
 
-    Only ``auto`` learns from a view's history.
+    Which refresh modes learn from a view's history is decided with the
+    other rules (``ivm/plan/decision.RefreshSettings``); this only reads the number.
     """
-    if refresh != "auto":
-        return 0
     return env_row_count(RETRY_INCREMENTAL_AFTER_ENV, RETRY_INCREMENTAL_AFTER)
 
 
-def small_input_rows(refresh: str) -> int:
-    """Inputs this small (in rows) make ``refresh`` run in full: only ``auto`` chooses by size."""
-    return env_row_count(SMALL_INPUT_ROWS_ENV, SMALL_INPUT_ROWS) if refresh == "auto" else 0
+def small_input_rows() -> int:
+    """Inputs this small (in rows) run in full, where the refresh mode chooses by size."""
+    return env_row_count(SMALL_INPUT_ROWS_ENV, SMALL_INPUT_ROWS)
 
 
-def large_change_share(refresh: str) -> float:
-    """The change share above which ``refresh`` runs a group tick in full (0: never).
+def large_change_share() -> float:
+    """The change share above which a group tick runs in full (0: never).
 
-    Only ``auto`` chooses by size. A bad value in the environment is a
-    :class:`ConfigurationError`.
+    A bad value in the environment is a :class:`ConfigurationError`.
     """
-    if refresh != "auto":
-        return 0.0
     what = "a share of the inputs' rows (0 turns the rule off)"
     return env_number(LARGE_CHANGE_SHARE_ENV, LARGE_CHANGE_SHARE, float, what)
 
 
-def full_read_share(refresh: str) -> float:
-    """The share of the inputs' bytes above which an ``auto`` group tick runs in full (0: never)."""
-    if refresh != "auto":
-        return 0.0
+def full_read_share() -> float:
+    """The share of the inputs' bytes above which a group tick runs in full (0: never)."""
     what = "a share of the inputs' bytes (0 turns the rule off)"
     return env_number(FULL_READ_SHARE_ENV, FULL_READ_SHARE, float, what)
 

@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
-from airflow_provider_ct.core import ids
 from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.frontier import now_ms
+from airflow_provider_ct.core.ids import check_id as _check_id
 from airflow_provider_ct.core.keys import TableKeys
 from airflow_provider_ct.core.manifest import (
     STATE_STAGED,
@@ -80,7 +80,7 @@ log = logging.getLogger(__name__)
 # -- locations ---------------------------------------------------------------
 def check_id(value: Any, what: str) -> str:
     """A batch or attempt id that is safe as one path segment (:mod:`.ids`), or StagingError."""
-    return ids.check_id(value, what, StagingError)
+    return _check_id(value, what, StagingError)
 
 
 def _relative_folder(value: str) -> str:

@@ -31,6 +31,27 @@ MANAGED_TABLE_PROPERTIES: dict[str, str] = {
 }
 
 
+#: A view's in-place aggregate state lives in ``<target>__ct_state`` (``ivm/state/table.py``):
+#: a table the product keeps for itself, swept with its view (``collections/maintenance``).
+STATE_TABLE_SUFFIX = "__ct_state"
+
+
+def state_table_name(target: str) -> str:
+    """The state table of view ``target`` (same namespace)."""
+    return f"{target}{STATE_TABLE_SUFFIX}"
+
+
+def load_table_or_none(catalog: Any, name: str) -> Any:
+    """The table ``name``, or None when it does not exist (before a first tick, an optional
+    companion table): the one place a missing table is not an error."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.load_table(name)
+    except NoSuchTableError:
+        return None
+
+
 def split_identifier(identifier: str) -> tuple[str, str]:
     """``namespace.table`` -> (namespace, table); refuses anything else."""
     parts = identifier.split(".")
@@ -121,7 +142,7 @@ def iter_tables(
 
     Namespaces that do not exist (yet) and tables dropped while listing are
     skipped: callers list while other processes create and drop. So are the
-    state tables of in-place views (``core/state_table.py``).
+    state tables of in-place views (``ivm/state/table.py``).
     """
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 

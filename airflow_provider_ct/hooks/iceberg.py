@@ -45,6 +45,7 @@ from airflow_provider_ct.core.commit import catalog_transport_errors
 from airflow_provider_ct.core.outages import raise_if_unavailable
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.core.tables import load_table_or_none
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import ConfigurationError
 from airflow_provider_ct.spark.conf import spark_conf
@@ -181,12 +182,7 @@ class IcebergCatalogHook(BaseHook):
 
     def load_table_or_none(self, identifier: str) -> Table | None:
         """The table ``identifier``, or ``None`` if it does not exist (before a first tick)."""
-        from pyiceberg.exceptions import NoSuchTableError
-
-        try:
-            return self.get_catalog().load_table(identifier)
-        except NoSuchTableError:
-            return None
+        return load_table_or_none(self.get_catalog(), identifier)  # type: ignore[no-any-return]
 
     def timelines(
         self, tables: Iterable[str], policies: Mapping[str, str] | None = None

@@ -31,7 +31,7 @@ from airflow_provider_ct.core.quiet import (
     stage_empty_batch,
     view_tick_is_quiet,
 )
-from airflow_provider_ct.core.refresh_state import refresh_state
+from airflow_provider_ct.core.refresh_state import view_batch_summary
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.exceptions import DescriptionError
 
@@ -155,7 +155,7 @@ def quiet_batch(
     summary = {SummaryKeys.QUERY_HASH: digest}
     if rule.records_time:  # a view: its result is the query over these snapshots
         sources = {n: (inputs[n], desc.inputs.get(n)) for n in inputs}
-        summary.update(refresh_state(digest, sources, now_ms()))
+        summary = view_batch_summary(digest, sources, now_ms())
     _, manifest = stage_empty_batch(table, desc, record_time=rule.records_time, summary=summary)
     log.info("quiet tick for %s (no Spark job): %s", desc.target, quiet.reason)
     report = WriteReport(

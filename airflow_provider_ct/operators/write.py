@@ -15,12 +15,12 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.layout import TargetSettings
-from airflow_provider_ct.core.planner import REFRESH_MODES
 from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.engine.client import ENGINES
 from airflow_provider_ct.exceptions import ConfigurationError, DescriptionError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.hooks.spark_job import DEFAULT_LOCAL_MASTER, SparkJobHook
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.lineage import TickLineage, describe_tick, safe_lineage
 from airflow_provider_ct.operators._common import (
     NOT_QUIET_FIELD,
@@ -122,13 +122,9 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         self.driver_memory = driver_memory
         self.iceberg_conn_id = iceberg_conn_id
         self.quiet_ticks = quiet_ticks
-        if refresh not in REFRESH_MODES:
-            raise ConfigurationError(
-                f"refresh={refresh!r}: expected one of {', '.join(REFRESH_MODES)}"
-            )
         if not isinstance(verify_every, int) or verify_every < 0:
             raise ConfigurationError(f"verify_every={verify_every!r}: expected an integer >= 0")
-        self.refresh = refresh
+        self.refresh = RefreshMode.parse(refresh).value
         self.verify_every = verify_every
         if engine is not None and engine not in ENGINES:
             raise ConfigurationError(f"engine={engine!r}: expected one of {', '.join(ENGINES)}")
@@ -154,7 +150,7 @@ class WriteOperator(RenderedSqlMixin, BaseOperator):
         return JobSpec(
             ViewWrite(
                 sql=self.sql,
-                refresh=self.refresh,
+                refresh=RefreshMode(self.refresh),
                 verify_every=self.verify_every,
                 dry_run=self.report_only,
                 target=self.target_settings,

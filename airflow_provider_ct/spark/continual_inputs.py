@@ -3,7 +3,7 @@
 For an input time ``t`` the job needs the rows inserted between the input's
 snapshot at ``t - 1`` and the one at ``t``: Iceberg's incremental read when
 every snapshot in between is an append, else the exact net inserts computed
-on the driver by :func:`~airflow_provider_ct.core.changes.table_changes`
+on the driver by :func:`~airflow_provider_ct.ivm.changes.table_changes.table_changes`
 (see docs/continual-tasks.md, "How inserts are read").
 """
 
@@ -13,8 +13,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.core.changes import table_changes
 from airflow_provider_ct.core.timeline import Timeline
+from airflow_provider_ct.ivm.changes.table_changes import table_changes
 from airflow_provider_ct.spark.frames import changes_to_spark
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def inserted_rows(
 
     Appends only: Iceberg's incremental read of the new files, in Spark.
     Anything else (overwrites, deletes, merge-on-read position deletes, and
-    ``replace`` in between): :func:`~airflow_provider_ct.core.changes.table_changes`
+    ``replace`` in between): :func:`~airflow_provider_ct.ivm.changes.table_changes.table_changes`
     reads the files the range touched (on the driver, with PyArrow) and the
     net inserted rows are handed to Spark through one Parquet file under
     ``scratch``, whose path is returned for the caller to remove once the

@@ -8,7 +8,7 @@ Plain PySpark code like :mod:`.write_job`, run for a
 2. finds the input's times in the batch (its snapshots there) and, for each
    time ``t`` in order, reads only the rows *inserted* at ``t`` (an
    incremental read between the snapshot before ``t`` and the one at ``t``
-   across appends, :func:`~airflow_provider_ct.core.changes.table_changes`
+   across appends, :func:`~airflow_provider_ct.ivm.changes.table_changes.table_changes`
    across anything else; the input is never scanned in full after the first
    tick, see docs/continual-tasks.md);
 3. runs the statements in order: the output name sees the output as of
@@ -36,13 +36,14 @@ from airflow_provider_ct.core.batch_files import BatchFiles
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.continual import (
     CONTINUAL_TASK_KIND,
-    NOW_FUNCTIONS,
     ContinualTaskDef,
     as_of_of,
     batch_times,
     parse_continual_task,
     window,
 )
+from airflow_provider_ct.core.continual_now import with_time
+from airflow_provider_ct.core.continual_statements import width_error
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.keys import SummaryKeys, TableKeys
 from airflow_provider_ct.core.layout import TableLayout, TargetSettings
@@ -51,9 +52,14 @@ from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.staging import begin_batch, finish_batch, outdated_reason
 from airflow_provider_ct.core.storage import io_properties
-from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.core.tables import create_managed_table, load_table_or_none
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import CTError, SchemaMismatchError
+from airflow_provider_ct.exceptions import CTError, QueryError, SchemaMismatchError
+from airflow_provider_ct.spark.continual_checks import (
+    check_statements,
+    renamed,
+    temporal_columns,
+)
 from airflow_provider_ct.spark.continual_inputs import inserted_rows
 
 if TYPE_CHECKING:
@@ -63,6 +69,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_provider_ct.continual_job")
 
 SELF_VIEW, INPUT_VIEW, REF_VIEW = "__ct_self", "__ct_input", "__ct_ref_"
+#: The output so far without the row addresses: what an INSERT's SELECT reads
+#: (``SELECT * FROM output`` gives the output's columns, nothing internal).
+SELF_ROWS = "__ct_self_rows"
 FILE_COL, POS_COL = "__ct_file", "__ct_pos"
 
 
@@ -73,23 +82,6 @@ class _State:
     base: DataFrame | None  # output at the base snapshot, with FILE_COL/POS_COL
     written: list[dict[str, Any]] = field(default_factory=list)  # rows staged this batch
     deleted: set[tuple[str, int]] = field(default_factory=set)
-
-
-def _rename_tables(tree: Any, mapping: dict[str, str]) -> Any:
-    tree = tree.copy()
-    for table in list(tree.find_all(exp.Table)):
-        name = f"{table.db}.{table.name}".lower() if table.db else table.name.lower()
-        if name in mapping:
-            alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
-            table.replace(exp.Table(this=exp.to_identifier(mapping[name]), alias=alias))
-    return tree
-
-
-def _with_time(tree: Any, time: int) -> Any:
-    for call in list(tree.find_all(exp.Anonymous)):
-        if str(call.this).lower() in NOW_FUNCTIONS:
-            call.replace(exp.Literal.number(time))
-    return tree
 
 
 def _state_frame(spark: SparkSession, task: ContinualTaskDef, state: _State) -> DataFrame:
@@ -158,17 +150,10 @@ class _Pending:
     next_position: int = 0
 
 
-def _run_time(
-    spark: SparkSession,
-    config: CatalogConfig,
-    task: ContinualTaskDef,
-    state: _State,
-    time: int,
-    inserts: DataFrame,
-    references: dict[str, Timeline],
-) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
+def _run_time(run: _Run, time: int, inserts: DataFrame) -> tuple[list[Any], list[Any]]:
     """Run the statements at ``time``; returns (rows added, persisted rows retracted)."""
-    mapping = _bind_views(spark, config, task, time, inserts, references)
+    spark, task, state = run.spark, run.task, run.state
+    mapping = _bind_views(spark, run.config, task, time, inserts, run.references)
     pending = _Pending(time)
     ddl = f"{task.spark_schema_ddl()}, `{FILE_COL}` string, `{POS_COL}` long"
     for statement in task.statements:
@@ -176,10 +161,13 @@ def _run_time(
         if pending.added:
             current = current.unionByName(spark.createDataFrame(pending.added, ddl))
         current.createOrReplaceTempView(SELF_VIEW)
-        tree = _with_time(_rename_tables(statement.expression, mapping), time)
+        current.drop(FILE_COL, POS_COL).createOrReplaceTempView(SELF_ROWS)
         if statement.kind == "delete":
+            tree = with_time(renamed(statement.expression, mapping), time, run.temporal)
             _run_delete(spark, tree, state, pending)
         else:
+            views = {**mapping, task.name: SELF_ROWS}
+            tree = with_time(renamed(statement.expression, views), time, run.temporal)
             _run_insert(spark, task, statement, tree, pending)
     return pending.added, pending.retracted
 
@@ -202,16 +190,16 @@ def _run_delete(spark: SparkSession, tree: Any, state: _State, pending: _Pending
 def _run_insert(
     spark: SparkSession, task: ContinualTaskDef, statement: Any, tree: Any, pending: _Pending
 ) -> None:
-    """An ``INSERT``: its rows, cast to the declared types, join this time's additions."""
+    """An ``INSERT``: its rows, cast to the output's types, join this time's additions.
+
+    The types were checked assignable before the batch (``continual_checks``).
+    """
     from pyspark.sql import functions as F
 
     result = spark.sql(tree.expression.sql(dialect="spark"))
     targets = list(statement.columns) or task.column_names
-    if len(result.columns) != len(targets):
-        raise CTError(
-            f"an INSERT of task {task.name} produces {len(result.columns)} columns, "
-            f"the task declares {len(targets)}"
-        )
+    if len(result.columns) != len(targets):  # checked before the batch; the schema moved
+        raise width_error(statement, len(result.columns), targets)
     typed = result.toDF(*targets).select(
         *[
             (F.col(f"`{c}`") if c in targets else F.lit(None)).cast(t).alias(c)
@@ -240,6 +228,8 @@ class _Run:
     state: _State
     data_dir: str
     snapshot_time: int | None
+    #: Date/time column names of the tables the task reads (``mz_now()``'s type).
+    temporal: set[str]
     reads: dict[str, int] = field(default_factory=dict)  # how each time's inserts were read
 
     @functools.cached_property
@@ -269,10 +259,11 @@ def run_continual(
     if desc.target != task.name:
         raise CTError(f"description {desc.id} is for {desc.target}, not for task {task.name}")
     catalog = config.load()
+    source = _load_input(catalog, task)
+    task, temporal = _checked(spark, config, task)  # refused here: nothing created or written
     table = _open_output(spark, catalog, task, desc, (target or TargetSettings()).layout)
     if isinstance(table, WriteReport):
         return table
-    source = catalog.load_table(task.input)
     input_tl = Timeline.of(source)
     as_of = as_of_of(table.metadata.properties, desc.time)
     times = batch_times(input_tl, desc, as_of=as_of, snapshot=task.snapshot)
@@ -290,6 +281,7 @@ def run_continual(
         _State(base=_base_frame(spark, config, task, desc.base_snapshot_id)),
         batch.data_dir,
         as_of if task.snapshot and times[:1] == [as_of] else None,
+        temporal,
     )
     staged = [t for t in (_process_time(run, time) for time in times) if t is not None]
     final = finish_batch(batch, manifest, staged, io=io_properties(table))
@@ -309,6 +301,51 @@ def run_continual(
     )
 
 
+def _load_input(catalog: Any, task: ContinualTaskDef) -> Table:
+    """The task's input: an Iceberg table of the catalog (Materialize: not a view)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.load_table(task.input)
+    except NoSuchTableError:
+        raise QueryError(
+            f"the input {task.input} of continual task {task.name} is not an Iceberg table of "
+            "the catalog: a continual task reads its input's changes from its snapshots, "
+            "which a view does not have"
+        ) from None
+
+
+def _checked(
+    spark: SparkSession, config: CatalogConfig, task: ContinualTaskDef
+) -> tuple[ContinualTaskDef, set[str]]:
+    """The task checked against the tables' schemas, its columns inferred if not declared.
+
+    Empty views stand for the tables (Spark analyses, reads nothing), under the
+    names the statements run against; also returns the date/time columns for
+    ``mz_now()``.
+    """
+    views = {task.name: SELF_VIEW, task.input: INPUT_VIEW}
+    for index, name in enumerate(sorted(task.references)):
+        views[name] = f"{REF_VIEW}{index}"
+    schemas = []
+    for name, view in views.items():
+        if name != task.name:
+            frame = spark.table(f"{config.name}.{name}").limit(0)
+            frame.createOrReplaceTempView(view)
+            schemas.append(frame.schema)
+    temporal = temporal_columns(schemas)
+
+    def bind_output(columns: ContinualTaskDef) -> None:
+        frame = _state_frame(spark, columns, _State(base=None))
+        frame.createOrReplaceTempView(SELF_VIEW)
+        frame.drop(FILE_COL, POS_COL).createOrReplaceTempView(SELF_ROWS)
+        temporal.update(temporal_columns([frame.schema]))
+
+    inserts = {**views, task.name: SELF_ROWS}
+    checked = check_statements(spark, task, views, inserts, temporal, bind_output)
+    return checked, temporal
+
+
 def _open_output(
     spark: SparkSession,
     catalog: Any,
@@ -317,12 +354,7 @@ def _open_output(
     layout: TableLayout,
 ) -> Table | WriteReport:
     """The output, created on the first tick (with ``layout``); ``outdated`` if it moved on."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        table = catalog.load_table(task.name)
-    except NoSuchTableError:
-        table = None
+    table = load_table_or_none(catalog, task.name)
     reason = outdated_reason(table, desc)
     if reason is not None:
         return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
@@ -394,9 +426,7 @@ def _process_time(run: _Run, time: int) -> StagedTime | None:
         )
         run.reads[mode] = run.reads.get(mode, 0) + 1
     try:
-        added, retracted = _run_time(
-            run.spark, run.config, run.task, run.state, time, inserts, run.references
-        )
+        added, retracted = _run_time(run, time, inserts)
     finally:
         if scratch is not None:  # every statement of this time has run (collected)
             run.table.io.delete(scratch)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from airflow_provider_ct.core.layout import TargetSettings
-from airflow_provider_ct.core.planner import REFRESH_MODES
 from airflow_provider_ct.exceptions import ConfigurationError
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,17 +43,15 @@ class ViewWrite:
 
     kind: ClassVar[str] = "write"
     sql: str
-    refresh: str = "auto"
+    refresh: RefreshMode = RefreshMode.AUTO
     verify_every: int = 0
     dry_run: bool = False
     #: :class:`~airflow_provider_ct.core.layout.TargetSettings` as JSON.
     target: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if self.refresh not in REFRESH_MODES:
-            raise ConfigurationError(
-                f"refresh={self.refresh!r}: expected one of {', '.join(REFRESH_MODES)}"
-            )
+        # Decoded from the job's JSON: a bare string becomes the mode (a bad one fails here).
+        object.__setattr__(self, "refresh", RefreshMode.parse(self.refresh))
         if self.verify_every < 0:
             raise ConfigurationError(f"verify_every={self.verify_every!r}: expected >= 0")
         TargetSettings.from_json(self.target)  # a bad one fails where the spec is built
@@ -171,6 +169,7 @@ def _args(kind: type[ViewWrite] | type[ContinualWrite], raw: dict[str, Any]) -> 
 #: The Python types each annotation of the job dataclasses admits.
 _TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,),
+    "RefreshMode": (str,),  # a mode's name in JSON; the dataclass turns it into the mode
     "int": (int,),
     "bool": (bool,),
     "str | None": (str, type(None)),

@@ -22,8 +22,8 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, ParsedQuery
 from airflow_provider_ct.exceptions import CTError
-from airflow_provider_ct.spark.analysis_cache import analysis_key, analyzed
-from airflow_provider_ct.spark.input_changes import read_pinned
+from airflow_provider_ct.spark.ivm.analysis_cache import analysis_key, analyzed
+from airflow_provider_ct.spark.ivm.input_changes import read_pinned
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -2,8 +2,8 @@
 correction it computed, and the clock of its phases.
 
 Kept apart from :mod:`.write_job` so the modules that compute a tick's
-correction in their own way (:mod:`.in_place_tick`) and the refresh rules
-(:mod:`.refresh_rules`) share these without importing the job itself.
+correction in their own way (:mod:`.ivm.in_place_tick`) share these without
+importing the job itself.
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ import pyarrow as pa
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.planner import Plan
+from airflow_provider_ct.core.query import query_hash
 from airflow_provider_ct.core.schema_change import SchemaChange
+from airflow_provider_ct.ivm.plan.decision import RefreshSettings, TickDecision
+from airflow_provider_ct.ivm.plan.planner import Plan
+from airflow_provider_ct.ivm.plan.sizes import Pinned
 from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.input_changes import Scratch
+from airflow_provider_ct.spark.ivm.input_changes import Scratch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -84,22 +87,51 @@ class Target:
         return self._frames()[1]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Computed:
-    """A correction and how it was computed (for the report)."""
+    """A correction and how it was computed (for the report and the batch's summary)."""
 
     correction: Correction
     strategy: str
     reason: str
     incremental_ticks: int
-    details: dict[str, Any] = field(default_factory=dict)
+    details: Mapping[str, Any] = field(default_factory=dict)
     #: In-place aggregates: the state to keep once the batch is staged.
     state: pa.Table | None = None
+    #: The plan that ran, as ``EXPLAIN`` lines (a fallback's, if the tick fell back).
+    explain: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        decision: TickDecision,
+        correction: Correction,
+        details: Mapping[str, Any] | None = None,
+        state: pa.Table | None = None,
+    ) -> Computed:
+        """What carrying ``decision`` out computed, as the decision describes it."""
+        notes = {**decision.details, **(details or {})}
+        if decision.considered:
+            notes["fallbacks"] = list(decision.considered)
+        return cls(
+            correction,
+            decision.strategy,
+            decision.reason,
+            decision.incremental_ticks,
+            notes,
+            state,
+            tuple(decision.plan.explain()),
+        )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tick:
-    """What the job was asked to do, and where it keeps its scratch files and times."""
+    """What the job was asked to do: frozen once the job has loaded and bound its inputs.
+
+    The decisions of the tick (:mod:`airflow_provider_ct.ivm.plan.decision`)
+    carry the plan they run; ``plan`` here is the query's plan under the
+    tick's refresh mode, before any fallback.
+    """
 
     spark: SparkSession
     config: CatalogConfig
@@ -107,28 +139,18 @@ class Tick:
     sql: str
     desc: BatchDescription
     plan: Plan
-    verify_every: int
-    #: ``refresh="auto"`` runs in full over inputs of at most this many rows (0: never).
-    small_rows: int
-    #: ``refresh="auto"`` runs a group tick in full above this change share (0: never).
-    large_change: float
+    settings: RefreshSettings
     #: Holds the inputs' changes the correction's frames read: removed after staging.
     scratch: Scratch
     clock: PhaseClock
+    #: Input name -> the temp view of its pinned snapshot (registered on first lookup).
+    input_views: Mapping[str, str]
+    #: Input name -> its PyIceberg table (None: one did not load; Spark says why).
+    input_tables: Mapping[str, Any] | None
+    #: What the tick's Spark analyses are kept under (:mod:`.ivm.analysis_cache`).
+    analysis_key: tuple | None
     #: When the job started (the draft materialized-view spec's refresh start).
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    #: ``refresh="auto"`` learns from the view's costs; incremental again after
-    #: this many batches in full (0: it does not).
-    retry_after: int = 0
-    #: ``refresh="auto"`` runs a group tick in full when its restricted reads
-    #: cover this share of the inputs' bytes (0: never; ``core/read_estimate``).
-    read_share: float = 0.0
-    #: Input name -> the temp view of its pinned snapshot (registered on first lookup).
-    input_views: Mapping[str, str] = field(default_factory=dict)
-    #: Input name -> its PyIceberg table (None: one did not load; Spark says why).
-    input_tables: dict[str, Any] | None = None
-    #: What the tick's Spark analyses are kept under (:mod:`.analysis_cache`).
-    analysis_key: tuple | None = None
     _loaded: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def input_table(self, name: str) -> Any:
@@ -138,3 +160,11 @@ class Tick:
         if name not in self._loaded:
             self._loaded[name] = self.catalog.load_table(name)
         return self._loaded[name]
+
+    def inputs(self) -> dict[str, Any]:
+        """Every input's PyIceberg table, by name."""
+        return {name: self.input_table(name) for name in self.desc.inputs}
+
+    def pinned(self) -> Pinned:
+        """What the refresh rules read of this tick (metadata only)."""
+        return Pinned(self.inputs(), self.desc.inputs, query_hash(self.sql), self.settings)

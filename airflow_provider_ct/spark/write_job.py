@@ -18,11 +18,11 @@ Given a batch description it
    append commits it in the batch's own commit
    (:mod:`airflow_provider_ct.core.schema_change`);
 4. computes the correction: incrementally from the inputs' changes where
-   the query's plan (:mod:`airflow_provider_ct.core.planner`) and the
-   target's history (:mod:`airflow_provider_ct.core.incremental`) allow (see
+   the query's plan (:mod:`airflow_provider_ct.ivm.plan.planner`) and the
+   target's history (:mod:`airflow_provider_ct.ivm.plan.history`) allow (see
    :mod:`.incremental`), else ``desired - persisted`` in full (see
    :mod:`.correction`); ``refresh="auto"`` runs in full where the refresh
-   rules (:mod:`airflow_provider_ct.core.refresh`) say it is cheaper;
+   rules (:mod:`airflow_provider_ct.ivm.plan.refresh`) say it is cheaper;
 5. stages inserts as Parquet and retractions as a position-delete file under
    the table location, and writes the staged-batch manifest (see
    :mod:`.stage_correction`).
@@ -34,22 +34,18 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
-from airflow_provider_ct.core.incremental import incremental_base
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.layout import TargetSettings
-from airflow_provider_ct.core.planner import AGGREGATE, FULL, Plan, choose_plan
 from airflow_provider_ct.core.query import parse_query, query_hash
-from airflow_provider_ct.core.refresh import (
-    full_diff_on_driver,
-)
-from airflow_provider_ct.core.refresh_state import refresh_state
+from airflow_provider_ct.core.refresh_state import view_batch_summary
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.schema_change import (
     SchemaChange,
@@ -58,38 +54,41 @@ from airflow_provider_ct.core.schema_change import (
     plan_schema_change,
     schema_error,
 )
-from airflow_provider_ct.core.settings import (
-    full_read_share,
-    full_rows_on_driver,
-    large_change_share,
-    retry_incremental_after,
-    small_input_rows,
-)
+from airflow_provider_ct.core.settings import full_rows_on_driver
 from airflow_provider_ct.core.staging import outdated_reason
 from airflow_provider_ct.core.tables import (
     UNKNOWN_ROWS,
     create_managed_table,
     live_bytes,
     live_rows,
+    load_table_or_none,
 )
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     CTError,
     IncrementalMismatchError,
-    IncrementalNotCheaperError,
 )
+from airflow_provider_ct.ivm.plan.decision import (
+    Action,
+    Discovery,
+    Fallback,
+    RefreshSettings,
+    TickDecision,
+    TickFacts,
+    decide,
+)
+from airflow_provider_ct.ivm.plan.history import incremental_base
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.planner import FULL, choose_plan
+from airflow_provider_ct.ivm.plan.refresh import full_diff_on_driver
+from airflow_provider_ct.ivm.plan.sizes import read_check, size_rules
 from airflow_provider_ct.spark.correction import check_schema, correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.in_place_tick import in_place_computed, keep_state
-from airflow_provider_ct.spark.incremental import incremental_correction
-from airflow_provider_ct.spark.input_changes import Scratch, bind_inputs
+from airflow_provider_ct.spark.ivm.in_place_tick import in_place_computed, keep_state
+from airflow_provider_ct.spark.ivm.incremental import incremental_correction
+from airflow_provider_ct.spark.ivm.input_changes import Scratch, bind_inputs
 from airflow_provider_ct.spark.pinned_query import PinnedQuery, PinnedViews, input_tables
-from airflow_provider_ct.spark.refresh_rules import (
-    auto_full_reason,
-    read_check,
-    recent_read_estimates,
-)
 from airflow_provider_ct.spark.stage_correction import stage_correction
 from airflow_provider_ct.spark.tick import Computed, PhaseClock, Target, Tick
 
@@ -111,7 +110,7 @@ def run_write(
     description: BatchDescription,
     *,
     dry_run: bool = False,
-    refresh: str = "auto",
+    refresh: RefreshMode | str = RefreshMode.AUTO,
     verify_every: int = 0,
     target: TargetSettings | None = None,
 ) -> WriteReport:
@@ -125,11 +124,11 @@ def run_write(
     :param target: the target's layout and ``on_schema_change``
         (:class:`~airflow_provider_ct.core.layout.TargetSettings`).
     """
-    desc = description
+    desc, mode = description, RefreshMode.parse(refresh)  # in-process callers pass strings
     parsed = parse_query(sql, target=desc.target, catalog_name=config.name)
-    plan = choose_plan(parsed, refresh)
+    plan = choose_plan(parsed, mode)
     catalog = config.load()
-    table = _load_or_none(catalog, desc.target)
+    table = load_table_or_none(catalog, desc.target)
     reason = outdated_reason(table, desc)
     if reason is not None:
         log.info("%s", reason)
@@ -155,43 +154,15 @@ def run_write(
         reason = "target was created and written concurrently"
         return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
     clock.lap("prepare")
+    settings = RefreshSettings.of(mode, verify_every)
     scratch = Scratch(spark, prepared.table)
-    tick = _tick(spark, config, catalog, sql, desc, plan, refresh, verify_every, scratch, clock)
-    tick.input_views, tick.input_tables, tick.analysis_key = views, tables, query.key
+    tick = Tick(
+        spark, config, catalog, sql, desc, plan, settings, scratch, clock, views, tables, query.key
+    )
     try:
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
         tick.scratch.remove()
-
-
-def _tick(
-    spark: SparkSession,
-    config: CatalogConfig,
-    catalog: Any,
-    sql: str,
-    desc: BatchDescription,
-    plan: Plan,
-    refresh: str,
-    verify_every: int,
-    scratch: Scratch,
-    clock: PhaseClock,
-) -> Tick:
-    """The tick's settings: the refresh rules ``refresh`` turns on, with their thresholds."""
-    small, large = small_input_rows(refresh), large_change_share(refresh)
-    tick = Tick(spark, config, catalog, sql, desc, plan, verify_every, small, large, scratch, clock)
-    tick.retry_after = retry_incremental_after(refresh)
-    tick.read_share = full_read_share(refresh)
-    return tick
-
-
-def _load_or_none(catalog: Any, name: str) -> Any:
-    """The table ``name``, or None before the first tick creates it."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        return catalog.load_table(name)
-    except NoSuchTableError:
-        return None
 
 
 def _compute_and_stage(tick: Tick, target: Target, dry_run: bool) -> WriteReport:
@@ -212,7 +183,7 @@ def _compute_and_stage(tick: Tick, target: Target, dry_run: bool) -> WriteReport
     extra = {
         "strategy": computed.strategy,
         "diffed_on": correction.diffed_on,
-        "plan": tick.plan.explain(),  # after the computation: a fallback's, if it fell back
+        "plan": list(computed.explain),  # the plan that ran: a fallback's, if it fell back
         **computed.details,
         "phases": clock.phases,
     }
@@ -247,7 +218,7 @@ def _batch_summary(tick: Tick, computed: Computed) -> dict[str, str]:
     """What the batch's snapshot summary records of how it was computed.
 
     The query's hash lands with the batch: a later tick can then prove
-    itself quiet (core/quiet.py) or incremental (core/incremental.py). The
+    itself quiet (core/quiet.py) or incremental (ivm/plan/history.py). The
     draft Iceberg materialized-view ``refresh-state`` says the same for
     other engines (core/refresh_state.py).
     """
@@ -256,13 +227,12 @@ def _batch_summary(tick: Tick, computed: Computed) -> dict[str, str]:
     rows = min(sum(live_rows(table, snap) for table, snap in sources.values()), UNKNOWN_ROWS)
     computing = sum(v for k, v in tick.clock.phases.items() if k != "prepare")
     return {
-        SummaryKeys.QUERY_HASH: digest,
+        **view_batch_summary(digest, sources, tick.started_ms),
         SummaryKeys.REFRESH: computed.strategy,
         SummaryKeys.INCREMENTAL_TICKS: str(computed.incremental_ticks),
         SummaryKeys.COMPUTE_MS: str(round(computing * 1000)),
         SummaryKeys.INPUT_ROWS: str(rows),
         **_read_share(computed),
-        **refresh_state(digest, sources, tick.started_ms),
     }
 
 
@@ -378,32 +348,64 @@ def _changing_target(
     return Target(pending_table(table, change), columns, lambda: built, base is not None, change)
 
 
+#: Fallbacks a tick may find before its decision is one that cannot fall back
+#: (in place -> its fallback plan -> full): more means a rule that loops.
+_MAX_FALLBACKS = 4
+
+
 def _compute(tick: Tick, target: Target) -> Computed:
-    """The tick's correction: incremental where the plan and history allow, else full."""
-    if tick.plan.strategy == AGGREGATE:
-        in_place = in_place_computed(tick, target)  # None: tick.plan is now its fallback
-        if in_place is not None:
-            return in_place
-    spark, config, desc, plan = tick.spark, tick.config, tick.desc, tick.plan
-    base, why_not = (None, plan.reason)
-    inputs: dict[str, Any] = {}
-    if plan.incremental and target.has_rows:
-        inputs = {name: tick.input_table(name) for name in desc.inputs}
-        base, why_not = incremental_base(target.table, desc, sql=tick.sql, inputs=inputs)
-    elif plan.incremental:
-        why_not = "the target has no rows yet"
-    details: dict[str, Any] = {}
-    if base is not None:
-        why_not = auto_full_reason(tick, inputs, base.before, target.table) or ""
-        why_not, details = (why_not, {}) if why_not else recent_read_estimates(tick, target.table)
-        base = None if why_not else base
-    if base is None:
-        return Computed(_full_correction(tick, target), FULL, why_not, 0, details)
-    verify_every = tick.verify_every
-    verify = verify_every > 0 and base.incremental_ticks + 1 >= verify_every
-    assert target.persisted is not None
+    """The tick's correction: decide, carry out, and decide again on what computing found."""
+    facts = _facts(tick, target)
+    while True:
+        decision = decide(facts)
+        log.info(
+            "tick decision for %s: %s (%s)",
+            tick.desc.target,
+            decision.action.value,
+            decision.reason,
+        )
+        outcome = _carry_out(tick, target, decision)
+        if isinstance(outcome, Computed):
+            return outcome
+        if len(facts.found) >= _MAX_FALLBACKS:
+            raise CTError(f"the tick's decision did not settle: {decision}, then {outcome}")
+        facts = facts.with_found(outcome)
+
+
+def _facts(tick: Tick, target: Target) -> TickFacts:
+    """What the decision needs, from metadata: the target's history is read once per tick."""
+    base, why_not = None, tick.plan.reason
+    if tick.plan.incremental and target.has_rows:
+        base, why_not = incremental_base(
+            target.table, tick.desc, sql=tick.sql, inputs=tick.inputs()
+        )
+    rules = size_rules(tick.pinned(), target.table, base.before if base is not None else {})
+    return TickFacts(tick.plan, target.has_rows, base, why_not, tick.settings, rules)
+
+
+def _carry_out(tick: Tick, target: Target, decision: TickDecision) -> Computed | Fallback:
+    """Compute what ``decision`` says; a fallback when computing finds it cannot."""
+    if decision.action in (Action.IN_PLACE, Action.REBUILD):
+        return in_place_computed(tick, target, decision)
+    if decision.action is Action.FULL:
+        return Computed.of(decision, _full_correction(tick, target))
+    return _incremental(tick, target, decision)
+
+
+def _incremental(tick: Tick, target: Target, decision: TickDecision) -> Computed | Fallback:
+    """The plan's incremental correction (verified against the full one every N-th tick)."""
+    spark, config, desc, plan, base = (
+        tick.spark,
+        tick.config,
+        tick.desc,
+        decision.plan,
+        decision.base,
+    )
+    assert target.persisted is not None and base is not None
     try:
-        bindings = bind_inputs(spark, config, plan, inputs, base.before, desc.inputs, tick.scratch)
+        bindings = bind_inputs(
+            spark, config, plan, tick.inputs(), base.before, desc.inputs, tick.scratch
+        )
         tick.clock.lap("changes")
         incr = incremental_correction(
             spark,
@@ -412,20 +414,19 @@ def _compute(tick: Tick, target: Target) -> Computed:
             config.name,
             target.persisted,
             target.columns,
-            on_driver=not verify,  # the verification compares two Spark corrections
-            check_reads=read_check(tick, inputs, target.table),
+            on_driver=not decision.verify,  # the verification compares two Spark corrections
+            check_reads=read_check(tick.pinned(), target.table, desc.base_snapshot_id),
         )
-    except IncrementalNotCheaperError as exc:
-        details = {"read_estimate": exc.estimate} if exc.estimate else {}
-        return Computed(_full_correction(tick, target), FULL, str(exc), 0, details)
     except (IncrementalMismatchError, ChangesUnavailableError) as exc:
-        reason = f"the incremental correction is not possible: {exc}"
-        return Computed(_full_correction(tick, target), FULL, reason, 0)
+        return Fallback(Discovery.NOT_POSSIBLE, str(exc))
+    if isinstance(incr, Fallback):
+        return incr
     details = {**bindings.report(), **incr.notes}
     strategy = str(details.pop("strategy", plan.strategy))
-    if not verify:
-        return Computed(incr, strategy, plan.reason, base.incremental_ticks + 1, details)
-    return _verify(target, incr, verify_every, details)
+    if not decision.verify:
+        computed = Computed.of(decision, incr, details)
+        return replace(computed, strategy=strategy)
+    return _verify(tick, target, incr, decision, details)
 
 
 def _full_correction(tick: Tick, target: Target) -> Correction:
@@ -454,7 +455,7 @@ def _estimated_size(tick: Tick, target: Target, measure: Callable[[Any, int | No
 
 
 def _verify(
-    target: Target, incr: Correction, verify_every: int, details: dict[str, Any]
+    tick: Tick, target: Target, incr: Correction, decision: TickDecision, details: Mapping[str, Any]
 ) -> Computed:
     """Every ``verify_every``-th tick: the full correction, and how far the incremental was off."""
     full = compute_correction(target.desired, target.persisted, target.columns)
@@ -464,7 +465,9 @@ def _verify(
         incr.release()
     if fixed:
         log.warning("verification fixed %d rows the incremental correction got wrong", fixed)
-    reason = f"verify_every={verify_every}: the full correction ran to verify the incremental ones"
-    return Computed(
-        full, FULL, reason, 0, {**details, "verified": True, "verify_fixed_rows": fixed}
+    every = tick.settings.verify_every
+    reason = f"verify_every={every}: the full correction ran to verify the incremental ones"
+    computed = Computed.of(
+        decision, full, {**details, "verified": True, "verify_fixed_rows": fixed}
     )
+    return replace(computed, strategy=FULL, reason=reason, incremental_ticks=0)

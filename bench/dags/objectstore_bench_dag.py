@@ -22,7 +22,8 @@ NAMESPACE = "osbench"
 VIEW_SQL = f"SELECT kind, COUNT(*) AS n, SUM(amount) AS total FROM {NAMESPACE}.events GROUP BY kind"
 #: Materialize's stream-table join: rows inserted into ``big`` joined with ``small`` as it is.
 TASK_SQL = (
-    f"CREATE CONTINUAL TASK {NAMESPACE}.stj (key INT, val STRING) ON INPUT {NAMESPACE}.big AS (\n"
+    f"CREATE CONTINUAL TASK {NAMESPACE}.stj (key INT, val STRING) ON INPUT {NAMESPACE}.big "
+    "WITH (SNAPSHOT = false) AS (\n"
     f"    INSERT INTO {NAMESPACE}.stj SELECT b.key, s.val FROM {NAMESPACE}.big b "
     f"JOIN {NAMESPACE}.small s ON b.key = s.key;\n)"
 )

@@ -17,7 +17,8 @@ DAILY_SQL = (
     "FROM lake.events GROUP BY CAST(ts AS DATE), country"
 )
 TASK = """
-CREATE CONTINUAL TASK lake.big_orders (country STRING, amount BIGINT) ON INPUT lake.events AS (
+CREATE CONTINUAL TASK lake.big_orders (country STRING, amount BIGINT) ON INPUT lake.events
+WITH (SNAPSHOT = false) AS (
     INSERT INTO lake.big_orders SELECT country, amount FROM lake.events WHERE amount >= 100;
 )
 """

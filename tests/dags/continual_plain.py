@@ -20,7 +20,7 @@ NAMESPACES = {"accct": False, "accsp": False, "accsn": True}  # namespace -> SNA
 
 def definition(namespace: str, snapshot: bool) -> str:
     """The stream-table join of ``<namespace>.big`` with the reference ``<namespace>.small``."""
-    options = "WITH (SNAPSHOT = true) " if snapshot else ""
+    options = "WITH (SNAPSHOT = true) " if snapshot else "WITH (SNAPSHOT = false) "
     return (
         f"CREATE CONTINUAL TASK {namespace}.stj (key INT, val STRING) "
         f"ON INPUT {namespace}.big {options}AS (\n"

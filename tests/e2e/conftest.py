@@ -25,6 +25,7 @@ from tests.conftest import _pg_config, connection_json
 from tests.e2e.checks import check_backfilled_view
 from tests.e2e_dags.e2e_dags import DEFERRAL_DAG, POSTGRES_CONN, SPARK_CONN, VIEWS
 from tests.e2e_dags.e2e_medallion import MEDALLION_DAGS
+from tests.pipelines.shop_feed import SQL_PIPELINE_DAG, create_inputs
 from tests.sparkcluster import SparkCluster, running_spark_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pg_server) -> Iterator[Stack
             "CT_WARM_DIR": str(root / "warm"),
         }
         airflow = LocalAirflow(home=home, dags_folder=ROOT / "tests" / "e2e_dags", env=env)
+        # The SQL pipeline's DAG file resolves its folder against the catalog when
+        # parsed: its inputs exist first, as a deployment's would.
+        create_inputs(CatalogConfig.embedded(home).load())
         with airflow:
-            api = airflow.start([*VIEWS, DEFERRAL_DAG, *MEDALLION_DAGS])
+            api = airflow.start([*VIEWS, DEFERRAL_DAG, *MEDALLION_DAGS, SQL_PIPELINE_DAG])
             yield Stack(airflow, api, CatalogConfig.embedded(home), postgres, cluster)
         assert not airflow.survivors(), f"Airflow processes outlived stop(): {airflow.survivors()}"

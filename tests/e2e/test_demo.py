@@ -43,6 +43,8 @@ def test_demo_runs_end_to_end_and_stops_everything(tmp_path: Path) -> None:
     assert "backfill done: one snapshot per hour" in out
     assert re.search(r"^table\s+upper \(exclusive\)\s+newest ct.time", out, re.M), out[-3000:]
     assert re.search(r"^shop\.revenue_per_customer\s+\d{4}-", out, re.M), out[-3000:]
+    # The SQL folder's gold view ticked (at the demo's ticks at now).
+    assert re.search(r"^shop_sql\.revenue_daily\s+\d{4}-", out, re.M), out[-3000:]
     ui = re.search(r"UI:\s+http://127\.0\.0\.1:(\d+)\s+login: admin / \S+", out)
     assert ui is not None, out[:2000]
     with socket.socket() as sock:  # the API server is gone

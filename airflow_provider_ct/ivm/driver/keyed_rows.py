@@ -1,0 +1,158 @@
+"""A snapshot's live rows fetched by key, for the driver's joins (:mod:`.driver_join`).
+
+A join partner of a change is fetched by the join keys the change carries:
+of each live data file only the rows whose key is asked for, with the
+snapshot's deletes applied. The file's columns come decoded from the file
+cache (:mod:`.file_cache`); integer and date keys are looked up in a sorted
+index of the file's column, built once per process and kept there too (the
+file never changes), so a fetch costs its matches rather than a scan.
+:func:`column_bytes` says from the manifests what deciding to decode the
+columns would cost.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_ct.core.file_cache import cached
+from airflow_provider_ct.exceptions import ChangesUnavailableError
+from airflow_provider_ct.ivm.changes.snapshot_files import (
+    EMPTY_STATE,
+    FileReader,
+    Manifests,
+    live_positions,
+    snapshot_schema,
+)
+from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pyiceberg.manifest import ManifestEntry
+    from pyiceberg.table import Table
+
+
+class SnapshotRows:
+    """One snapshot's live rows on some columns, fetched by the values of one column.
+
+    For the driver's joins (:mod:`.driver_join`): a fetch scans that column of
+    every live data file and takes only the live rows whose value is asked
+    for. The columns are decoded once per process (:mod:`.file_cache`), so
+    in a warm driver a join partner costs a pass over one in-memory column
+    and its matches, not a read of the table.
+    """
+
+    def __init__(self, table: Table, snapshot_id: int | None, columns: Sequence[str]) -> None:
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        metadata = table.metadata
+        snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+        if snapshot_id is not None and snapshot is None:
+            raise ChangesUnavailableError(f"snapshot {snapshot_id} is not in the table's metadata")
+        schema = snapshot_schema(table, snapshot)
+        self._reader = FileReader(table, schema, [schema.find_field(c).field_id for c in columns])
+        self._state = Manifests(table).state(snapshot) if snapshot is not None else EMPTY_STATE
+        self._specs = dict(metadata.specs())
+        self._live: dict[str, np.ndarray] = {}
+        arrow = schema_to_pyarrow(self._reader.read_schema, include_field_ids=False)
+        self.empty = arrow.empty_table()
+
+    def where(self, column: str, values: pa.Array) -> pa.Table:
+        """The live rows whose ``column`` is one of ``values`` (never NULL: SQL's equality)."""
+        if not len(values):
+            return self.empty
+        parts = []
+        for path, entry in sorted(self._state.data.items()):
+            rows = self._reader.rows(entry)
+            hits = self._positions(entry, rows, column, values)
+            if not len(hits):
+                continue
+            if path not in self._live:
+                self._live[path] = live_positions(self._reader, self._specs, self._state, entry)
+            hits = hits[self._live[path][hits]]
+            parts.append(rows.take(pa.array(hits, pa.int64())))
+        if not parts:
+            return self.empty
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    def _positions(
+        self, entry: ManifestEntry, rows: pa.Table, column: str, values: pa.Array
+    ) -> np.ndarray:
+        """Positions in the file whose ``column`` is one of ``values``, in file order.
+
+        Integer and date columns are looked up in a sorted index of the file's
+        column (built once per process, kept by the file cache: the file never
+        changes), so a fetch costs its matches; other types are scanned.
+        """
+        array = rows.column(column)
+        if pa.types.is_date32(array.type) != pa.types.is_date32(values.type):
+            raise NotOnDriver(f"{column} ({array.type}) looked up by {values.type} values")
+        index = self._index(entry, column, array) if _indexable(array.type) else None
+        if index is None or not _indexable(values.type):
+            hit = pc.is_in(array, value_set=values, skip_nulls=True)
+            return np.nonzero(np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool))[0]
+        ordered, positions = index
+        wanted = _as_int64(pc.drop_null(values))
+        lo = np.searchsorted(ordered, wanted, side="left")
+        hi = np.searchsorted(ordered, wanted, side="right")
+        lengths = hi - lo
+        total = int(lengths.sum())
+        if not total:
+            return np.empty(0, dtype=np.int64)
+        starts = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
+        return np.sort(positions[starts])
+
+    def _index(
+        self, entry: ManifestEntry, column: str, array: pa.ChunkedArray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        field = self._reader.read_schema.find_field(column)
+        key = ("index", *self._reader.column_key(entry.data_file, field))
+
+        def build() -> tuple[np.ndarray, np.ndarray]:
+            valid = np.asarray(pc.is_valid(array).to_numpy(zero_copy_only=False), dtype=bool)
+            positions = np.nonzero(valid)[0].astype(np.int64)
+            keys = _as_int64(array.filter(pa.array(valid)))
+            order = np.argsort(keys, kind="stable")
+            return keys[order], positions[order]
+
+        found: tuple[np.ndarray, np.ndarray] = cached(
+            key, build, lambda index: int(index[0].nbytes + index[1].nbytes)
+        )
+        return found
+
+
+def _indexable(arrow_type: pa.DataType) -> bool:
+    """Types whose values are exactly int64s (signed integers, dates)."""
+    return pa.types.is_signed_integer(arrow_type) or pa.types.is_date32(arrow_type)
+
+
+def _as_int64(array: Any) -> np.ndarray:
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if pa.types.is_date32(array.type):
+        array = array.cast(pa.int32())
+    return np.asarray(array.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def column_bytes(table: Table, snapshot_id: int, columns: Sequence[str]) -> int:
+    """What ``columns`` take in the live data files of a snapshot, stored (from the manifests).
+
+    A file without per-column sizes counts whole. What deciding to decode them costs.
+    """
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise ChangesUnavailableError(f"snapshot {snapshot_id} is not in the table's metadata")
+    schema = snapshot_schema(table, snapshot)
+    ids = {schema.find_field(c).field_id for c in columns}
+    total = 0
+    for entry in Manifests(table).state(snapshot).data.values():
+        sizes = entry.data_file.column_sizes or {}
+        if sizes:
+            total += sum(int(size) for field_id, size in sizes.items() if field_id in ids)
+        else:
+            total += int(entry.data_file.file_size_in_bytes or 0)
+    return total

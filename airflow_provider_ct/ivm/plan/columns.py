@@ -1,0 +1,80 @@
+"""Which columns of each input a plan reads: an incremental tick reads only those of a change.
+
+Kept apart from the planner, which decides the strategy; this answers a
+question every strategy's tick asks of the plan it runs.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.ivm.plan.planner import (
+    Block,
+    Plan,
+    block_tables,
+    is_count_star,
+    qualified_name,
+)
+
+
+def referenced_columns(
+    plan: Plan, schemas: dict[str, list[str]], catalog_name: str
+) -> dict[str, list[str]]:
+    """The columns of each input that the plan's blocks read, in schema order.
+
+    An incremental tick reads its inputs' changes from their data files;
+    reading only these columns keeps the cost of a change spread over the
+    table's files down, and nets away changes to columns the view never
+    reads. Conservative: a ``*``, a ``NATURAL`` join or a column this cannot
+    place (a struct field, an alias) means every column of every input.
+
+    :param schemas: input name -> its column names.
+    """
+    every = {name: list(columns) for name, columns in schemas.items()}
+    wanted: dict[str, set[str]] = {name: set() for name in schemas}
+    for block in plan.blocks:
+        placed = _block_columns(block, schemas, catalog_name)
+        if placed is None:
+            return every
+        for name, found in placed.items():
+            wanted[name] |= found
+    out = {}
+    for name, names in schemas.items():
+        kept = [c for c in names if c.lower() in wanted[name]]
+        out[name] = kept or names[:1]  # a view that reads no column still counts rows
+    return out
+
+
+def _block_columns(
+    block: Block, schemas: dict[str, list[str]], catalog_name: str
+) -> dict[str, set[str]] | None:
+    """Lower-cased columns read per input of ``block``; ``None``: cannot tell."""
+    tree = block.tree
+    if any(not is_count_star(star) for star in tree.find_all(exp.Star)):
+        return None
+    if any(j.args.get("method") for j in tree.args.get("joins") or []):
+        return None
+    tables = block_tables(tree)
+    aliases = {
+        t.alias_or_name.lower(): normalize_table_name(qualified_name(t), catalog_name)
+        for t in tables
+    }
+    lower = {name: {c.lower() for c in columns} for name, columns in schemas.items()}
+    placed: dict[str, set[str]] = {}
+    for column in tree.find_all(exp.Column):
+        name = column.name.lower()
+        if column.args.get("db") or column.args.get("catalog"):
+            return None  # a.s.f: a struct field, or a name this cannot place
+        if column.table:
+            owner = aliases.get(column.table.lower())
+            if owner is None or name not in lower.get(owner, set()):
+                return None
+            placed.setdefault(owner, set()).add(name)
+            continue
+        owners = [n for n in aliases.values() if name in lower.get(n, set())]
+        if not owners:
+            return None
+        for owner in owners:
+            placed.setdefault(owner, set()).add(name)
+    return placed

@@ -1,0 +1,171 @@
+"""Which views keep their aggregates in place: the shape, decided from the SQL alone.
+
+A view whose select list holds only its grouping keys and bare ``SUM(x)``,
+``COUNT(x)``, ``COUNT(*)`` and ``AVG(x)`` calls (aliased or not) can be
+maintained without recomputing any group: each group's new value is its old
+state plus the aggregate of the signed change of the rows below the
+aggregation (``new = old + agg(inserted) - agg(deleted)``). The state is,
+per group, its row count and, per distinct argument, its sum and its count
+of non-NULL values (:mod:`~airflow_provider_ct.ivm.state.aggregate_state`).
+
+An expression over such aggregates and literals (TPC-H q14's ``100.00 *
+SUM(...) / SUM(...)``) is kept too: its aggregates are kept as hidden
+operands, and the expression is :class:`Derived`, evaluated by Spark over
+their values (one local relation per tick, no job) so that its decimal
+rules, rounding and NULLs are Spark's own.
+
+What this module refuses, with the reason (the view then keeps the ``group``
+strategy, or runs in full without ``GROUP BY``): ``DISTINCT`` inside an
+aggregate, ``FILTER``, ``HAVING``, an expression mixing aggregates with
+columns or windows, ``MIN``/``MAX`` (a deleted extreme needs the group's
+other rows) and any other aggregate function. Whether the arguments' *types* allow exact
+arithmetic (integral or decimal, not floating point) is only known to Spark;
+the write job checks it (:mod:`airflow_provider_ct.spark.ivm.in_place`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+SUM, COUNT, AVG = "sum", "count", "avg"
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One output column computed from the state."""
+
+    #: 0-based position in the select list (the target's column); None: an
+    #: operand of a :class:`Derived` column only.
+    position: int | None
+    #: ``sum``, ``count`` or ``avg``.
+    function: str
+    #: Index into :attr:`InPlace.arguments`; ``None`` for ``COUNT(*)``.
+    argument: int | None
+
+
+@dataclass(frozen=True)
+class Derived:
+    """An output column computed by Spark from aggregate values (an expression over them)."""
+
+    #: 0-based position in the select list.
+    position: int
+    #: Spark SQL of the expression, each aggregate call replaced by the column
+    #: ``__ct_v<i>`` (``i``: the call's index in :attr:`InPlace.aggregates`).
+    sql: str
+
+
+def operand(index: int) -> str:
+    """The column a :class:`Derived` expression reads aggregate ``index`` as."""
+    return f"__ct_v{index}"
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """How a view's aggregates are kept: their arguments and where each lands."""
+
+    #: Spark SQL of each distinct argument, in the block's scope.
+    arguments: tuple[str, ...]
+    aggregates: tuple[Aggregate, ...]
+    #: The strategy (and its reason) that runs when the write job refuses
+    #: in-place maintenance (inexact types, too many groups): ``group``,
+    #: ``partition`` or ``full``.
+    fallback: str = "full"
+    fallback_reason: str = ""
+    derived: tuple[Derived, ...] = ()
+
+    def call_sql(self, index: int) -> str:
+        """Spark SQL of aggregate ``index`` (``SUM(x)``, ``COUNT(*)``...)."""
+        aggregate = self.aggregates[index]
+        if aggregate.argument is None:
+            return "COUNT(*)"
+        return f"{aggregate.function.upper()}({self.arguments[aggregate.argument]})"
+
+    def functions(self) -> str:
+        """``SUM, COUNT(*), AVG``: for reasons and reports."""
+        names = []
+        for a in self.aggregates:
+            name = "COUNT(*)" if a.argument is None else a.function.upper()
+            if name not in names:
+                names.append(name)
+        return ", ".join(names)
+
+
+def in_place_shape(select: Any, items: list[Any], key_positions: tuple[int, ...]) -> InPlace | str:
+    """The view's in-place aggregates, or why it has none (a reason for the plan)."""
+    if select.args.get("having") is not None:
+        return "HAVING filters on aggregates"
+    arguments: list[str] = []
+    aggregates: list[Aggregate] = []
+    derived: list[Derived] = []
+    for position, item in enumerate(items):
+        if position in key_positions:
+            continue
+        node = item.unalias()
+        found = _aggregate(node)
+        if isinstance(found, str):
+            expression = _derived(node, arguments, aggregates)
+            if expression is None:
+                return f"{item.sql(dialect='spark')}: {found}"
+            if not isinstance(expression, Derived):
+                return f"{item.sql(dialect='spark')}: {expression}"
+            derived.append(Derived(position, expression.sql))
+            continue
+        aggregates.append(Aggregate(position, found[0], _argument(arguments, found[1])))
+    if not aggregates:
+        return "no aggregate in the select list"
+    return InPlace(tuple(arguments), tuple(aggregates), derived=tuple(derived))
+
+
+def _argument(arguments: list[str], argument: str | None) -> int | None:
+    """The index of ``argument`` among the distinct arguments (added when new)."""
+    if argument is None:
+        return None
+    if argument not in arguments:
+        arguments.append(argument)
+    return arguments.index(argument)
+
+
+def _derived(node: Any, arguments: list[str], aggregates: list[Aggregate]) -> Derived | str | None:
+    """``node`` as an expression over hidden aggregates; a reason; None: no aggregate in it."""
+    calls = [c for c in node.find_all(exp.AggFunc) if c.find_ancestor(exp.AggFunc) is None]
+    if not calls or node.find(exp.Window) is not None:
+        return None
+    copy = node.copy()
+    for call in [c for c in copy.find_all(exp.AggFunc) if c.find_ancestor(exp.AggFunc) is None]:
+        found = _aggregate(call)
+        if isinstance(found, str):
+            return f"{call.sql(dialect='spark')} in an expression: {found}"
+        hidden = Aggregate(None, found[0], _argument(arguments, found[1]))
+        if hidden not in aggregates:
+            aggregates.append(hidden)
+        call.replace(exp.column(operand(aggregates.index(hidden))))
+    if any(not c.name.startswith("__ct_v") for c in copy.find_all(exp.Column)):
+        return "an expression over aggregates and columns"
+    return Derived(-1, copy.sql(dialect="spark"))
+
+
+def _aggregate(node: Any) -> tuple[str, str | None] | str:
+    """``(function, argument SQL)`` of a bare SUM / COUNT / AVG call, or why not."""
+    if isinstance(node, exp.Filter):
+        return "an aggregate with FILTER"
+    kinds = {exp.Sum: SUM, exp.Count: COUNT, exp.Avg: AVG}
+    function = next((name for kind, name in kinds.items() if type(node) is kind), None)
+    if function is None:
+        if node.find(exp.AggFunc) is not None:
+            return "not a bare SUM, COUNT or AVG (an expression over aggregates, MIN, MAX...)"
+        return "neither a grouping key nor an aggregate"
+    argument = node.this
+    if isinstance(argument, exp.Distinct):
+        return "DISTINCT inside an aggregate"
+    if argument is None or argument.find(exp.AggFunc) is not None:
+        return "an aggregate over an aggregate"
+    if isinstance(argument, exp.Star):
+        if function != COUNT:
+            return f"{function.upper()}(*)"
+        return COUNT, None
+    if node.args.get("expressions"):
+        return "an aggregate of several arguments"
+    return function, argument.sql(dialect="spark")

@@ -1,0 +1,445 @@
+"""Which incremental strategy a view's query allows, decided from its SQL alone.
+
+The planner reads the query with sqlglot (no Spark) and picks one of:
+
+* ``linear``: a ``UNION ALL`` of blocks, each a projection and filter over one
+  table or an inner join of several (each table read once per block). The
+  view's change is the query over the inputs' changes (delta rules:
+  ``Δ(A⋈B) = ΔA⋈B_old + A_new⋈ΔB``, and so on for more inputs).
+* ``linear`` over ``A LEFT JOIN B ON <equalities>``: ``ΔA ⟕ B_old``, plus,
+  for the join keys ``K`` that occur in ``ΔB``, ``A_new|K ⟕ B_new`` minus
+  ``A_new|K ⟕ B_old`` (the rows of ``A`` outside ``K`` see the same ``B``).
+* ``group``: ``GROUP BY`` (or ``SELECT DISTINCT``) at the top of such a
+  block: every group whose key occurs in the change of the rows below the
+  aggregation is recomputed from the new inputs, and only those groups' rows
+  of the target are corrected. Exact for every deterministic aggregate
+  (``SUM``, ``COUNT``, ``AVG``, ``MIN``, ``MAX``, ``COUNT(DISTINCT)``...) and
+  for ``HAVING``.
+* ``partition``: a ``group`` plan one of whose grouping keys is the day of an
+  input column (``CAST(ts AS DATE)``, ``TO_DATE(ts)``, ``DATE(ts)``): the
+  affected days also become ranges of that column (``ts >= d AND ts <
+  d + 1``), which Spark hands to Iceberg's scan planning, so only the files
+  of the changed days are read (pruned by partition values, such as a
+  ``days(ts)`` partition, and by column statistics), and the target's rows
+  of those days are the only ones compared and corrected.
+* ``aggregate``: a ``GROUP BY`` (or an aggregate without one) whose select
+  list holds only the keys and bare ``SUM``, ``COUNT`` and ``AVG`` calls:
+  each affected group's new value is its kept state plus the aggregate of
+  the signed change (:mod:`.in_place`); no group is recomputed. The plan
+  keeps the ``group``/``partition`` (or ``full``) plan it falls back to when
+  the write job finds inexact argument types.
+* ``full``: anything else (windows, subqueries, CTEs, ``LIMIT``, ``UNION``
+  without ``ALL``, a table read twice, outer joins other than one ``LEFT
+  JOIN`` of two tables, aggregates without ``GROUP BY``, nondeterministic
+  calls), with the reason.
+
+Only the shape is decided here. Whether a tick can use the plan also depends
+on the target's history (drift, rollbacks, expired input snapshots: see
+:mod:`airflow_provider_ct.ivm.plan.history`) and on the sizes the settings
+weigh (:mod:`airflow_provider_ct.core.settings`). The SQL a tick runs for
+the plan is written by :mod:`airflow_provider_ct.ivm.plan.rewrites`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_provider_ct.core.query import (
+    ParsedQuery,
+    nondeterministic_calls,
+    normalize_table_name,
+)
+from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.ivm.plan.group_keys import (
+    KeyColumns,
+    KeyRange,
+    affected_keys_steps,
+    key_columns,
+    key_ranges,
+)
+from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
+
+LINEAR = "linear"
+GROUP = "group"
+PARTITION = "partition"
+AGGREGATE = "aggregate"
+FULL = "full"
+#: Strategies that recompute the groups a change affects.
+GROUPED = (GROUP, PARTITION)
+
+
+class NotIncremental(Exception):
+    """The query's shape has no incremental strategy; the message says why."""
+
+
+@dataclass(frozen=True)
+class LeftJoin:
+    """``preserved LEFT JOIN optional ON preserved.a = optional.b AND ...``."""
+
+    preserved: str
+    optional: str
+    #: Column names of the preserved / optional side, pairwise equal in ``ON``.
+    preserved_keys: tuple[str, ...]
+    optional_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One ``SELECT`` of the query (a leaf of its ``UNION ALL``)."""
+
+    #: The block's tree; tables still name the inputs.
+    tree: Any
+    #: The inputs it reads, normalized, each exactly once.
+    inputs: tuple[str, ...]
+    left_join: LeftJoin | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The strategy for a query, and enough of its shape to run it."""
+
+    strategy: str
+    reason: str
+    blocks: tuple[Block, ...] = ()
+    #: ``group``: 0-based positions of the grouping keys in the select list.
+    key_positions: tuple[int, ...] = ()
+    #: ``group``: the grouping expressions, in Spark SQL, in the block's scope.
+    key_sql: tuple[str, ...] = ()
+    steps: tuple[str, ...] = field(default=())
+    #: ``group``: the grouping keys that are input columns, with their equal columns.
+    key_columns: tuple[KeyColumns, ...] = ()
+    #: ``partition``: the grouping keys that are days of input columns.
+    key_ranges: tuple[KeyRange, ...] = ()
+    #: ``aggregate``: the aggregates kept in place, and the plan to fall back to.
+    in_place: InPlace | None = None
+
+    @property
+    def incremental(self) -> bool:
+        return self.strategy != FULL
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the tick recomputes affected groups (``group`` or ``partition``)."""
+        return self.strategy in GROUPED
+
+    def fallback(self, why: str) -> Plan:
+        """The plan without in-place aggregates (``group``, ``partition`` or ``full``)."""
+        if self.in_place is None:
+            return self
+        reason = self.in_place.fallback_reason
+        return replace(
+            self,
+            strategy=self.in_place.fallback,
+            reason=f"{reason} (not in place: {why})" if reason else f"not in place: {why}",
+            in_place=None,
+        )
+
+    def explain(self) -> list[str]:
+        """Human-readable lines, like ``EXPLAIN``: the strategy, why, and the steps."""
+        return [f"strategy: {self.strategy}", f"why: {self.reason}", *self.steps]
+
+
+def plan_query(parsed: ParsedQuery) -> Plan:
+    """The incremental strategy for ``parsed`` (``full`` with the reason if none)."""
+    try:
+        return _plan(parsed)
+    except NotIncremental as exc:
+        return Plan(FULL, str(exc))
+
+
+def choose_plan(parsed: ParsedQuery, refresh: RefreshMode) -> Plan:
+    """The query's incremental plan under ``refresh`` (``full``: none)."""
+    if refresh is RefreshMode.FULL:
+        return Plan(FULL, "refresh='full'")
+    plan = plan_query(parsed)
+    if refresh is RefreshMode.INCREMENTAL and not plan.incremental:
+        raise QueryError(f"refresh='incremental', but the query is not incremental: {plan.reason}")
+    return plan
+
+
+def _plan(parsed: ParsedQuery) -> Plan:
+    tree = parsed.expression
+    calls = nondeterministic_calls(tree)
+    if calls:
+        raise NotIncremental(f"the query calls nondeterministic functions {calls}")
+    if tree.find(exp.Window):
+        raise NotIncremental("window functions are recomputed in full")
+    if tree.find(exp.With) or tree.find(exp.CTE):
+        raise NotIncremental("a WITH clause (CTE) is recomputed in full")
+    if isinstance(tree, exp.Select):
+        return _plan_select(tree, parsed.catalog_name)
+    leaves = _union_all_leaves(tree)
+    blocks = tuple(_block(leaf, parsed.catalog_name) for leaf in leaves)
+    for leaf in leaves:
+        _check_linear_select(leaf)
+    steps = tuple(_block_step(i, b) for i, b in enumerate(blocks))
+    return Plan(LINEAR, f"UNION ALL of {len(blocks)} linear blocks", blocks, steps=steps)
+
+
+def _union_all_leaves(tree: Any) -> list[Any]:
+    if isinstance(tree, exp.Select):
+        return [tree]
+    if isinstance(tree, exp.Union) and not isinstance(tree, exp.Except | exp.Intersect):
+        if tree.args.get("distinct"):
+            raise NotIncremental("UNION (without ALL) removes duplicates across branches")
+        if tree.args.get("limit") or tree.args.get("order"):
+            raise NotIncremental("ORDER BY / LIMIT over a UNION is recomputed in full")
+        return [*_union_all_leaves(tree.left), *_union_all_leaves(tree.right)]
+    if isinstance(tree, exp.Subquery):
+        return _union_all_leaves(tree.this)
+    raise NotIncremental(f"{tree.key.upper()} is recomputed in full")
+
+
+def _plan_select(select: Any, catalog_name: str) -> Plan:
+    block = _block(select, catalog_name)
+    group = select.args.get("group")
+    distinct = select.args.get("distinct")
+    if group is None and not distinct:
+        if select.find(exp.AggFunc):
+            return _scalar_in_place(select, block)
+        _check_linear_select(select)
+        return Plan(LINEAR, _linear_reason(block), (block,), steps=(_block_step(0, block),))
+    _check_grouped_select(select, group, distinct)
+    items = list(select.expressions)
+    if distinct:
+        positions = tuple(range(len(items)))
+        keys = tuple(i.unalias().sql(dialect="spark") for i in items)
+        if any(i.find(exp.AggFunc) for i in items):
+            raise NotIncremental("SELECT DISTINCT over aggregates is recomputed in full")
+    else:
+        positions, keys = _group_keys(select, items)
+    plan = _grouped_plan(select, block, positions, keys, distinct=bool(distinct))
+    shape = None if distinct else in_place_shape(select, items, positions)
+    if not isinstance(shape, InPlace):
+        return plan
+    return replace(
+        plan,
+        strategy=AGGREGATE,
+        reason=f"GROUP BY {', '.join(keys)}: {_in_place_reason(shape)}",
+        steps=_in_place_steps(block),
+        in_place=replace(shape, fallback=plan.strategy, fallback_reason=plan.reason),
+    )
+
+
+def _check_grouped_select(select: Any, group: Any, distinct: Any) -> None:
+    """Raise :class:`NotIncremental` for a ``GROUP BY``/``DISTINCT`` no grouped plan handles."""
+    if select.args.get("limit") or select.args.get("offset"):
+        raise NotIncremental("LIMIT is recomputed in full")
+    if distinct and (group is not None or distinct.args.get("on")):
+        raise NotIncremental("SELECT DISTINCT with GROUP BY or DISTINCT ON is recomputed in full")
+    if group is not None and (group.args.get("rollup") or group.args.get("cube")):
+        raise NotIncremental("ROLLUP / CUBE / GROUPING SETS are recomputed in full")
+    if group is not None and group.args.get("grouping_sets"):
+        raise NotIncremental("GROUPING SETS are recomputed in full")
+    items = list(select.expressions)
+    if any(isinstance(i, exp.Star) or (i.find(exp.Star) and not is_count_star(i)) for i in items):
+        raise NotIncremental("SELECT * with GROUP BY / DISTINCT is recomputed in full")
+
+
+def _grouped_plan(
+    select: Any, block: Block, positions: tuple[int, ...], keys: tuple[str, ...], *, distinct: bool
+) -> Plan:
+    """The ``group`` (or, with day keys, ``partition``) plan of a grouped block."""
+    reason = (
+        f"GROUP BY {', '.join(keys)}: groups whose keys occur in the change are recomputed"
+        if not distinct
+        else "SELECT DISTINCT: rows whose values occur in the change are recomputed"
+    )
+    tables = zip(block_tables(select), block.inputs, strict=True)
+    aliases = {t.alias_or_name.lower(): name for t, name in tables}
+    columns = () if block.left_join is not None else key_columns(select, aliases, keys)
+    ranges = () if distinct else key_ranges(aliases, keys)
+    steps = (
+        _block_step(0, block),
+        *affected_keys_steps(keys, columns, ranges),
+        "recompute those groups over the new inputs; correct only their rows of the target",
+    )
+    if ranges:
+        days = ", ".join(keys[r.index] for r in ranges)
+        reason = (
+            f"GROUP BY {', '.join(keys)}: only the days of {days} whose inputs changed are "
+            "recomputed, reading only those days' files of the inputs and correcting only "
+            "their rows"
+        )
+    strategy = PARTITION if ranges else GROUP
+    return Plan(strategy, reason, (block,), positions, keys, steps, columns, ranges)
+
+
+def _scalar_in_place(select: Any, block: Block) -> Plan:
+    """An aggregate without ``GROUP BY``: one group, kept in place, else recomputed in full."""
+    if select.args.get("limit") or select.args.get("offset"):
+        raise NotIncremental("LIMIT is recomputed in full")
+    shape = in_place_shape(select, list(select.expressions), ())
+    if not isinstance(shape, InPlace):
+        raise NotIncremental(
+            f"an aggregate without GROUP BY (one group) is recomputed in full: {shape}"
+        )
+    fallback = "an aggregate without GROUP BY (one group) is recomputed in full"
+    return Plan(
+        AGGREGATE,
+        f"one group (no GROUP BY): {_in_place_reason(shape)}",
+        (block,),
+        steps=_in_place_steps(block),
+        in_place=replace(shape, fallback=FULL, fallback_reason=fallback),
+    )
+
+
+def _in_place_reason(shape: InPlace) -> str:
+    return (
+        f"{shape.functions()} kept in place: each affected group's state plus the aggregate "
+        "of the signed change, no group recomputed"
+    )
+
+
+def _in_place_steps(block: Block) -> tuple[str, ...]:
+    return (
+        _block_step(0, block),
+        "aggregate the signed change per group: row count, and per argument its sum and "
+        "non-NULL count",
+        "add it to the groups' kept state; compute their rows; correct only their rows",
+    )
+
+
+def is_count_star(node: Any) -> bool:
+    star = node.find(exp.Star)
+    return star is not None and isinstance(star.parent, exp.Count)
+
+
+def _group_keys(select: Any, items: list[Any]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Positions in the select list of every grouping key (each must be an output column)."""
+    by_sql = {i.unalias().sql(dialect="spark"): n for n, i in reversed(list(enumerate(items)))}
+    by_alias = {i.alias.lower(): n for n, i in enumerate(items) if i.alias}
+    positions: list[int] = []
+    keys: list[str] = []
+    for key in select.args["group"].expressions:
+        if isinstance(key, exp.Literal) and key.is_int:
+            n = int(key.name) - 1
+            if not 0 <= n < len(items):
+                raise NotIncremental(f"GROUP BY {key.name} names no select item")
+            positions.append(n)
+            keys.append(items[n].unalias().sql(dialect="spark"))
+            continue
+        text = key.sql(dialect="spark")
+        n_or_none = by_sql.get(text)
+        if n_or_none is None and isinstance(key, exp.Column) and not key.table:
+            n_or_none = by_alias.get(key.name.lower())
+            if n_or_none is not None:
+                text = items[n_or_none].unalias().sql(dialect="spark")
+        if n_or_none is None:
+            raise NotIncremental(
+                f"grouping key {text} is not an output column, so the target's rows of a "
+                "group cannot be found"
+            )
+        positions.append(n_or_none)
+        keys.append(text)
+    if not positions:
+        raise NotIncremental("GROUP BY without keys is recomputed in full")
+    return tuple(positions), tuple(keys)
+
+
+def _linear_reason(block: Block) -> str:
+    if block.left_join is not None:
+        return "a LEFT JOIN of two tables: delta rules with the changed join keys"
+    if len(block.inputs) > 1:
+        return f"an inner join of {len(block.inputs)} tables: delta rules"
+    return "a projection and filter: the view's change is the query over the input's change"
+
+
+def _block_step(index: int, block: Block) -> str:
+    rule = "left-join delta rule" if block.left_join else "delta rule per input"
+    return f"block {index}: reads {', '.join(block.inputs)}; {rule}"
+
+
+def _check_linear_select(select: Any) -> None:
+    """A block without aggregation: no aggregate, no DISTINCT, no LIMIT."""
+    if select.args.get("group") is not None or select.find(exp.AggFunc):
+        raise NotIncremental("an aggregate below the top of the query is recomputed in full")
+    if select.args.get("distinct"):
+        raise NotIncremental("DISTINCT inside a UNION ALL is recomputed in full")
+    if select.args.get("limit") or select.args.get("offset"):
+        raise NotIncremental("LIMIT is recomputed in full")
+    if select.args.get("having") is not None:
+        raise NotIncremental("HAVING without GROUP BY is recomputed in full")
+
+
+def _block(select: Any, catalog_name: str) -> Block:
+    """The tables of one SELECT; each read once, joined inner or by one LEFT JOIN."""
+    for node in select.find_all(exp.Subquery, exp.Exists, exp.In):
+        if isinstance(node, exp.In) and node.args.get("query") is None:
+            continue
+        raise NotIncremental("subqueries are recomputed in full")
+    tables = block_tables(select)
+    joins = list(select.args.get("joins") or [])
+    if not all(isinstance(t, exp.Table) and t.name for t in tables):
+        raise NotIncremental("a join of something other than a table is recomputed in full")
+    if any(t.args.get("joins") or t.find(exp.Lateral) for t in tables):
+        raise NotIncremental("LATERAL views are recomputed in full")
+    names = [normalize_table_name(qualified_name(t), catalog_name) for t in tables]
+    if len(set(names)) != len(names):
+        raise NotIncremental("a table read more than once (a self-join) is recomputed in full")
+    left = _left_join(select, joins, tables, names)
+    return Block(tree=select, inputs=tuple(names), left_join=left)
+
+
+def block_tables(select: Any) -> list[Any]:
+    """The FROM table and every joined one, in order."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None or not isinstance(from_.this, exp.Table):
+        raise NotIncremental("the FROM clause is not a table")
+    return [from_.this, *(j.this for j in select.args.get("joins") or [])]
+
+
+def _left_join(select: Any, joins: list[Any], tables: list[Any], names: list[str]) -> Any:
+    """The block's one LEFT JOIN, if any; inner and cross joins need nothing more."""
+    sides = [(j.side or "").upper() for j in joins]
+    for join, side in zip(joins, sides, strict=True):
+        kind = (join.kind or "").upper()
+        if kind in {"SEMI", "ANTI"} or join.args.get("using"):
+            raise NotIncremental(f"{kind or 'USING'} joins are recomputed in full")
+        if side and join.args.get("on") is None:
+            raise NotIncremental(f"a {side} JOIN without ON is recomputed in full")
+    if not any(sides):
+        return None
+    if len(joins) != 1 or sides[0] != "LEFT":
+        raise NotIncremental(
+            "outer joins other than one LEFT JOIN of two tables are recomputed in full"
+        )
+    preserved_alias = tables[0].alias_or_name.lower()
+    optional_alias = tables[1].alias_or_name.lower()
+    pairs = _equalities(joins[0].args["on"], preserved_alias, optional_alias)
+    return LeftJoin(
+        preserved=names[0],
+        optional=names[1],
+        preserved_keys=tuple(p for p, _ in pairs),
+        optional_keys=tuple(o for _, o in pairs),
+    )
+
+
+def _equalities(on: Any, preserved: str, optional: str) -> list[tuple[str, str]]:
+    """``a.x = b.y AND ...`` as (preserved column, optional column) pairs."""
+    conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    pairs: list[tuple[str, str]] = []
+    for c in conjuncts:
+        if not isinstance(c, exp.EQ):
+            raise NotIncremental("a LEFT JOIN whose ON is not a conjunction of equalities")
+        left, right = c.this, c.expression
+        if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+            raise NotIncremental("a LEFT JOIN whose ON compares expressions, not columns")
+        sides = {left.table.lower(): left.name, right.table.lower(): right.name}
+        if set(sides) != {preserved, optional}:
+            raise NotIncremental("a LEFT JOIN whose ON columns are not qualified by both tables")
+        pairs.append((sides[preserved], sides[optional]))
+    return pairs
+
+
+def qualified_name(table: Any) -> str:
+    """A table node's name as the query wrote it (``catalog.db.name``, parts present only).
+
+    Public because the rewrites (:mod:`.rewrites`) name a block's inputs the
+    same way the planner did when it found them.
+    """
+    return ".".join(p for p in (table.catalog, table.db, table.name) if p)

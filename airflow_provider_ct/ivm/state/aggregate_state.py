@@ -1,0 +1,268 @@
+"""In-place aggregates' arithmetic: state plus signed change, and the rows it gives.
+
+The state of a view kept in place (:mod:`.in_place`) holds per group its
+keys (``__ct_k0``...), its row count (``__ct_rows``) and per distinct
+aggregate argument ``j`` the sum (``__ct_s<j>``) and the non-NULL count
+(``__ct_n<j>``) of its values. A tick's change has the same columns, signed
+(rows leaving a group count negative), as Spark aggregated it; this module
+adds the two exactly and computes the output rows of the affected groups,
+with Spark's results:
+
+* ``COUNT(*)`` is the row count, ``COUNT(x)`` the non-NULL count;
+* ``SUM(x)`` is the sum, or NULL once no non-NULL value is left;
+* ``AVG(x)`` of a decimal is Spark's: the sum divided by the count rounded
+  half-up to 39 significant digits, then half-up to the result's scale (NULL
+  if it overflows the result's precision); of an integral type, the
+  quotient of the two as doubles (Spark sums them as doubles, which is the
+  exact sum below 2**53: a larger sum is refused, and the group recomputed);
+* a group whose row count reaches zero disappears; without ``GROUP BY``
+  the one group always exists (``COUNT`` 0, ``SUM`` and ``AVG`` NULL).
+
+Only integral and decimal sums are kept (exact arithmetic: floating-point
+sums depend on the order of addition). Pure Python and Arrow, no Spark: the
+arithmetic can be tested on its own against Spark's aggregates.
+"""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
+from airflow_provider_ct.ivm.changes.row_match import matching_rows
+from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, SUM, InPlace
+
+ROWS = "__ct_rows"
+#: Spark's ``Decimal`` division context (precision 38 + 1, half-up).
+_SPARK_DIVISION = decimal.Context(prec=39, rounding=ROUND_HALF_UP)
+#: Wide enough that sums of 38-digit decimals never round.
+_EXACT = decimal.Context(prec=200, rounding=ROUND_HALF_UP, Emax=10**6, Emin=-(10**6))
+#: Doubles hold every integer up to here exactly.
+_DOUBLE_EXACT = 2**53
+
+
+def key_column(index: int) -> str:
+    return f"__ct_k{index}"
+
+
+def sum_column(index: int) -> str:
+    return f"__ct_s{index}"
+
+
+def count_column(index: int) -> str:
+    return f"__ct_n{index}"
+
+
+def value_columns(arguments: int) -> list[str]:
+    """The state's columns after the keys: row count, then sum and count per argument."""
+    out = [ROWS]
+    for j in range(arguments):
+        out += [sum_column(j), count_column(j)]
+    return out
+
+
+@dataclass
+class GroupState:
+    """One group's state: its keys and counts, exactly."""
+
+    key: tuple[Any, ...]
+    rows: int
+    sums: list[Any]
+    counts: list[int]
+
+
+def _groups(table: pa.Table | None, keys: int, arguments: int) -> dict[tuple[Any, ...], GroupState]:
+    if table is None or table.num_rows == 0:
+        return {}
+    names = [key_column(i) for i in range(keys)] + value_columns(arguments)
+    columns = [table.column(n).to_pylist() for n in names]
+    out: dict[tuple[Any, ...], GroupState] = {}
+    for row in zip(*columns, strict=True):
+        key = tuple(row[:keys])
+        values = row[keys:]
+        sums = [values[1 + 2 * j] for j in range(arguments)]
+        counts = [int(values[2 + 2 * j] or 0) for j in range(arguments)]
+        out[key] = GroupState(key, int(values[0] or 0), sums, counts)
+    return out
+
+
+def combine(
+    state: pa.Table | None, change: pa.Table, keys: int, arguments: int, *, scalar: bool
+) -> tuple[pa.Table, list[GroupState]]:
+    """``(new state, the affected groups' new states)``: ``state + change``, exactly.
+
+    Groups left without rows are dropped from the state (kept, empty, for a
+    scalar aggregate); the affected list still names them, so their rows
+    are retracted. A count below zero means the state was not what the
+    change was computed against: :class:`StateMismatchError`.
+    """
+    untouched, groups = _split(state, change, keys, arguments)
+    affected: list[GroupState] = []
+    for delta in _groups(change, keys, arguments).values():
+        old = groups.get(delta.key) or GroupState(delta.key, 0, [None] * arguments, [0] * arguments)
+        new = GroupState(
+            delta.key,
+            old.rows + delta.rows,
+            [add_exact(a, b) for a, b in zip(old.sums, delta.sums, strict=True)],
+            [a + b for a, b in zip(old.counts, delta.counts, strict=True)],
+        )
+        if new.rows < 0 or any(c < 0 or c > max(new.rows, 0) for c in new.counts):
+            raise StateMismatchError(
+                f"group {delta.key!r} would hold {new.rows} rows and {new.counts} values: the "
+                "kept state is not the one the change was computed against"
+            )
+        new.sums = [s if c else None for s, c in zip(new.sums, new.counts, strict=True)]
+        groups[delta.key] = new
+        affected.append(new)
+    kept = [g for g in groups.values() if g.rows > 0 or scalar]
+    touched = state_table(kept, change.schema, keys, arguments)
+    if untouched is None or not untouched.num_rows:
+        return touched, affected
+    return pa.concat_tables([untouched.cast(change.schema), touched]), affected
+
+
+def _split(
+    state: pa.Table | None, change: pa.Table, keys: int, arguments: int
+) -> tuple[pa.Table | None, dict[tuple[Any, ...], GroupState]]:
+    """The kept groups ``change`` does not touch (as Arrow) and those it does (as Python).
+
+    A state of many groups is not turned into Python objects for a change
+    that touches a few of them (TPC-H q10 keeps 38,000 groups).
+    """
+    if state is None or not keys or not state.num_rows:
+        return None, _groups(state, keys, arguments)
+    names = [key_column(i) for i in range(keys)]
+    hit = matching_rows(state.select(names), change.select(names))
+    touched = state.filter(pa.array(hit))
+    return state.filter(pa.array(~hit)), _groups(touched, keys, arguments)
+
+
+def add_exact(a: Any, b: Any) -> Any:
+    """``a + b`` without rounding (NULL is nothing to add)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, Decimal) or isinstance(b, Decimal):
+        return _EXACT.add(Decimal(a), Decimal(b))
+    return a + b
+
+
+def state_table(
+    groups: Sequence[GroupState], schema: pa.Schema, keys: int, arguments: int
+) -> pa.Table:
+    """``groups`` as rows of the state's ``schema`` (keys, row count, sums and counts)."""
+    columns: list[list[Any]] = [[g.key[i] for g in groups] for i in range(keys)]
+    columns.append([g.rows for g in groups])
+    for j in range(arguments):
+        columns.append([g.sums[j] for g in groups])
+        columns.append([g.counts[j] for g in groups])
+    return _table(columns, schema)
+
+
+def _table(columns: list[list[Any]], schema: pa.Schema) -> pa.Table:
+    """``columns`` as ``schema``'s types; a value past its type is Spark's overflow, not ours.
+
+    Spark's ``SUM`` of a ``BIGINT`` wraps around and its decimal ``SUM``
+    turns NULL past the type's precision; exact sums do neither, so such a
+    view is left to its fallback plan (:class:`NotInPlaceError`).
+    """
+    try:
+        arrays = [pa.array(v, type=f.type) for v, f in zip(columns, schema, strict=True)]
+    except (pa.ArrowInvalid, OverflowError) as exc:
+        raise NotInPlaceError(f"a sum past its type ({exc}): Spark overflows there") from None
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def output_rows(
+    groups: Sequence[GroupState],
+    in_place: InPlace,
+    key_positions: Sequence[int],
+    schema: pa.Schema,
+    *,
+    scalar: bool,
+    derived: Mapping[int, Sequence[Any]] | None = None,
+) -> pa.Table:
+    """The view's rows of ``groups`` (those with rows left), with ``schema`` (the target's).
+
+    :param derived: per :class:`~.in_place.Derived` column's position, its
+        value for each of ``groups`` (in order), as Spark computed it.
+    """
+    columns: list[list[Any]] = [[] for _ in schema]
+    for index, group in enumerate(groups):
+        if group.rows <= 0 and not scalar:
+            continue
+        for i, position in enumerate(key_positions):
+            columns[position].append(group.key[i])
+        for aggregate in in_place.aggregates:
+            if aggregate.position is not None:
+                field_type = schema.field(aggregate.position).type
+                columns[aggregate.position].append(_value(group, aggregate, field_type))
+        for column in in_place.derived:
+            columns[column.position].append((derived or {})[column.position][index])
+    return _table(columns, schema)
+
+
+def operand_values(
+    groups: Sequence[GroupState], in_place: InPlace, types: Sequence[pa.DataType]
+) -> list[tuple[Any, ...]]:
+    """Per group, the value of every aggregate (``types``: their Spark types, as Arrow)."""
+    return [
+        tuple(
+            _value(group, aggregate, field_type)
+            for aggregate, field_type in zip(in_place.aggregates, types, strict=True)
+        )
+        for group in groups
+    ]
+
+
+def _value(group: GroupState, aggregate: Any, field_type: pa.DataType) -> Any:
+    if aggregate.argument is None:
+        return group.rows
+    total, count = group.sums[aggregate.argument], group.counts[aggregate.argument]
+    if aggregate.function == COUNT:
+        return count
+    if count == 0:
+        return None
+    if aggregate.function == SUM:
+        return total
+    assert aggregate.function == AVG
+    if pa.types.is_decimal(field_type):
+        return spark_decimal_average(total, count, field_type.precision, field_type.scale)
+    if abs(total) >= _DOUBLE_EXACT:
+        raise StateMismatchError(
+            f"an integral AVG whose sum {total} is past 2**53: Spark's double sum is not exact"
+        )
+    return float(total) / float(count)
+
+
+def spark_decimal_average(total: Decimal, count: int, precision: int, scale: int) -> Decimal | None:
+    """Spark's ``AVG`` of decimals from their exact sum and count (NULL on overflow)."""
+    quotient = _SPARK_DIVISION.divide(Decimal(total), Decimal(count))
+    rounded = quotient.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=_EXACT)
+    integral = rounded.adjusted() + 1 if rounded else 0
+    return None if integral > precision - scale else rounded
+
+
+__all__ = [
+    "AVG",
+    "COUNT",
+    "ROWS",
+    "SUM",
+    "GroupState",
+    "add_exact",
+    "combine",
+    "count_column",
+    "key_column",
+    "operand_values",
+    "output_rows",
+    "spark_decimal_average",
+    "state_table",
+    "sum_column",
+    "value_columns",
+]

@@ -1,0 +1,102 @@
+"""Which datasets a run ticks, and which it refreshes in full: SDP's refresh selection.
+
+SDP's ``run --refresh a,b``, ``--full-refresh a,b`` and ``--full-refresh-all``
+are the run parameters ``refresh``, ``full_refresh`` and
+``full_refresh_all``. Without any, every dataset ticks (incrementally where
+it can). With a selection, the named datasets tick, **and the datasets
+they read** (incrementally): a tick at time ``T`` reads its inputs as they
+were at ``T``, so an input that skipped the run would never have sealed
+``T`` and the named dataset would wait for it forever. Datasets downstream
+of the selection skip the run and keep their snapshots. (Decision,
+docs/pipelines.md: SDP refreshes only the named datasets, over whatever
+its inputs hold; a consistent cut needs their inputs at the same time.)
+
+A continual task cannot be refreshed in full (its output is every input
+row processed once, at its time; recomputing would need the inputs' whole
+history): asked for, the run fails naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_ct.exceptions import PipelineError
+from airflow_provider_ct.pipelines.graph import Pipeline
+from airflow_provider_ct.pipelines.statements import CONTINUAL_TASK
+
+#: The run parameters and their defaults (the Trigger dialog's form).
+PARAMS: dict[str, Any] = {"refresh": [], "full_refresh": [], "full_refresh_all": False}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one run does to each dataset."""
+
+    #: Datasets that tick (None: all).
+    ticks: frozenset[str] | None
+    #: Datasets whose tick is the full correction.
+    full: frozenset[str]
+
+    def action(self, name: str) -> str:
+        """``full``, ``tick`` or ``skip``."""
+        if name in self.full:
+            return "full"
+        return "tick" if self.ticks is None or name in self.ticks else "skip"
+
+
+def _names(pipeline: Pipeline, value: Any, param: str) -> set[str]:
+    if value in (None, "", []):
+        return set()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise PipelineError(f"run parameter {param!r} must be a list of dataset names")
+    chosen = set()
+    for item in items:
+        name = _dataset_name(pipeline, str(item).strip())
+        if name is None:
+            known = ", ".join(pipeline.order)
+            raise PipelineError(f"run parameter {param!r}: no dataset {item!r} (datasets: {known})")
+        chosen.add(name)
+    return chosen
+
+
+def _dataset_name(pipeline: Pipeline, text: str) -> str | None:
+    lowered = text.lower()
+    parts = lowered.split(".")
+    if len(parts) == 3 and parts[0] == pipeline.catalog.lower():
+        lowered = ".".join(parts[1:])
+    if lowered in pipeline.datasets:
+        return lowered
+    matches = [n for n in pipeline.datasets if n.split(".")[-1] == lowered]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _upstream_closure(pipeline: Pipeline, names: set[str]) -> set[str]:
+    found, pending = set(names), list(names)
+    while pending:
+        for upstream in pipeline.upstream(pending.pop()):
+            if upstream not in found:
+                found.add(upstream)
+                pending.append(upstream)
+    return found
+
+
+def select(pipeline: Pipeline, params: Mapping[str, Any]) -> Selection:
+    """The run's selection from its params; unknown names and full refreshes of tasks refused."""
+    refresh = _names(pipeline, params.get("refresh"), "refresh")
+    if params.get("full_refresh_all"):
+        full = set(pipeline.datasets)
+    else:
+        full = _names(pipeline, params.get("full_refresh"), "full_refresh")
+    tasks = sorted(n for n in full if pipeline.datasets[n].kind == CONTINUAL_TASK)
+    if tasks and not params.get("full_refresh_all"):
+        raise PipelineError(
+            f"full_refresh: {', '.join(tasks)} is a streaming table (a continual task), whose "
+            "rows are each input row processed once at its time; it cannot be recomputed"
+        )
+    full -= set(tasks)  # full_refresh_all: every view in full, tasks tick as always
+    if (not refresh and not full) or params.get("full_refresh_all"):
+        return Selection(None, frozenset(full))
+    return Selection(frozenset(_upstream_closure(pipeline, refresh | full)), frozenset(full))

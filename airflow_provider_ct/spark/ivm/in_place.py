@@ -1,0 +1,485 @@
+"""In-place aggregates in the write job: Spark aggregates the change, the driver adds.
+
+For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.ivm.plan.in_place`):
+
+* **The change's state.** The delta rules' terms (:func:`.incremental.terms`)
+  give the rows below the aggregation that the inputs' changes add and
+  remove; one Spark aggregation turns them into each affected group's signed
+  row count and, per argument, signed sum and non-NULL count (a small table,
+  pulled through Arrow). ``SUM`` over the signed values keeps Spark's sum
+  type, so the view's decimal precision and scale carry over.
+* **Kept state plus change**, on the driver, exactly
+  (:func:`~airflow_provider_ct.ivm.state.aggregate_state.combine`), gives the
+  affected groups' rows; they are diffed with the target's rows of those
+  groups by the usual correction (:func:`.diff.compute_correction`).
+* **Rebuild.** Without a usable state (:mod:`~airflow_provider_ct.ivm.state.table`)
+  the state of every group is aggregated from the pinned inputs in one
+  scan, and the whole target is diffed against its rows: the full
+  correction, computed through the state, which is then kept.
+
+Left to the plan's fallback: an argument of a floating-point or other
+inexact type under ``SUM``/``AVG``, a grouping key of a floating-point or
+nested type (``NaN`` and ``-0.0`` group as Spark normalizes them, not as
+Python compares them) (:func:`inexact_types` says which), and more groups
+than the driver holds (:class:`NotInPlaceError`, found while pulling them;
+``in_place_tick`` turns either into a fallback for the tick's decision).
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_ct.core.tables import live_rows
+from airflow_provider_ct.exceptions import NotInPlaceError
+from airflow_provider_ct.ivm.changes.row_match import matching_rows
+from airflow_provider_ct.ivm.changes.snapshot_files import rows_with_positions
+from airflow_provider_ct.ivm.driver.arrow_eval import (
+    ArrowEvaluator,
+    NotOnDriver,
+    node_key,
+    typed_nodes,
+)
+from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, diff_rows
+from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
+from airflow_provider_ct.ivm.plan.in_place import AVG, SUM, InPlace, operand
+from airflow_provider_ct.ivm.plan.planner import Plan
+from airflow_provider_ct.ivm.plan.rewrites import bind_tables, rows_select
+from airflow_provider_ct.ivm.state.aggregate_state import (
+    ROWS,
+    GroupState,
+    combine,
+    count_column,
+    key_column,
+    operand_values,
+    output_rows,
+    sum_column,
+)
+from airflow_provider_ct.spark.diff import compute_correction
+from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
+from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
+from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
+from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+SIGN = "__ct_sign"
+#: Most files of the target the driver reads to diff, after Iceberg's pruning by the
+#: affected keys (each is read whole, one by one; past this, Spark's scan).
+DRIVER_READ_FILES = 64
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """One view's in-place computation in one job: its plan, inputs and target's shape."""
+
+    spark: SparkSession
+    plan: Plan
+    catalog_name: str
+    #: Input name -> the view its pinned snapshot (``new``) is registered as.
+    new_views: Mapping[str, str]
+    #: The query's Spark schema, in its select list's order (the rows' types).
+    schema: Any
+    #: The target's columns, in the table's order (what the diff compares).
+    columns: list[str]
+    scratch: Scratch
+    #: Most groups the driver keeps (the state of every group is held there).
+    max_groups: int
+    #: Most rows the driver evaluates or diffs without Spark (0: always Spark).
+    driver_rows: int = 0
+    #: The target (PyIceberg) and the snapshot the batch is based on, for the
+    #: driver's diff; ``None``: diff in Spark.
+    table: Any = None
+    base_snapshot_id: int | None = None
+    #: What the analyses of this tick depend on (:mod:`.analysis_cache`); None: not kept.
+    analysis_key: tuple[Any, ...] | None = None
+
+    @property
+    def in_place(self) -> InPlace:
+        assert self.plan.in_place is not None
+        return self.plan.in_place
+
+    @property
+    def scalar(self) -> bool:
+        return not self.plan.key_sql
+
+    def rows(self, views: Mapping[str, str]) -> DataFrame:
+        """The block's rows below the aggregation over ``views``: keys, then arguments."""
+        block = self.plan.blocks[0]
+        tree = rows_select(block.tree, self.plan.key_sql, self.in_place.arguments)
+        return self.spark.sql(bind_tables(tree, views, self.catalog_name).sql(dialect="spark"))
+
+
+@dataclass
+class InPlaceResult:
+    """A tick's correction and the state to keep once its batch is staged."""
+
+    correction: Correction
+    state: pa.Table
+    groups: int
+
+
+def inexact_types(agg: Aggregation) -> str | None:
+    """Why a key or summed argument is not exact (float keys, float sums), or None."""
+    from pyspark.sql import types as T
+
+    key_count = len(agg.plan.key_sql)
+    fields = analyzed(agg.analysis_key, "rows", lambda: agg.rows(agg.new_views).schema.fields)
+    keys, arguments = fields[:key_count], fields[key_count:]
+    for field in keys:
+        inexact = (T.FloatType, T.DoubleType, T.MapType, T.ArrayType, T.StructType)
+        if isinstance(field.dataType, inexact):
+            return f"grouping key of type {field.dataType.simpleString()}"
+    exact = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType)
+    summed = _summed(agg.in_place)
+    for j, field in enumerate(arguments):
+        if j in summed and not isinstance(field.dataType, exact):
+            return (
+                f"SUM/AVG of {agg.in_place.arguments[j]} ({field.dataType.simpleString()}): "
+                "only integral and decimal sums are exact"
+            )
+    return None
+
+
+def _summed(in_place: InPlace) -> set[int]:
+    """Arguments whose sum is kept (those of ``SUM`` and ``AVG``; ``COUNT`` needs none)."""
+    return {
+        a.argument
+        for a in in_place.aggregates
+        if a.argument is not None and a.function in (SUM, AVG)
+    }
+
+
+def change_state(agg: Aggregation, bindings: Bindings) -> pa.Table:
+    """Each affected group's signed row count, sums and counts, from the inputs' changes."""
+    from pyspark.sql import functions as F
+
+    register_left_join_restrictions(agg.spark, agg.plan, bindings)
+    parts = [
+        agg.rows(term.views).withColumn(SIGN, F.lit(term.sign))
+        for term in terms(agg.plan, bindings)
+    ]
+    frame = parts[0] if parts else agg.rows(agg.new_views).limit(0).withColumn(SIGN, F.lit(1))
+    for part in parts[1:]:
+        frame = frame.unionByName(part)
+    sign = F.col(SIGN)
+    summed = _summed(agg.in_place)
+    values = [F.sum(sign).cast("long").alias(ROWS)]
+    for j in range(len(agg.in_place.arguments)):
+        argument = F.col(f"__ct_a{j}")
+        total = F.sum(F.when(sign > 0, argument).otherwise(-argument))
+        values.append(total.alias(sum_column(j)) if j in summed else _no_sum(j))
+        counted = F.sum(F.when(argument.isNotNull(), sign).otherwise(F.lit(0)))
+        values.append(counted.cast("long").alias(count_column(j)))
+    return _pull(_grouped(agg, frame).agg(*values), agg.max_groups, "changed groups")
+
+
+def driver_change_state(
+    agg: Aggregation, plus: pa.Table, minus: pa.Table, schema: pa.Schema
+) -> pa.Table | None:
+    """:func:`change_state` on the driver, from the one input's change as Arrow.
+
+    ``None`` when Spark must compute it (an expression or value
+    :mod:`~airflow_provider_ct.ivm.driver.arrow_eval` leaves to Spark; the reason
+    is logged). ``schema``: the kept state's.
+    """
+    parts = expressions(agg)
+    alias = _tables_alias(agg.plan.blocks[0].tree)
+    try:
+        types = node_types(agg, parts)
+        sides = [(1, ArrowEvaluator(plus, alias, types)), (-1, ArrowEvaluator(minus, alias, types))]
+        return change_state_rows(sides, parts, schema)
+    except NotOnDriver as exc:
+        log.info("the change's state is computed by Spark: %s", exc)
+        return None
+
+
+def expressions(agg: Aggregation) -> Expressions:
+    from sqlglot import exp
+
+    where = agg.plan.blocks[0].tree.args.get("where")
+    return Expressions(
+        where=where.this if where is not None else None,
+        keys=tuple(exp.maybe_parse(k, dialect="spark") for k in agg.plan.key_sql),
+        arguments=tuple(exp.maybe_parse(a, dialect="spark") for a in agg.in_place.arguments),
+        summed=frozenset(_summed(agg.in_place)),
+    )
+
+
+def _tables_alias(tree: Any) -> str:
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    return str(from_.this.alias_or_name)
+
+
+def node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
+    """The Spark type of every node the driver evaluates: one analysis, no job (kept)."""
+    what = f"nodes {parts.where is not None and node_key(parts.where)}"
+    return analyzed(agg.analysis_key, what, lambda: _node_types(agg, parts))
+
+
+def _node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
+    from pyspark.sql.pandas.types import to_arrow_type
+    from sqlglot import exp
+
+    roots = [*parts.keys, *parts.arguments, *([parts.where] if parts.where is not None else [])]
+    nodes = typed_nodes(roots)
+    tree = agg.plan.blocks[0].tree.copy()
+    for arg in ("where", "group", "having", "order", "limit", "distinct"):
+        tree.set(arg, None)
+    tree.set("expressions", [exp.alias_(n.copy(), f"__ct_t{i}") for i, n in enumerate(nodes)])
+    bound = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
+    fields = agg.spark.sql(bound).schema.fields
+    out: dict[str, pa.DataType] = {}
+    for node, field in zip(nodes, fields, strict=True):
+        try:
+            out[node_key(node)] = to_arrow_type(field.dataType)
+        except TypeError:
+            continue  # a type Arrow cannot carry: the node is left to Spark
+    return out
+
+
+def full_state(agg: Aggregation) -> pa.Table:
+    """The state of every group, aggregated from the pinned inputs (one scan)."""
+    from pyspark.sql import functions as F
+
+    summed = _summed(agg.in_place)
+    values = [F.count(F.lit(1)).alias(ROWS)]
+    for j in range(len(agg.in_place.arguments)):
+        argument = F.col(f"__ct_a{j}")
+        values.append(F.sum(argument).alias(sum_column(j)) if j in summed else _no_sum(j))
+        values.append(F.count(argument).alias(count_column(j)))
+    frame = agg.rows(agg.new_views)
+    return _pull(_grouped(agg, frame).agg(*values), agg.max_groups, "groups")
+
+
+def _no_sum(j: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.lit(None).cast("long").alias(sum_column(j))
+
+
+def _grouped(agg: Aggregation, frame: DataFrame) -> Any:
+    """``frame`` grouped by the view's keys, renamed to the state's key columns."""
+    keys = [f"__ct_k{i}" for i in range(len(agg.plan.key_sql))]
+    return frame.groupBy(*[frame[k].alias(key_column(i)) for i, k in enumerate(keys)])
+
+
+def _pull(frame: DataFrame, limit: int, what: str) -> pa.Table:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    batches = frame.limit(limit + 1)._collect_as_arrow()
+    schema = to_arrow_schema(frame.schema)
+    table = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+    if table.num_rows > limit:
+        raise NotInPlaceError(f"more than {limit} {what}: the state is kept on the driver")
+    return table
+
+
+def correct(
+    agg: Aggregation,
+    persisted: Callable[[], DataFrame | None],
+    kept: pa.Table | None,
+    change: pa.Table,
+) -> InPlaceResult:
+    """The correction from ``kept + change`` (a rebuild: ``kept`` None, ``change`` the full state).
+
+    ``persisted`` builds the target's head as a Spark frame (None: empty),
+    asked for only when the driver cannot diff. Only the groups in
+    ``change`` are compared with the target: their rows (``<=>`` on every
+    key), or the whole target in a rebuild.
+    """
+    keys, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
+    state, affected = combine(kept, change, keys, arguments, scalar=agg.scalar)
+    correction = _driver_correction(agg, affected, rebuild=kept is None)
+    if correction is None:
+        desired = _desired(agg, affected)
+        have = persisted()
+        if have is not None and kept is not None and not agg.scalar:
+            have = _affected_rows(agg, have, change)
+        correction = compute_correction(desired, have, agg.columns, on_driver=True)
+    correction.notes["affected_groups"] = len(affected)
+    return InPlaceResult(correction, state, state.num_rows)
+
+
+def _driver_correction(
+    agg: Aggregation, affected: list[GroupState], *, rebuild: bool
+) -> Correction | None:
+    """The affected groups' correction diffed on the driver against the target's rows
+    read with their positions; None when the target is too large (or new): Spark diffs."""
+
+    if agg.table is None or agg.base_snapshot_id is None or agg.driver_rows <= 0:
+        return None
+    if live_rows(agg.table, agg.base_snapshot_id) > agg.driver_rows:
+        return None
+    row_filter = None if rebuild or agg.scalar else _groups_filter(agg, affected)
+    have = rows_with_positions(
+        agg.table, agg.base_snapshot_id, agg.columns, row_filter, DRIVER_READ_FILES
+    )
+    if have is None:
+        return None  # more files than the driver reads one by one: Spark's scan
+    files_read = len(set(have.column("_file").to_pylist()))
+    if not rebuild:
+        have = _of_groups(agg, have, affected)
+    rows = _output(agg, affected)
+    diff = diff_rows(rows.select(agg.columns), have, agg.columns)
+    inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
+    log.info("in-place rows diffed on the driver: +%d -%d", inserted, retracted)
+    correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
+    correction.notes["target_files_read"] = files_read
+    return correction
+
+
+def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list[Any]] | None:
+    """Each derived column's value per group, computed by Spark from the aggregates' values.
+
+    One ``VALUES`` relation of the groups' aggregate values, each a literal
+    cast to its aggregate's own Spark type, and a projection of the derived
+    expressions over it: Spark's optimizer folds that on the driver (a local
+    relation: no job, unlike a DataFrame made from Python rows, which is an
+    RDD), with its own decimal rules, rounding and NULLs.
+    """
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    in_place = agg.in_place
+    if not in_place.derived:
+        return None
+    if not groups:
+        return {d.position: [] for d in in_place.derived}
+    fields = analyzed(agg.analysis_key, "operands", lambda: _operand_fields(agg))
+    arrow = [to_arrow_type(f.dataType) for f in fields]
+    types = [f.dataType.simpleString() for f in fields]
+    rows_sql = ", ".join(
+        "("
+        + ", ".join([str(i), *(_typed_literal(v, t) for v, t in zip(row, types, strict=True))])
+        + ")"
+        for i, row in enumerate(operand_values(groups, in_place, arrow))
+    )
+    names = ", ".join(["__ct_i", *(operand(i) for i in range(len(fields)))])
+    projected = ", ".join(f"{d.sql} AS `__ct_d{j}`" for j, d in enumerate(in_place.derived))
+    sql = f"SELECT __ct_i, {projected} FROM VALUES {rows_sql} AS t({names})"
+    rows = sorted(agg.spark.sql(sql).collect(), key=lambda r: r[0])
+    return {d.position: [r[j + 1] for r in rows] for j, d in enumerate(in_place.derived)}
+
+
+def _typed_literal(value: Any, spark_type: str) -> str:
+    """``value`` as Spark SQL of exactly ``spark_type`` (decimals as text: no float on the way)."""
+    if value is None:
+        return f"CAST(NULL AS {spark_type})"
+    if isinstance(value, float):
+        text = repr(value)  # the shortest text that reads back as the same double
+    elif isinstance(value, decimal.Decimal):
+        text = format(value, "f")  # never an exponent
+    else:
+        text = str(int(value))
+    return f"CAST('{text}' AS {spark_type})"
+
+
+def _operand_fields(agg: Aggregation) -> list[Any]:
+    """The Spark field of every aggregate call of the view (analysis only: no job)."""
+    from sqlglot import exp
+
+    tree = agg.plan.blocks[0].tree.copy()
+    for arg in ("having", "order", "limit", "distinct"):
+        tree.set(arg, None)
+    calls = [
+        exp.alias_(exp.maybe_parse(agg.in_place.call_sql(i), dialect="spark"), operand(i))
+        for i in range(len(agg.in_place.aggregates))
+    ]
+    tree.set("expressions", calls)
+    bound = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
+    return list(agg.spark.sql(bound).schema.fields)
+
+
+def _groups_filter(agg: Aggregation, affected: list[GroupState]) -> Any:
+    """A PyIceberg filter holding the affected groups' keys (each key ``IN`` its values):
+    the files it prunes (a target partitioned by a key) are not read. None: no pruning."""
+    from pyiceberg import expressions
+
+    iceberg: Any = expressions  # pydantic models: their constructors confuse mypy
+    out: Any = None
+    for index, position in enumerate(agg.plan.key_positions):
+        values = {group.key[index] for group in affected}
+        present = [v for v in values if v is not None]
+        exact = all(_prunable(v) for v in present)
+        if len(present) > INLINE_KEYS or not exact:
+            continue
+        name = agg.schema.fields[position].name
+        clause = iceberg.In(name, set(present)) if present else iceberg.AlwaysFalse()
+        if None in values:
+            clause = iceberg.Or(clause, iceberg.IsNull(name))
+        out = clause if out is None else iceberg.And(out, clause)
+    return out
+
+
+def _prunable(value: Any) -> bool:
+    """A key value PyIceberg's literals take exactly (not a timestamp: its zone is Spark's)."""
+    plain = isinstance(value, str | int | datetime.date)
+    return plain and not isinstance(value, datetime.datetime)
+
+
+def _of_groups(agg: Aggregation, have: pa.Table, affected: list[GroupState]) -> pa.Table:
+    """The rows of ``have`` in the affected groups (equal keys, NULL matching NULL)."""
+    if agg.scalar:  # one group: all rows, or none when the group is not affected
+        return have if affected else have.slice(0, 0)
+    names = [agg.schema.fields[p].name for p in agg.plan.key_positions]
+    try:  # compared in Arrow: a target of many groups is not turned into Python tuples
+        wanted = pa.table(
+            {
+                n: pa.array([g.key[i] for g in affected], type=have.schema.field(n).type)
+                for i, n in enumerate(names)
+            }
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        keys = zip(*(have.column(n).to_pylist() for n in names), strict=True)
+        chosen = {group.key for group in affected}
+        return have.filter(pa.array([key in chosen for key in keys], pa.bool_()))
+    return have.filter(pa.array(matching_rows(have.select(names), wanted)))
+
+
+def _output(agg: Aggregation, affected: list[GroupState]) -> pa.Table:
+    """The affected groups' rows of the view, as its Arrow schema (derived columns included)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return output_rows(
+        affected,
+        agg.in_place,
+        agg.plan.key_positions,
+        to_arrow_schema(agg.schema),
+        scalar=agg.scalar,
+        derived=derived_values(agg, affected),
+    )
+
+
+def _desired(agg: Aggregation, affected: list[GroupState]) -> DataFrame:
+    rows = _output(agg, affected)
+    frame = agg.scratch.frame(agg.spark, rows, agg.schema)
+    return frame.select(*[f"`{c}`" for c in agg.columns])
+
+
+def _affected_rows(agg: Aggregation, persisted: DataFrame, change: pa.Table) -> DataFrame:
+    """The target's rows whose keys are those of ``change``'s groups."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    names = [key_column(i) for i in range(len(agg.plan.key_sql))]
+    fields = [agg.schema.fields[p] for p in agg.plan.key_positions]
+    key_schema = T.StructType(
+        [T.StructField(n, f.dataType, True) for n, f in zip(names, fields, strict=True)]
+    )
+    keys = agg.scratch.frame(agg.spark, change.select(names), key_schema)
+    condition = None
+    for name, position in zip(names, agg.plan.key_positions, strict=True):
+        column = agg.schema.fields[position].name
+        clause = persisted[f"`{column}`"].eqNullSafe(keys[name])
+        condition = clause if condition is None else condition & clause
+    return persisted.join(F.broadcast(keys), condition, "left_semi")

@@ -1,0 +1,90 @@
+"""The delta rules as terms: which binding of each input every block of the plan runs over.
+
+A view's change below any aggregation is a signed sum of its blocks, each
+evaluated over one choice of bindings (``new``, ``old``, ``plus``,
+``minus``: :mod:`.input_changes`). For an inner join of inputs
+``A1..An``, the change of ``Ai`` joins the inputs before it as they are
+now and the ones after it as they were (``ΔA⋈B_old + A_new⋈ΔB``); a
+``LEFT JOIN`` adds the terms of the rows whose optional side changed. The
+incremental corrections (:mod:`.incremental`) and the in-place aggregates
+(:mod:`.in_place`) evaluate the same terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_provider_ct.ivm.plan.planner import Block, Plan
+from airflow_provider_ct.spark.ivm.input_changes import MINUS, NEW, OLD, PLUS, Bindings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class Term:
+    """One block of the query over one choice of bindings, added or subtracted."""
+
+    sign: int
+    block: Block
+    views: dict[str, str]
+
+
+def terms(plan: Plan, bindings: Bindings) -> list[Term]:
+    """The signed terms whose sum is the change of the rows below any aggregation."""
+    out: list[Term] = []
+    for block in plan.blocks:
+        if block.left_join is not None:
+            out.extend(_left_join_terms(block, bindings))
+            continue
+        for position, name in enumerate(block.inputs):
+            if name not in bindings.changed:
+                continue
+            chosen = {
+                other: bindings.views[other][NEW if i < position else OLD]
+                for i, other in enumerate(block.inputs)
+            }
+            for sign, side in ((1, PLUS), (-1, MINUS)):
+                out.append(Term(sign, block, {**chosen, name: bindings.views[name][side]}))
+    return out
+
+
+def _left_join_terms(block: Block, bindings: Bindings) -> list[Term]:
+    """``ΔP ⟕ O_old`` and, for the keys ``K`` changed in ``O``, ``P|K ⟕ O_new - P|K ⟕ O_old``."""
+    join = block.left_join
+    assert join is not None
+    views = bindings.views
+    out: list[Term] = []
+    preserved, optional = join.preserved, join.optional
+    if preserved in bindings.changed:
+        for sign, side in ((1, PLUS), (-1, MINUS)):
+            chosen = {preserved: views[preserved][side], optional: views[optional][OLD]}
+            out.append(Term(sign, block, chosen))
+    if optional in bindings.changed:
+        restricted = f"{views[preserved][NEW]}_k"
+        for sign, side in ((1, NEW), (-1, OLD)):
+            chosen = {preserved: restricted, optional: views[optional][side]}
+            out.append(Term(sign, block, chosen))
+    return out
+
+
+def register_left_join_restrictions(spark: SparkSession, plan: Plan, bindings: Bindings) -> None:
+    """``P_new`` restricted to the join keys that changed in ``O`` (plain equality: a NULL
+    key of ``P`` matches nothing in any ``O``, so its rows do not depend on ``O``)."""
+    from pyspark.sql import functions as F
+
+    for block in plan.blocks:
+        join = block.left_join
+        if join is None or join.optional not in bindings.changed:
+            continue
+        change = bindings.changes[join.optional]
+        okeys = [F.col(f"`{k}`").alias(f"__ct_j{i}") for i, k in enumerate(join.optional_keys)]
+        keys = change.plus.select(*okeys).union(change.minus.select(*okeys)).distinct()
+        new = spark.table(bindings.views[join.preserved][NEW])
+        condition = None
+        for i, k in enumerate(join.preserved_keys):
+            clause = new[f"`{k}`"] == keys[f"__ct_j{i}"]
+            condition = clause if condition is None else condition & clause
+        restricted = new.join(F.broadcast(keys), condition, "left_semi")
+        restricted.createOrReplaceTempView(f"{bindings.views[join.preserved][NEW]}_k")

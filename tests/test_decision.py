@@ -1,0 +1,196 @@
+"""The tick's decision, rule by rule: plain Python over facts, no Spark, no catalog.
+
+``ivm/plan/decision.py`` turns a tick's facts (the plan, the target's
+history, the refresh rules' answer, what computing found) into one value.
+Each test names the rule it checks; the plans are the planner's own, from
+SQL the test wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from airflow_provider_ct.core.query import parse_query
+from airflow_provider_ct.exceptions import ConfigurationError
+from airflow_provider_ct.ivm.plan.decision import (
+    Action,
+    Discovery,
+    Fallback,
+    RefreshSettings,
+    TickFacts,
+    decide,
+)
+from airflow_provider_ct.ivm.plan.history import IncrementalBase
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, GROUP, LINEAR, choose_plan
+
+IN_PLACE_SQL = "SELECT k, SUM(v) AS s, COUNT(*) AS n FROM s.a GROUP BY k"
+GROUP_SQL = "SELECT k, MAX(v) AS m FROM s.a GROUP BY k"
+LINEAR_SQL = "SELECT k, v FROM s.a WHERE v > 0"
+WINDOW_SQL = "SELECT k, RANK() OVER (ORDER BY v) AS r FROM s.a"
+BASE = IncrementalBase("b-1", {"s.a": 1}, incremental_ticks=2)
+
+
+class Rules:
+    """The refresh rules' answer, and which plans they were asked about."""
+
+    def __init__(self, why: str = "", details: Mapping[str, Any] | None = None) -> None:
+        self.why, self.details = why, dict(details or {})
+        self.asked: list[str] = []
+
+    def __call__(self, plan: Any) -> tuple[str, Mapping[str, Any]]:
+        self.asked.append(plan.strategy)
+        return self.why, self.details
+
+
+def _facts(
+    sql: str,
+    *,
+    mode: str = "auto",
+    has_rows: bool = True,
+    base: IncrementalBase | None = BASE,
+    rules: Rules | None = None,
+    verify_every: int = 0,
+    found: tuple[Fallback, ...] = (),
+) -> TickFacts:
+    plan = choose_plan(parse_query(sql), RefreshMode.parse(mode))
+    settings = RefreshSettings(verify_every=verify_every)
+    why_not = "" if base is not None else "the head is a foreign commit (drift)"
+    return TickFacts(plan, has_rows, base, why_not, settings, rules or Rules(), found)
+
+
+def test_refresh_modes_are_checked_in_one_place() -> None:
+    assert RefreshMode.parse("auto") is RefreshMode.AUTO
+    assert RefreshMode.parse(RefreshMode.FULL) is RefreshMode.FULL
+    for bad in ("sometimes", "", None, 3):
+        with pytest.raises(ConfigurationError, match="expected one of auto, incremental, full"):
+            RefreshMode.parse(bad)
+
+
+def test_only_auto_turns_the_size_rules_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CT_FULL_BELOW_ROWS", "CT_FULL_ABOVE_CHANGE", "CT_FULL_ABOVE_READ_SHARE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("CT_RETRY_INCREMENTAL_AFTER", raising=False)
+    off = RefreshSettings.of(RefreshMode.INCREMENTAL, verify_every=3)
+    assert (off.small_rows, off.large_change, off.read_share, off.retry_after) == (0, 0.0, 0.0, 0)
+    assert off.verify_every == 3
+    on = RefreshSettings.of(RefreshMode.AUTO)
+    assert on.small_rows > 0 and on.large_change > 0 and on.read_share > 0 and on.retry_after > 0
+
+
+def test_rule_1_in_place_when_history_and_rules_allow() -> None:
+    decision = decide(_facts(IN_PLACE_SQL))
+    assert (decision.action, decision.strategy, decision.plan.strategy) == (
+        Action.IN_PLACE,
+        AGGREGATE,
+        AGGREGATE,
+    )
+    assert decision.base == BASE and decision.incremental_ticks == 3
+    assert decision.considered == ()
+
+
+@pytest.mark.parametrize(
+    ("has_rows", "base", "why", "expected"),
+    [
+        (False, None, "", "the target has no rows yet"),
+        (True, None, "", "the head is a foreign commit (drift)"),
+        (True, BASE, "inputs are small", "inputs are small"),
+    ],
+)
+def test_rule_1_rebuilds_without_history_or_when_sent_full(
+    has_rows: bool, base: IncrementalBase | None, why: str, expected: str
+) -> None:
+    decision = decide(_facts(IN_PLACE_SQL, has_rows=has_rows, base=base, rules=Rules(why)))
+    assert (decision.action, decision.strategy, decision.reason) == (Action.REBUILD, FULL, expected)
+    assert decision.incremental_ticks == 0
+
+
+def test_rule_1_an_unusable_state_is_rebuilt() -> None:
+    found = (Fallback(Discovery.STATE_UNUSABLE, "no kept state yet"),)
+    decision = decide(_facts(IN_PLACE_SQL, found=found))
+    assert decision.action is Action.REBUILD
+    assert decision.reason == "the kept aggregate state is rebuilt: no kept state yet"
+    assert decision.considered == ("state unusable: no kept state yet",)
+
+
+def test_rule_1_not_in_place_leaves_the_plan_to_its_fallback() -> None:
+    """A type the driver cannot hold exactly: the ``group`` fallback runs, asked once more."""
+    rules = Rules()
+    found = (Fallback(Discovery.NOT_IN_PLACE, "SUM/AVG of v (double)"),)
+    decision = decide(_facts(IN_PLACE_SQL, found=found, rules=rules))
+    assert (decision.action, decision.plan.strategy) == (Action.INCREMENTAL, GROUP)
+    assert "not in place: SUM/AVG of v (double)" in decision.reason
+    assert decision.considered == ("not in place: SUM/AVG of v (double)",)
+    assert rules.asked == [GROUP]  # the rules are asked about the plan that runs
+
+
+def test_rule_1_a_verify_tick_is_the_fallbacks() -> None:
+    decision = decide(_facts(IN_PLACE_SQL, verify_every=3))  # BASE: 2 ticks, this is the 3rd
+    assert (decision.action, decision.plan.strategy, decision.verify) == (
+        Action.INCREMENTAL,
+        GROUP,
+        True,
+    )
+    assert decision.considered == ("not in place: verify_every=3: the fallback's tick is verified",)
+    assert decide(_facts(IN_PLACE_SQL, verify_every=4)).action is Action.IN_PLACE
+
+
+def test_rule_2_a_plan_without_strategy_runs_full() -> None:
+    decision = decide(_facts(WINDOW_SQL))
+    assert (decision.action, decision.strategy) == (Action.FULL, FULL)
+    assert "window functions" in decision.reason
+    forced = decide(_facts(LINEAR_SQL, mode="full"))
+    assert (forced.action, forced.reason) == (Action.FULL, "refresh='full'")
+
+
+def test_rule_3_no_rows_or_no_history_runs_full() -> None:
+    assert decide(_facts(LINEAR_SQL, has_rows=False)).reason == "the target has no rows yet"
+    drift = decide(_facts(LINEAR_SQL, base=None))
+    assert (drift.action, drift.reason) == (Action.FULL, "the head is a foreign commit (drift)")
+
+
+def test_rule_4_the_size_rules_and_what_computing_found_send_it_full() -> None:
+    sent = decide(_facts(GROUP_SQL, rules=Rules("large change", {"read_estimate": {"share": 1}})))
+    assert (sent.action, sent.reason, dict(sent.details)) == (
+        Action.FULL,
+        "large change",
+        {"read_estimate": {"share": 1}},
+    )
+    costly = Fallback(Discovery.NOT_CHEAPER, "reads 90%", {"read_estimate": {"share": 0.9}})
+    decision = decide(_facts(GROUP_SQL, found=(costly,)))
+    assert (decision.action, decision.reason) == (Action.FULL, "reads 90%")
+    assert dict(decision.details) == {"read_estimate": {"share": 0.9}}
+    missing = Fallback(Discovery.NOT_POSSIBLE, "a retraction was not found")
+    decision = decide(_facts(LINEAR_SQL, found=(missing,)))
+    assert (
+        decision.reason == "the incremental correction is not possible: a retraction was not found"
+    )
+
+
+def test_rule_5_incremental_and_every_nth_verified() -> None:
+    decision = decide(_facts(LINEAR_SQL))
+    assert (decision.action, decision.strategy, decision.verify) == (
+        Action.INCREMENTAL,
+        LINEAR,
+        False,
+    )
+    assert decision.incremental_ticks == 3
+    assert decide(_facts(LINEAR_SQL, verify_every=3)).verify is True
+    assert decide(_facts(LINEAR_SQL, verify_every=5)).verify is False
+
+
+def test_every_fallback_considered_is_reported_in_order() -> None:
+    """In place gave way (types), then the fallback's reads were not cheaper: both reported."""
+    found = (
+        Fallback(Discovery.NOT_IN_PLACE, "grouping key of type double"),
+        Fallback(Discovery.NOT_CHEAPER, "reads 80%"),
+    )
+    decision = decide(_facts(IN_PLACE_SQL, found=found))
+    assert (decision.action, decision.plan.strategy) == (Action.FULL, GROUP)
+    assert decision.considered == (
+        "not in place: grouping key of type double",
+        "not cheaper: reads 80%",
+    )
