@@ -9,6 +9,7 @@ from airflow.sdk import TaskGroup
 
 from airflow_provider_ct._groups import Step, tick_group
 from airflow_provider_ct.core.continual import parse_continual_task
+from airflow_provider_ct.core.definition_rules import check_target_name
 from airflow_provider_ct.core.layout import TableLayout, TargetSettings
 from airflow_provider_ct.factory_settings import SparkSettings, WaitSettings
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
@@ -78,6 +79,7 @@ def continual_task(
     """
     catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
     task = parse_continual_task(definition, default_namespace=namespace, catalog_name=catalog_name)
+    check_target_name(task.name)
     ct = {"definition": definition, "namespace": namespace}
     target = TargetSettings(TableLayout.parse(partition_by, sort_by, table_properties), "fail")
     return tick_group(

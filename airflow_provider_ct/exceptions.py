@@ -5,6 +5,9 @@ our refusals apart from bugs in libraries underneath::
 
     CTError
     ├── ConfigurationError        a connection, catalog or jar set-up is unusable
+    ├── ServiceUnavailableError   an external service did not answer within its bound
+    │   ├── StoreUnavailableError     the object store (S3) or the warehouse's filesystem
+    │   └── CatalogUnavailableError   the Iceberg catalog (REST server or its database)
     ├── FrontierError             a frontier or timestamp is invalid
     │   ├── FrontierRegressionError   a table's upper went backwards
     │   ├── TimeNotSealedError        asked for contents at a time not yet final
@@ -46,6 +49,40 @@ class CTError(Exception):
 
 class ConfigurationError(CTError):
     """A catalog, connection, Spark or jar configuration is unusable."""
+
+
+class ServiceUnavailableError(CTError):
+    """An external service did not answer within its bound (down, frozen, unreachable).
+
+    Not a :class:`ConfigurationError`: the settings may be right and the
+    service down; an Airflow retry once it is back lands the tick exactly.
+    The message names the service, its endpoint and the operation that
+    waited (``core/outages.py`` builds it); the attributes are set where the
+    error is first raised, and only the message crosses a job's boundary.
+    """
+
+    #: What kind of service (``object store``, ``REST catalog``, ``JDBC catalog``).
+    service_kind = "service"
+
+    def __init__(
+        self, message: str, *, endpoint: str = "", operation: str = "", service: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.service = service or self.service_kind
+        self.endpoint = endpoint
+        self.operation = operation
+
+
+class StoreUnavailableError(ServiceUnavailableError):
+    """The object store (S3, S3-compatible) holding the tables did not answer in time."""
+
+    service_kind = "object store"
+
+
+class CatalogUnavailableError(ServiceUnavailableError):
+    """The Iceberg catalog (a REST server, a catalog database) did not answer in time."""
+
+    service_kind = "catalog"
 
 
 class FrontierError(CTError):

@@ -9,6 +9,7 @@ from airflow.sdk import Asset, TaskGroup
 
 from airflow_provider_ct._groups import Step, tick_group
 from airflow_provider_ct.assets import table_asset
+from airflow_provider_ct.core.definition_rules import check_target_name, check_view_query
 from airflow_provider_ct.core.layout import TableLayout, TargetSettings
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
@@ -79,8 +80,10 @@ def materialized_view(
 
     Call it inside a DAG (use ``max_active_runs=1`` so ticks land in order).
     The query and ``input_upper_policies`` are checked at DAG-parse time, so
-    a bad query or a policy for a table the query does not read breaks the
-    DAG import with a clear message rather than a task at run time. A query
+    a bad query, one no table can be kept equal to (duplicate column names,
+    ``rand()`` and the like: ``core/definition_rules.py``), a reserved target
+    name or a policy for a table the query does not read breaks the DAG
+    import with a clear message rather than a task at run time. A query
     given as a ``.sql`` file (relative to the DAG's folder or its
     ``template_searchpath``) or with Jinja is checked once rendered, when
     each task starts, and a parse error names the file.
@@ -126,11 +129,13 @@ def materialized_view(
     """
     catalog_name = catalog_name_of(iceberg_conn_id, catalog_name)
     mode = RefreshMode.parse(refresh)  # the one check of refresh=; the job trusts its spec
-    if not is_templated_sql(sql):  # a template is checked when rendered (RenderedSqlMixin)
+    name = normalize_table_name(target, catalog_name)
+    check_target_name(name)
+    if not is_templated_sql(sql):  # a template is checked when rendered (its mint)
         parsed = parse_query(sql, target=target, catalog_name=catalog_name)
+        check_view_query(parsed)
         parse_policies(input_upper_policies, parsed.inputs, catalog_name)
         choose_plan(parsed, mode)  # refresh="incremental" fails here for a query it cannot do
-    name = normalize_table_name(target, catalog_name)
     view = {"target": target, "sql": sql}
     settings = TargetSettings(
         TableLayout.parse(partition_by, sort_by, table_properties), on_schema_change

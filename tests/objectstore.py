@@ -86,6 +86,22 @@ def _admin_ports() -> tuple[int, int]:
     raise RuntimeError("no free pair of ports for SeaweedFS's admin server")
 
 
+#: The line before the JSON block of the documented (and tested) REST connection.
+DOCUMENTED_MARKER = "<!-- tested-connection:"
+DEPLOYMENT_DOC = Path(__file__).resolve().parent.parent / "docs" / "deployment.md"
+
+
+def documented_rest_connection(doc: Path = DEPLOYMENT_DOC) -> dict[str, str]:
+    """The S3 + REST connection extra docs/deployment.md documents (placeholder values)."""
+    lines = doc.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(DOCUMENTED_MARKER))
+    if lines[start + 1].strip() != "```json":
+        raise RuntimeError(f"{doc}: no JSON block after {DOCUMENTED_MARKER}")
+    end = lines.index("```", start + 2)
+    extra: dict[str, str] = json.loads("\n".join(lines[start + 2 : end]))
+    return extra
+
+
 @dataclass
 class ObjectStore:
     """A running (or stopped) ``weed mini``: S3 plus an Iceberg REST catalog."""
@@ -124,22 +140,31 @@ class ObjectStore:
     def rest_config(self, name: str = "ct", *, staging_root: bool = True) -> CatalogConfig:
         """A REST catalog on this store, warehouse = the table bucket.
 
+        Built from the connection documented in docs/deployment.md
+        (:func:`documented_rest_connection`): each of its keys filled with
+        this server's value, so the tested and the documented set-up are one.
+
         :param staging_root: with ``ct.staging-root`` in the plain bucket
             (without it, the table bucket refuses the manifests).
         """
-        staging = {"ct.staging-root": STAGING_ROOT} if staging_root else {}
-        return CatalogConfig(
-            name=name,
-            kind="rest",
-            uri=self.rest_uri,
-            warehouse=f"s3://{TABLE_BUCKET}",
-            properties={
-                "credential": f"{self.access_key}:{self.secret_key}",
-                "oauth2-server-uri": f"{self.rest_uri}/v1/oauth/tokens",
-                **self.io_properties(),
-                **staging,
-            },
-        )
+        values = {
+            "kind": "rest",
+            "uri": self.rest_uri,
+            "warehouse": f"s3://{TABLE_BUCKET}",
+            "credential": f"{self.access_key}:{self.secret_key}",
+            "oauth2-server-uri": f"{self.rest_uri}/v1/oauth/tokens",
+            "ct.staging-root": STAGING_ROOT,
+            **self.io_properties(),
+        }
+        documented = documented_rest_connection()
+        unfilled = sorted(set(documented) - set(values))
+        if unfilled:
+            raise RuntimeError(f"docs/deployment.md's tested connection has keys {unfilled}")
+        extra = {key: values[key] for key in documented}
+        if not staging_root:
+            extra.pop("ct.staging-root")
+        kind, uri, warehouse = extra.pop("kind"), extra.pop("uri"), extra.pop("warehouse")
+        return CatalogConfig(name=name, kind=kind, uri=uri, warehouse=warehouse, properties=extra)
 
     def sql_config(self, root: Path, prefix: str, name: str = "ct") -> CatalogConfig:
         """A SQLite catalog under ``root`` whose warehouse is ``s3://warehouse/<prefix>``."""

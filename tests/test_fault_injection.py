@@ -30,9 +30,9 @@ from airflow_provider_ct.core.staging import list_manifests, staging_root
 from airflow_provider_ct.core.sweep import sweep_staged
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import (
+    CatalogUnavailableError,
     CommitStateUnknownError,
     ConfigurationError,
-    CTError,
     StagingError,
 )
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
@@ -383,11 +383,15 @@ def test_catalog_postgres_stopped_during_a_tick(
         assert isinstance(error, CommitStateUnknownError), repr(error)
         assert desc.id in str(error)
         # Airflow's retry while the database is still down fails just as clearly.
-        with pytest.raises(CTError, match="cannot open Iceberg catalog") as down:
+        # An outage, not a configuration mistake: the typed error names the catalog.
+        with pytest.raises(
+            CatalogUnavailableError, match=r"the JDBC catalog 'ct' at .* did not answer during "
+        ) as down:
             _append(conn, report)
-        assert not isinstance(down.value, CommitStateUnknownError)
+        assert not isinstance(down.value, ConfigurationError | CommitStateUnknownError)
+        assert "opening the catalog" in str(down.value) and down.value.endpoint in str(down.value)
         # So does a worker whose catalog was opened before the outage.
-        with pytest.raises(ConfigurationError, match="cannot load table"):
+        with pytest.raises(CatalogUnavailableError, match="did not answer during loading table"):
             worker_hook.load_table(ledger.identifier)
         with pytest.raises(CommitStateUnknownError, match="nothing was committed"):
             land_staged(worker_table, manifest)

@@ -5,7 +5,8 @@ settings translated from the catalog connection (endpoint, path style, no
 TLS on an ``http://`` endpoint; the keys never on its command line). The
 input is a plain merge-on-read Iceberg table changed by appends and a
 position-delete file; the oracle is a Python model of the rows the test
-wrote. Staging, manifests and the exchange folder are on the bucket too.
+wrote. Staging and manifests are on the bucket too (the job, on this worker, answers
+through the operator's temporary folder: docs/deployment.md, "Deploy modes").
 
 The catalog is SQL (SQLite) with an ``s3://`` warehouse in a plain bucket;
 the same view on the REST catalog and its table bucket, through

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
+from airflow_provider_ct.core.outages import raise_if_unavailable
 from airflow_provider_ct.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -173,12 +174,37 @@ class CatalogConfig:
         if self.warehouse.startswith("file:"):
             Path(unquote(urlsplit(self.warehouse).path)).mkdir(parents=True, exist_ok=True)
         try:
-            return load_catalog(self.name, **self.pyiceberg_properties())
+            return load_catalog(self.name, **self.bounded_properties())
         except Exception as exc:
+            raise_if_unavailable(exc, self, "opening the catalog")
             raise ConfigurationError(
                 f"cannot open Iceberg catalog {self.name!r} at {self.redacted_uri()}: "
                 + self.scrub(str(exc))
             ) from exc
+
+    def bounded_properties(self) -> dict[str, str]:
+        """:meth:`pyiceberg_properties` with the bounds of :mod:`.outages` on every client.
+
+        The FileIO's S3 timeouts, a REST session with a timeout
+        (:mod:`.rest_session`), a PostgreSQL connect timeout; a value the
+        connection sets itself is kept.
+        """
+        from airflow_provider_ct.core.outages import Bounds
+
+        props = self.pyiceberg_properties()
+        bounds = Bounds.of(self.properties)
+        props.update(bounds.file_io(props))
+        if self.kind == "rest":
+            from airflow_provider_ct.core.rest_session import IMPL
+
+            props.pop("type", None)
+            props.setdefault("py-catalog-impl", IMPL)
+        elif self.dialect == "postgresql" and "connect_timeout=" not in self.uri:
+            sep = "&" if "?" in self.uri else "?"
+            props["uri"] = (
+                f"{self.uri}{sep}connect_timeout={max(1, round(bounds.catalog_timeout_s))}"
+            )
+        return props
 
     # -- Spark (JDBC) ---------------------------------------------------------
     def jdbc_url(self) -> str:

@@ -10,6 +10,9 @@ import), so a job's environment, or a test's ``monkeypatch``, wins.
   of its inputs runs in full.
 * ``CT_DRIVER_DIFF_ROWS``: rows per side a correction may diff on the driver.
 * ``CT_READ_ONLY``: the deployment-wide read-only switch.
+* ``CT_STORE_TIMEOUT_S``, ``CT_STORE_RETRIES``, ``CT_CATALOG_TIMEOUT_S``:
+  how long a request to the object store or the catalog may wait, and how
+  often a failed store request is retried (``core/outages.py``).
 
 A number that does not parse, is negative or NaN is a
 :class:`~airflow_provider_ct.exceptions.ConfigurationError` naming the
@@ -69,6 +72,17 @@ NARROW_ROWS_ON_DRIVER = 1_000_000
 READ_ONLY_ENV = "CT_READ_ONLY"
 #: Spellings of ``CT_READ_ONLY`` that switch writes off (case and spaces aside).
 TRUE_VALUES = ("1", "true", "yes", "on")
+
+#: Seconds one request to the object store may wait to connect, and then for
+#: each answer, before it counts as failed (S3A, pyarrow, PyIceberg's FileIO).
+STORE_TIMEOUT_S = 10.0
+STORE_TIMEOUT_ENV = "CT_STORE_TIMEOUT_S"
+#: Retries of a failed store request (S3A's, pyarrow's; the AWS SDK's own are off).
+STORE_RETRIES = 1
+STORE_RETRIES_ENV = "CT_STORE_RETRIES"
+#: Seconds one request to the catalog (REST, the JDBC database) may wait.
+CATALOG_TIMEOUT_S = 10.0
+CATALOG_TIMEOUT_ENV = "CT_CATALOG_TIMEOUT_S"
 
 #: An environment variable's number: a row count or a share.
 _N = TypeVar("_N", int, float)
@@ -168,3 +182,26 @@ def read_only(environ: Mapping[str, str] | None = None) -> bool:
     """
     env = os.environ if environ is None else environ
     return env.get(READ_ONLY_ENV, "").strip().lower() in TRUE_VALUES
+
+
+def _positive_seconds(name: str, default: float, environ: Mapping[str, str] | None) -> float:
+    what = "a number of seconds above 0"
+    value = env_number(name, default, float, what, environ)
+    if value <= 0:
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def store_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds a store request may wait (``CT_STORE_TIMEOUT_S``; a bad value is an error)."""
+    return _positive_seconds(STORE_TIMEOUT_ENV, STORE_TIMEOUT_S, environ)
+
+
+def store_retries(environ: Mapping[str, str] | None = None) -> int:
+    """Retries of a failed store request (``CT_STORE_RETRIES``)."""
+    return env_number(STORE_RETRIES_ENV, STORE_RETRIES, int, "a count, not negative", environ)
+
+
+def catalog_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds a catalog request may wait (``CT_CATALOG_TIMEOUT_S``)."""
+    return _positive_seconds(CATALOG_TIMEOUT_ENV, CATALOG_TIMEOUT_S, environ)

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
+from airflow_provider_ct.core.outages import Bounds
 from airflow_provider_ct.exceptions import StagingError
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def s3_settings(props: Properties) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=16)
-def _s3_filesystem(settings: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
+def _s3_filesystem(settings: tuple[tuple[str, str], ...], bounds: Bounds) -> pafs.S3FileSystem:
     """One S3 filesystem per distinct setting (each holds a connection pool)."""
     props = dict(settings)
     kwargs: dict[str, object] = {}
@@ -139,10 +140,15 @@ def _s3_filesystem(settings: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
     style = path_style(props)
     if style is not None:
         kwargs["force_virtual_addressing"] = not style
+    # Bounded waits (core/outages.py): a dead or frozen store fails the call
+    # within retries x timeout instead of curl's and the SDK's defaults.
+    props = {**bounds.file_io(props), **props}
     timeouts = {"connect_timeout": S3_CONNECT_TIMEOUT, "request_timeout": S3_REQUEST_TIMEOUT}
     for name, key in timeouts.items():
-        if props.get(key):
-            kwargs[name] = float(props[key])
+        kwargs[name] = float(props[key])
+    kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(
+        max_attempts=bounds.store_retries + 1
+    )
     return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
 
 
@@ -159,7 +165,7 @@ def filesystem(uri: str, io: Properties | None = None) -> tuple[pafs.FileSystem,
             if not parts.netloc:
                 raise ValueError("no bucket in the URI")
             settings = tuple(sorted(s3_settings(io or {}).items()))
-            return _s3_filesystem(settings), parts.netloc + parts.path
+            return _s3_filesystem(settings, Bounds.of(io)), parts.netloc + parts.path
         return pafs.FileSystem.from_uri(uri)
     except StagingError:
         raise

@@ -254,7 +254,7 @@ class Driver:
         """
         from airflow_provider_ct.core.catalog import CatalogConfig
         from airflow_provider_ct.core.description import BatchDescription
-        from airflow_provider_ct.spark.job_errors import failure_payload
+        from airflow_provider_ct.spark.job_errors import failure_payload, typed_failure
         from airflow_provider_ct.spark.jobs import JobSpec
 
         assert self.router is not None
@@ -275,7 +275,10 @@ class Driver:
             log.info("report: %s", json.dumps(report.to_json()))
             return {"type": p.REPORT, "report": report.to_json()}
         except Exception as exc:
-            return {"type": p.ERROR, "error": failure_payload(exc, found)}
+            failure = typed_failure(
+                exc, config, f"the job for {request.get('description', {}).get('target', '?')}"
+            )
+            return {"type": p.ERROR, "error": failure_payload(failure, found)}
         finally:
             self.router.detach()
 

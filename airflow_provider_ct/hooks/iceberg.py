@@ -42,6 +42,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_ct.core.catalog import DEFAULT_CATALOG_NAME, CatalogConfig
 from airflow_provider_ct.core.commit import catalog_transport_errors
+from airflow_provider_ct.core.outages import raise_if_unavailable
 from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.core.tables import load_table_or_none
@@ -173,6 +174,7 @@ class IcebergCatalogHook(BaseHook):
         except catalog_transport_errors() as exc:
             # The catalog was opened, then its database went away (or the network).
             config = self.get_config()
+            raise_if_unavailable(exc, config, f"loading table {identifier!r}")
             raise ConfigurationError(
                 f"cannot load table {identifier!r} from Iceberg catalog {config.name!r} at "
                 f"{config.redacted_uri()}: {config.scrub(str(exc))}"

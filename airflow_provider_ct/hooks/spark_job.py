@@ -27,6 +27,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.outages import heartbeat
 from airflow_provider_ct.core.reports import WriteReport
 from airflow_provider_ct.engine import choice, client
 from airflow_provider_ct.exceptions import ConfigurationError, SparkJobError
@@ -40,7 +41,7 @@ from airflow_provider_ct.spark.exchange import (
     read_text,
     remove_folder,
 )
-from airflow_provider_ct.spark.job_errors import ERROR_FILE, job_error
+from airflow_provider_ct.spark.job_errors import ERROR_FILE, job_error, typed_failure
 from airflow_provider_ct.spark.jobs import JobSpec
 
 log = logging.getLogger(__name__)
@@ -169,10 +170,11 @@ class SparkJobHook(BaseHook):
         self, spec: JobSpec, description: BatchDescription, config: CatalogConfig, *, what: str
     ) -> WriteReport:
         """Run ``spec`` for ``description``; the job's report, or the job's own exception."""
-        if self.engine_for() == choice.ENGINE_WARM:
-            raw = self._run_warm(spec, description, config, what)
-        else:
-            raw = self._submit(spec, description, config, what)
+        with heartbeat(what, config):  # a line at least every 30 s while the job runs
+            if self.engine_for() == choice.ENGINE_WARM:
+                raw = self._run_warm(spec, description, config, what)
+            else:
+                raw = self._submit(spec, description, config, what)
         return WriteReport.from_json(raw)
 
     def on_kill(self) -> None:
@@ -216,7 +218,7 @@ class SparkJobHook(BaseHook):
             log.info("submitting %s (%s)", what, description.id)
             self._running = submit
             try:
-                return _wait(submit, outputs, what, config.properties)
+                return _wait(submit, outputs, what, config)
             finally:
                 self._running = None
                 if outputs.remote:
@@ -224,8 +226,12 @@ class SparkJobHook(BaseHook):
 
     def outputs(self, config: CatalogConfig, folder: Path) -> JobOutputs:
         """Where the job returns its report: the exchange folder, else the local ``folder``."""
-        root = exchange_root(config, dict(self.target.extra))
-        if root is not None:
+        extra = dict(self.target.extra)
+        root = exchange_root(config, extra)
+        # A driver on this worker (local, client mode) answers through the
+        # private temp folder unless the connection names an exchange: the
+        # store being down must not hide the job's error (docs/deployment.md).
+        if root is not None and (self.target.cluster_mode or extra.get(EXCHANGE_DIR_KEY)):
             return JobOutputs(new_job_folder(root), remote=True)
         if self.target.cluster_mode:
             raise ConfigurationError(
@@ -344,21 +350,22 @@ def _python_env() -> dict[str, str]:
     }
 
 
-def _wait(
-    submit: Any, outputs: JobOutputs, what: str, io: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+def _wait(submit: Any, outputs: JobOutputs, what: str, config: CatalogConfig) -> dict[str, Any]:
     """Submit and wait; the job's report, or the job's own exception.
 
     ``SparkSubmitHook`` reports any failure as a bare ``AirflowException``;
     the job's error file tells which of our errors it was (see
-    :mod:`~airflow_provider_ct.spark.job_errors`).
+    :mod:`~airflow_provider_ct.spark.job_errors`). An error file on a store
+    that does not answer is that store's outage.
     """
     from airflow.sdk.exceptions import AirflowException
 
+    io = config.properties
     try:
         submit.submit(application=APPLICATION)
     except AirflowException as exc:
-        raise job_error(outputs.error, what, io) from exc
+        error = job_error(outputs.error, what, io)
+        raise typed_failure(error, config, f"reading the error of {what}") from exc
     text = read_text(outputs.report, io)
     if text is None:
         raise SparkJobError(f"{what} finished without a report at {outputs.report}")

@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_ct.assets import SEALED, sealed_tick_time
 from airflow_provider_ct.collections.holds import hold_collection_inputs
+from airflow_provider_ct.core.definition_rules import check_target_name, check_view_query
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.mint import mint
 from airflow_provider_ct.core.owner import claim
@@ -238,8 +239,15 @@ def mint_description(
 
 
 def view_inputs(sql: str, target: str, catalog_name: str) -> list[str]:
-    """The tables a view's query reads (parsing fails before any Spark job)."""
-    return list(parse_query(sql, target=target, catalog_name=catalog_name).inputs)
+    """The tables a view's query reads (parsing fails before any Spark job).
+
+    Also where a query known only once rendered (a ``.sql`` file, Jinja) meets
+    the rules the DAG import applies to the others (``core/definition_rules``).
+    """
+    check_target_name(normalize_table_name(target, catalog_name))
+    parsed = parse_query(sql, target=target, catalog_name=catalog_name)
+    check_view_query(parsed)
+    return list(parsed.inputs)
 
 
 def _tick_time(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core import storage
 from airflow_provider_ct.core.catalog import SENSITIVE_KEY, CatalogConfig
+from airflow_provider_ct.core.outages import Bounds
 from airflow_provider_ct.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -163,9 +164,9 @@ def jdbc_driver_jar(config: CatalogConfig) -> str:
 def check_rest_support(jars: list[str]) -> None:
     """Fail early, naming what is missing, when the Iceberg runtime cannot talk REST.
 
-    Our locally assembled runtime (scripts/assemble_jars.sh) lacks the relocated
-    Apache HttpClient 5 that Iceberg's REST client needs; the JVM would only
-    fail inside the job with ``NoClassDefFoundError``.
+    A runtime jar assembled without the relocated Apache HttpClient 5 that
+    Iceberg's REST client needs (an older scripts/assemble_jars.sh, a custom
+    build) would only fail inside the job with ``NoClassDefFoundError``.
     """
     runtimes = [j for j in jars if "iceberg-spark-runtime" in Path(j).name and "://" not in j]
     for jar in runtimes:
@@ -242,6 +243,8 @@ def s3a_conf(config: CatalogConfig) -> dict[str, str]:
     region = next((props[k] for k in storage.S3_REGION if props.get(k)), None)
     if region:
         conf[S3A_PREFIX + "endpoint.region"] = region
+    # Bounded waits (core/outages.py); a spark_conf of the connection still wins.
+    conf.update((f"spark.hadoop.{k}", v) for k, v in Bounds.of(props).s3a().items())
     return conf
 
 
@@ -320,7 +323,8 @@ def _catalog_conf(config: CatalogConfig, prefix: str) -> dict[str, str]:
         # (credential, token, scope, oauth2-server-uri, header.*, prefix, ...);
         # secrets among them only through secret_spark_conf.
         conf = {f"{prefix}.type": "rest", f"{prefix}.uri": config.uri}
-        for key, value in config.properties.items():
+        bounded = {**Bounds.of(config.properties).rest_client(config.properties)}
+        for key, value in {**config.properties, **bounded}.items():
             if not SENSITIVE_KEY.search(key):
                 conf[f"{prefix}.{key}"] = value
         return conf
@@ -332,6 +336,10 @@ def _catalog_conf(config: CatalogConfig, prefix: str) -> dict[str, str]:
         f"{prefix}.jdbc.init-catalog-tables": "false",
         f"{prefix}.jdbc.schema-version": "V1",
     }
+    if config.dialect == "postgresql":  # bounded waits (core/outages.py)
+        conf.update(
+            (f"{prefix}.{k}", v) for k, v in Bounds.of(config.properties).postgres_jdbc().items()
+        )
     user, _ = config.jdbc_credentials()
     if user:
         conf[f"{prefix}.jdbc.user"] = user

@@ -28,7 +28,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_ct.core.catalog import scrub_secrets
+from airflow_provider_ct.core.catalog import CatalogConfig, scrub_secrets
+from airflow_provider_ct.core.outages import unavailable
 from airflow_provider_ct.exceptions import CTError, SparkJobError, error_class
 
 log = logging.getLogger("airflow_provider_ct.job_errors")
@@ -52,6 +53,23 @@ def failure_payload(exc: BaseException, secrets: Iterable[str] = ()) -> dict[str
         "module": type(exc).__module__,
         "message": scrub_secrets(str(exc), secrets),
     }
+
+
+def typed_failure(exc: BaseException, config: CatalogConfig | None, what: str) -> BaseException:
+    """``exc``, or the outage it amounts to (:func:`~airflow_provider_ct.core.outages.unavailable`).
+
+    A job that stopped because the store or the catalog did not answer
+    within its bound reports :class:`StoreUnavailableError` or
+    :class:`CatalogUnavailableError` (service, endpoint, operation) instead
+    of the Py4J error or ``SparkJobError`` the operator would see otherwise.
+    """
+    if config is None:
+        return exc
+    typed = unavailable(exc, config, what)
+    if typed is None or typed is exc:
+        return exc
+    typed.__cause__ = exc
+    return typed
 
 
 def report_failure(

@@ -25,7 +25,7 @@ from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.exceptions import ConfigurationError
 from airflow_provider_ct.spark.conf import job_session
 from airflow_provider_ct.spark.exchange import arg_text, write_text
-from airflow_provider_ct.spark.job_errors import report_failure
+from airflow_provider_ct.spark.job_errors import report_failure, typed_failure
 from airflow_provider_ct.spark.jobs import JobSpec
 
 log = logging.getLogger("airflow_provider_ct.job")
@@ -91,8 +91,11 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     secrets: tuple[str, ...] = ()
     io: dict[str, str] = {}
+    config: CatalogConfig | None = None
+    what = "the job"
     try:
         config, description = job_inputs(args.catalog, args.description)
+        what = f"the job for {description.target}"
         secrets, io = config.secrets(), dict(config.properties)
         spec = JobSpec.from_json(arg_text(args.job))
         spark = job_session(config, f"ct-{spec.kind}-{description.target}")
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         if args.error is None:
             raise
-        return report_failure(exc, args.error, secrets, io)
+        return report_failure(typed_failure(exc, config, what), args.error, secrets, io)
     return 0
 
 

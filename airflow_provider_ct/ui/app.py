@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.frontier import now_ms
-from airflow_provider_ct.exceptions import ConfigurationError, CTError
+from airflow_provider_ct.exceptions import ConfigurationError, CTError, ServiceUnavailableError
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.ui import render
 from airflow_provider_ct.ui.catalog import CatalogMissing, open_read_only
@@ -157,7 +157,7 @@ def history_data(name: str, conn: str | None) -> HistoryData:
         found = history(conn_id, name, now)
     except NotShown as exc:
         raise PageError(404, str(exc)) from None
-    except ConfigurationError as exc:
+    except (ConfigurationError, ServiceUnavailableError) as exc:
         raise PageError(503, describe_error(exc)) from None
     producers, _ = producers_of([CatalogStatus("", now, (found.status,))])
     return HistoryData(now, conn_id, found, producers.get(found.status.asset_uri, []))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.outages import raise_if_unavailable
 from airflow_provider_ct.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -49,16 +50,18 @@ def open_read_only(config: CatalogConfig) -> Catalog:
 
     :raises CatalogMissing: an embedded (SQLite) catalog that was never created.
     :raises ConfigurationError: the catalog cannot be opened (the message has no secret).
+    :raises ServiceUnavailableError: the catalog (or its store) did not answer in time.
     """
     from pyiceberg.catalog import load_catalog
 
-    props = config.pyiceberg_properties()
+    props = config.bounded_properties()
     if config.kind == "sql":
         props["uri"] = read_only_uri(config)
         props["init_catalog_tables"] = "false"
     try:
         return load_catalog(config.name, **props)
     except Exception as exc:
+        raise_if_unavailable(exc, config, "opening the catalog")
         raise ConfigurationError(
             f"cannot open Iceberg catalog {config.name!r} at {config.redacted_uri()}: "
             + config.scrub(str(exc))
