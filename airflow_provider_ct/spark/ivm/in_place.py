@@ -35,7 +35,6 @@ than the driver holds (:class:`NotInPlaceError`, found while pulling them;
 from __future__ import annotations
 
 import datetime
-import decimal
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -55,7 +54,7 @@ from airflow_provider_ct.ivm.driver.arrow_eval import (
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, diff_rows
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
-from airflow_provider_ct.ivm.plan.in_place import AVG, MAX, SUM, InPlace, operand
+from airflow_provider_ct.ivm.plan.in_place import AVG, MAX, SUM, InPlace
 from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.ivm.plan.rewrites import bind_tables, rows_select
 from airflow_provider_ct.ivm.state.aggregate_state import (
@@ -65,7 +64,6 @@ from airflow_provider_ct.ivm.state.aggregate_state import (
     combine,
     count_column,
     key_column,
-    operand_values,
     output_rows,
     sum_column,
 )
@@ -79,6 +77,7 @@ from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
 from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
+from airflow_provider_ct.spark.ivm.in_place_derived import derived_values
 from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
 from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
 
@@ -390,67 +389,6 @@ def _driver_correction(
     correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
     correction.notes["target_files_read"] = files_read
     return correction
-
-
-def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list[Any]] | None:
-    """Each derived column's value per group, computed by Spark from the aggregates' values.
-
-    One ``VALUES`` relation of the groups' aggregate values, each a literal
-    cast to its aggregate's own Spark type, and a projection of the derived
-    expressions over it: Spark's optimizer folds that on the driver (a local
-    relation: no job, unlike a DataFrame made from Python rows, which is an
-    RDD), with its own decimal rules, rounding and NULLs.
-    """
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    in_place = agg.in_place
-    if not in_place.derived:
-        return None
-    if not groups:
-        return {d.position: [] for d in in_place.derived}
-    fields = analyzed(agg.analysis_key, "operands", lambda: _operand_fields(agg))
-    arrow = [to_arrow_type(f.dataType) for f in fields]
-    types = [f.dataType.simpleString() for f in fields]
-    rows_sql = ", ".join(
-        "("
-        + ", ".join([str(i), *(_typed_literal(v, t) for v, t in zip(row, types, strict=True))])
-        + ")"
-        for i, row in enumerate(operand_values(groups, in_place, arrow))
-    )
-    names = ", ".join(["__ct_i", *(operand(i) for i in range(len(fields)))])
-    projected = ", ".join(f"{d.sql} AS `__ct_d{j}`" for j, d in enumerate(in_place.derived))
-    sql = f"SELECT __ct_i, {projected} FROM VALUES {rows_sql} AS t({names})"
-    rows = sorted(agg.spark.sql(sql).collect(), key=lambda r: r[0])
-    return {d.position: [r[j + 1] for r in rows] for j, d in enumerate(in_place.derived)}
-
-
-def _typed_literal(value: Any, spark_type: str) -> str:
-    """``value`` as Spark SQL of exactly ``spark_type`` (decimals as text: no float on the way)."""
-    if value is None:
-        return f"CAST(NULL AS {spark_type})"
-    if isinstance(value, float):
-        text = repr(value)  # the shortest text that reads back as the same double
-    elif isinstance(value, decimal.Decimal):
-        text = format(value, "f")  # never an exponent
-    else:
-        text = str(int(value))
-    return f"CAST('{text}' AS {spark_type})"
-
-
-def _operand_fields(agg: Aggregation) -> list[Any]:
-    """The Spark field of every aggregate call of the view (analysis only: no job)."""
-    from sqlglot import exp
-
-    tree = agg.plan.blocks[0].tree.copy()
-    for arg in ("having", "order", "limit", "distinct"):
-        tree.set(arg, None)
-    calls = [
-        exp.alias_(exp.maybe_parse(agg.in_place.call_sql(i), dialect="spark"), operand(i))
-        for i in range(len(agg.in_place.aggregates))
-    ]
-    tree.set("expressions", calls)
-    bound = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
-    return list(agg.spark.sql(bound).schema.fields)
 
 
 def _groups_filter(agg: Aggregation, affected: list[GroupState]) -> Any:
