@@ -43,6 +43,7 @@ from airflow_provider_ct.ivm.driver.driver_join import join_shape, term_rows
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
+from airflow_provider_ct.ivm.plan.group_keys import KeyColumns
 from airflow_provider_ct.ivm.plan.in_place import MAX
 from airflow_provider_ct.ivm.plan.rewrites import (
     InlineKeys,
@@ -61,14 +62,13 @@ from airflow_provider_ct.spark.ivm.in_place import (
     pull,
     tables_alias,
 )
+from airflow_provider_ct.spark.ivm.in_place_join import DECODED_PER_STORED
 
 log = logging.getLogger(__name__)
 
 #: Temp views of the stale groups' keys (all keys; the one key filtered before the join).
 STALE_KEYS_VIEW = "__ct_stale_keys"
 STALE_KEY_VIEW = "__ct_stale_key"
-#: Decoded Arrow bytes per stored byte (as :mod:`.in_place_join` guesses).
-DECODED_PER_STORED = 4
 
 Found = dict[tuple[Any, ...], list[Any]]
 
@@ -104,9 +104,9 @@ class ExtremaReader:
 
 def _on_driver(agg: Aggregation, keys: list[tuple[Any, ...]], state: pa.Schema) -> Found | None:
     """The stale groups' extrema from rows fetched by key on the driver; None: not here."""
-    block = agg.plan.blocks[0]
+    block, cache = agg.plan.blocks[0], file_cache()
     inputs, pins = agg.inputs, agg.pins
-    if inputs is None or pins is None or agg.driver_rows <= 0 or file_cache() is None:
+    if inputs is None or pins is None or agg.driver_rows <= 0 or cache is None:
         return None
     if len(agg.plan.blocks) != 1 or block.left_join is not None or not keys:
         return None
@@ -124,20 +124,21 @@ def _on_driver(agg: Aggregation, keys: list[tuple[Any, ...]], state: pa.Schema) 
         return None
     name, column, index = lookup
     stored = sum(column_bytes(inputs[n], int(pinned[n] or 0), columns[n]) for n in columns)
-    cache = file_cache()
-    if cache is None or stored * DECODED_PER_STORED > cache.budget:
-        return None
+    if stored * DECODED_PER_STORED > cache.budget:
+        return None  # decoded again on every tick: Spark's scan costs less
+    shape = join_shape(block.tree, agg.catalog_name, columns) if len(block.inputs) > 1 else None
     readers = {n: SnapshotRows(inputs[n], pinned[n], columns[n]) for n in block.inputs}
-    values = pa.array(
-        sorted({key[index] for key in keys}), type=readers[name].empty.schema.field(column).type
-    )
+    try:
+        kind = readers[name].empty.schema.field(column).type
+        values = pa.array(sorted({key[index] for key in keys}), type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        raise NotOnDriver(f"the stale keys are not values of {name}.{column}: {exc}") from None
     rows = readers[name].where(column, values)
     parts = expressions(agg)
     types = node_types(agg, parts)
-    if len(block.inputs) == 1:
+    if shape is None:
         evaluator = ArrowEvaluator(rows, tables_alias(block.tree), types)
     else:
-        shape = join_shape(block.tree, agg.catalog_name, columns)
         position = [i.name for i in shape.inputs].index(name)
 
         def fetch(other: str, _side: str, on: str, wanted: pa.Array) -> pa.Table:
@@ -220,6 +221,8 @@ def _restricted(agg: Aggregation, tree: Any, keys: list[tuple[Any, ...]]) -> Any
     for found in agg.plan.key_columns:
         if len(found.members) < 2 or any(k[found.index] is None for k in keys):
             continue  # one member: the restriction above filters it; NULL: no IN matches
+        if not _same_types(agg, found):
+            continue  # equal under the join's cast, perhaps not under IN's
         one = _inline([k[found.index] for k in keys])
         if one is None:
             view = agg.spark.table(STALE_KEYS_VIEW).select(
@@ -229,6 +232,18 @@ def _restricted(agg: Aggregation, tree: Any, keys: list[tuple[Any, ...]]) -> Any
         columns = [f"{alias}.{column}" for _, alias, column in found.members]
         return restrict_columns_to_keys(tree, columns, STALE_KEY_VIEW, one)
     return tree
+
+
+def _same_types(agg: Aggregation, found: KeyColumns) -> bool:
+    """The class's columns share one type, so ``IN`` the keys keeps what the join kept."""
+    types: list[str] = []
+    for name, _, column in found.members:
+        schema = agg.spark.table(agg.new_views[name]).schema
+        matches = [f.dataType.simpleString() for f in schema.fields if f.name.lower() == column]
+        if len(matches) != 1:
+            return False
+        types.extend(matches)
+    return len(set(types)) == 1
 
 
 def _inline(values: list[Any]) -> InlineKeys | None:
