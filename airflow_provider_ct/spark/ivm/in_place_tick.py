@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from airflow_provider_ct.core.query import query_hash
-from airflow_provider_ct.core.settings import SMALL_RESULT_ROWS, rows_on_driver
+from airflow_provider_ct.core.settings import rows_on_driver, state_groups_on_driver
 from airflow_provider_ct.core.tables import live_bytes
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
@@ -99,7 +99,7 @@ def _aggregation(tick: Tick, target: Target, decision: TickDecision) -> Aggregat
         target.query_schema,
         target.columns,
         tick.scratch,
-        SMALL_RESULT_ROWS,
+        state_groups_on_driver(),
         driver_rows=rows_on_driver(),
         table=target.table if target.schema_change is None else None,
         base_snapshot_id=tick.desc.base_snapshot_id,
