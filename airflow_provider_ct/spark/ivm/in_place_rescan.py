@@ -187,9 +187,10 @@ def _with_spark(agg: Aggregation, keys: list[tuple[Any, ...]]) -> Found:
 
     block, key_sql = agg.plan.blocks[0], agg.plan.key_sql
     tree = rows_select(block.tree, key_sql, agg.in_place.arguments)
+    tree = bind_tables(tree, agg.new_views, agg.catalog_name)  # before the keys' views join it
     if key_sql:
         tree = _restricted(agg, tree, keys)
-    frame = agg.spark.sql(bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark"))
+    frame = agg.spark.sql(tree.sql(dialect="spark"))
     values = []
     for e, (function, j) in enumerate(agg.in_place.extrema):
         extremum = F.max if function == MAX else F.min
