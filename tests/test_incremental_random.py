@@ -12,7 +12,8 @@ Input ``a`` is merge-on-read (Spark's DML writes position deletes), input
 values and duplicate rows (same id included). The views, each its own
 target, cover what incremental maintenance handles: projection + filter,
 UNION ALL, inner join, left join, a GROUP BY with SUM, COUNT(*), COUNT(col),
-AVG, MIN, MAX and COUNT(DISTINCT), a GROUP BY over a join (keyed by a
+AVG, MIN, MAX and COUNT(DISTINCT), MIN and MAX kept in place (over one
+input, over joins, one group, a view over a view), a GROUP BY over a join (keyed by a
 column outside and one inside the join's equality), GROUP BYs keyed by the
 day of ``a``'s timestamp (``a`` is partitioned by ``day(ts)``: the
 ``partition`` strategy, whose reads are restricted to the changed days;
@@ -58,8 +59,9 @@ Environment: ``CT_INCR_SEED`` (default 20260611) chooses the history,
 ``CT_INCR_TICKS`` the number of view ticks (one view's mint, write and append;
 rounded up to whole steps that tick every view; default 4 steps' worth),
 ``CT_INCR_FULL_EVERY`` how often check (2) runs (default every 3rd step).
-Default run: 40 view ticks (10 views) and 10 full-correction dry runs: 80-125 s
-on a 2-core machine shared with other runs (load 6-9, 2026-11-25). Longer
+Default run: 64 view ticks (16 views) and 16 full-correction dry runs: 392 s
+on the 2-core machine shared with other runs at load 17-21 (2026-11-26; 80-125 s
+for the 10 views of 2026-11-25 at load 6-9). Longer
 runs, every tick exact (before the day-keyed views, on an idle machine):
 ``CT_INCR_TICKS=200`` 200 ticks and 64 full-correction checks in 3 min;
 ``CT_INCR_SEED=424242 CT_INCR_TICKS=400`` 400 ticks and 128 checks in 6 min 42 s.
