@@ -135,6 +135,8 @@ def _on_driver(agg: Aggregation, keys: list[tuple[Any, ...]], state: pa.Schema) 
         raise NotOnDriver(f"the stale keys are not values of {name}.{column}: {exc}") from None
     rows = readers[name].where(column, values)
     parts = expressions(agg)
+    if shape is not None:  # the joins' ON conditions too, typed with the rest
+        parts = replace(parts, where=shape.condition)
     types = node_types(agg, parts)
     if shape is None:
         evaluator = ArrowEvaluator(rows, tables_alias(block.tree), types)
@@ -144,7 +146,6 @@ def _on_driver(agg: Aggregation, keys: list[tuple[Any, ...]], state: pa.Schema) 
         def fetch(other: str, _side: str, on: str, wanted: pa.Array) -> pa.Table:
             return readers[other].where(on, wanted)
 
-        parts = replace(parts, where=shape.condition)
         evaluator = ArrowEvaluator.joined(term_rows(shape, position, rows, fetch), types)
     if evaluator.rows.num_rows > agg.driver_rows:
         return None
