@@ -12,7 +12,8 @@ Input ``a`` is merge-on-read (Spark's DML writes position deletes), input
 values and duplicate rows (same id included). The views, each its own
 target, cover what incremental maintenance handles: projection + filter,
 UNION ALL, inner join, left join, a GROUP BY with SUM, COUNT(*), COUNT(col),
-AVG, MIN, MAX and COUNT(DISTINCT), a GROUP BY over a join (keyed by a
+AVG, MIN, MAX and COUNT(DISTINCT), MIN and MAX kept in place (over one
+input, over joins, one group, a view over a view), a GROUP BY over a join (keyed by a
 column outside and one inside the join's equality), GROUP BYs keyed by the
 day of ``a``'s timestamp (``a`` is partitioned by ``day(ts)``: the
 ``partition`` strategy, whose reads are restricted to the changed days;
@@ -58,8 +59,9 @@ Environment: ``CT_INCR_SEED`` (default 20260611) chooses the history,
 ``CT_INCR_TICKS`` the number of view ticks (one view's mint, write and append;
 rounded up to whole steps that tick every view; default 4 steps' worth),
 ``CT_INCR_FULL_EVERY`` how often check (2) runs (default every 3rd step).
-Default run: 40 view ticks (10 views) and 10 full-correction dry runs: 80-125 s
-on a 2-core machine shared with other runs (load 6-9, 2026-11-25). Longer
+Default run: 64 view ticks (16 views) and 16 full-correction dry runs: 392 s
+on the 2-core machine shared with other runs at load 17-21 (2026-11-26; 80-125 s
+for the 10 views of 2026-11-25 at load 6-9). Longer
 runs, every tick exact (before the day-keyed views, on an idle machine):
 ``CT_INCR_TICKS=200`` 200 ticks and 64 full-correction checks in 3 min;
 ``CT_INCR_SEED=424242 CT_INCR_TICKS=400`` 400 ticks and 128 checks in 6 min 42 s.
@@ -238,7 +240,19 @@ VIEWS = (
     View(
         "scalar",
         "SELECT COUNT(*) AS n, SUM(v) AS total, AVG(v) AS mean, "
-        "SUM(CAST(v AS DECIMAL(9, 1)) * 0.5) AS half FROM {a} WHERE v IS NULL OR v > 3",
+        "SUM(CAST(v AS DECIMAL(9, 1)) * 0.5) AS half, MIN(s) AS first_s, MAX(v) AS hi "
+        "FROM {a} WHERE v IS NULL OR v > 3",
+        ("a",),
+    ),
+    # MIN and MAX kept in place (agg_jk, daily_j and over above keep theirs too):
+    # integers with ties and NULLs, strings, the day of a timestamp, an
+    # expression over extrema. A deleted extremum reads its group again; on
+    # even steps with the driver's routes off (CT_DRIVER_DIFF_ROWS=0), so
+    # that Spark computes the change and reads the stale groups.
+    View(
+        "inplace_mm",
+        "SELECT k, COUNT(*) AS n, MIN(v) AS lo, MAX(v) AS hi, MAX(s) AS top, "
+        "MIN(CAST(ts AS DATE)) AS first_day, MAX(v) - MIN(v) AS span FROM {a} GROUP BY k",
         ("a",),
     ),
     # A view over another view's table (left_j ticks first at every time).
@@ -250,6 +264,8 @@ VIEWS = (
     ),
 )
 INPUT_OF_VIEW = {"left": "left_j"}
+#: Views ticked with the driver's routes off on even steps (Spark's in-place route).
+SPARK_ROUTE_ON_EVEN_STEPS = frozenset({"inplace_mm", "agg_jk"})
 TICKS = int(os.environ.get("CT_INCR_TICKS", str(4 * len(VIEWS))))
 STEPS = max(2, math.ceil(TICKS / len(VIEWS)))
 
@@ -325,6 +341,8 @@ class Stats:
     drift: Counter[str] = field(default_factory=Counter)
     #: Cases the history produced in some view's expected rows.
     seen: Counter[str] = field(default_factory=Counter)
+    #: Groups whose extremum was read again, per view and route.
+    reads: Counter[str] = field(default_factory=Counter)
 
 
 class World:
@@ -667,7 +685,17 @@ class World:
         target, sql = self.target(view), self.sql(view)
         decision = mint_view_tick(catalog, target, sql, time)
         assert decision.description is not None, f"{self.where(view.name)}: {decision.reason}"
-        report = run_write(self.spark, self.config, sql, decision.description, refresh="auto")
+        spark_route = view.name in SPARK_ROUTE_ON_EVEN_STEPS and self.step % 2 == 0
+        previous = os.environ.get("CT_DRIVER_DIFF_ROWS")
+        if spark_route:
+            os.environ["CT_DRIVER_DIFF_ROWS"] = "0"
+        try:
+            report = run_write(self.spark, self.config, sql, decision.description, refresh="auto")
+        finally:
+            if spark_route and previous is None:
+                os.environ.pop("CT_DRIVER_DIFF_ROWS", None)
+            elif spark_route and previous is not None:
+                os.environ["CT_DRIVER_DIFF_ROWS"] = previous
         assert report.status not in ("outdated", "dry_run"), (
             f"{self.where(view.name)}: {report.to_json()}"
         )
@@ -678,6 +706,10 @@ class World:
         strategy = str(report.extra.get("strategy", "-"))
         where = report.extra.get("change_state_on")  # in place: by Spark or on the driver
         self.stats.strategies[view.name][f"{strategy}({where})" if where else strategy] += 1
+        read_on = report.extra.get("extrema_read_on")  # a deleted extremum's group read again
+        if read_on:
+            self.stats.seen["extremum read again"] += 1
+            self.stats.reads[f"{view.name}({read_on})"] += int(report.extra["extrema_read_again"])
         reason = str(report.extra.get("reason") or report.reason or "")
         if reason:  # snapshot ids folded, so that one reason counts once
             self.stats.reasons[f"{strategy}: {re.sub(r'[0-9]{6,}', 'N', reason)}"[:120]] += 1
@@ -747,6 +779,17 @@ class World:
         seen["NULL group over a view"] += any(row[0] is None for row in want["over"])
         seen["NULL day"] += any(row[0] is None for row in want["daily"])
         seen["several days"] += len(want["daily"]) > 2
+        seen["extremum read again"] += 0  # counted by the ticks
+        seen["all-NULL MAX"] += any(row[3] is None for row in want["inplace_mm"])
+        seen["MIN/MAX ties"] += self._ties()
+
+    def _ties(self) -> bool:
+        """Whether some group of ``a`` holds its largest ``v`` twice (a tie at the extremum)."""
+        values: dict[Any, list[int]] = {}
+        for row in self.model["a"]:
+            if row[2] is not None:
+                values.setdefault(row[1], []).append(row[2])
+        return any(vs.count(max(vs)) > 1 for vs in values.values())
 
     def summary(self, seconds: float) -> str:
         s = self.stats
@@ -758,6 +801,7 @@ class World:
             f"mutations: {dict(sorted(s.mutations.items()))}",
             f"drift: {dict(sorted(s.drift.items()))}",
             f"cases (steps): {dict(sorted(s.seen.items()))}",
+            f"extrema read again (groups): {dict(sorted(s.reads.items()))}",
         ]
         lines += [f"  reason x{n}: {r}" for r, n in s.reasons.most_common()]
         return "\n".join(lines)

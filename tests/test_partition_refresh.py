@@ -145,7 +145,7 @@ def test_the_optional_side_of_a_left_join_losing_its_last_match_moves_rows_to_th
     a_rows = [(1, day), (2, day), (3, day + dt.timedelta(days=1))]
     b_rows = [(1, 10), (2, 20), (3, 30), (4, 40)]
     sql = (
-        "SELECT CAST(a.ts AS DATE) AS day, COUNT(*) AS n, SUM(b.w) AS w, MAX(b.w) AS top "
+        "SELECT CAST(a.ts AS DATE) AS day, COUNT(*) AS n, SUM(b.w) AS w, MAX(DISTINCT b.w) AS top "
         "FROM prlj.b AS b LEFT JOIN prlj.a AS a ON b.k = a.k GROUP BY CAST(a.ts AS DATE)"
     )
 

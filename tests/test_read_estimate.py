@@ -108,12 +108,13 @@ def test_auto_runs_in_full_when_the_restricted_read_is_every_file(
     catalog = spark_catalog_config.load()
     catalog.create_namespace_if_not_exists("est_f")
     events = _events(catalog, "est_f.events", TableLayout.parse(partition_by=["day(ts)"]))
-    # MAX keeps both off in-place aggregates: their groups are recomputed.
+    # MAX(DISTINCT) keeps both off in-place aggregates: their groups are recomputed.
     flags = (
-        "SELECT flag, COUNT(*) AS n, SUM(v) AS total, MAX(v) AS hi FROM est_f.events GROUP BY flag"
+        "SELECT flag, COUNT(*) AS n, SUM(v) AS total, MAX(DISTINCT v) AS hi FROM est_f.events "
+        "GROUP BY flag"
     )
     days = (
-        "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n, SUM(v) AS total, MAX(v) AS hi "
+        "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n, SUM(v) AS total, MAX(DISTINCT v) AS hi "
         "FROM est_f.events GROUP BY CAST(ts AS DATE)"
     )
     for target, sql in (("est_f.flags", flags), ("est_f.days", days)):

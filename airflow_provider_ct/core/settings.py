@@ -59,6 +59,14 @@ RETRY_INCREMENTAL_AFTER = 8
 #: Overrides :data:`RETRY_INCREMENTAL_AFTER` in the job's environment; 0 turns the rule off.
 RETRY_INCREMENTAL_AFTER_ENV = "CT_RETRY_INCREMENTAL_AFTER"
 
+#: Most groups an in-place view's kept state may hold: the driver holds it as
+#: Arrow (a tick turns only the groups its change touches into Python objects,
+#: and reads and writes the state table whole). Past it the view runs its
+#: fallback plan (``group``, ``partition`` or ``full``).
+STATE_GROUPS_ON_DRIVER = 2_000_000
+#: Overrides :data:`STATE_GROUPS_ON_DRIVER` in the job's environment.
+STATE_GROUPS_ENV = "CT_STATE_GROUPS_ON_DRIVER"
+
 #: Rows a side may have for the driver to diff it (each pull stops one row later).
 ROWS_ON_DRIVER = 200_000
 #: Overrides :data:`ROWS_ON_DRIVER` in the job's environment; 0 turns the driver's diff off.
@@ -148,6 +156,11 @@ def full_read_share() -> float:
     """The share of the inputs' bytes above which a group tick runs in full (0: never)."""
     what = "a share of the inputs' bytes (0 turns the rule off)"
     return env_number(FULL_READ_SHARE_ENV, FULL_READ_SHARE, float, what)
+
+
+def state_groups_on_driver() -> int:
+    """Most groups of a kept in-place state: ``CT_STATE_GROUPS_ON_DRIVER`` when set."""
+    return env_row_count(STATE_GROUPS_ENV, STATE_GROUPS_ON_DRIVER)
 
 
 def rows_on_driver() -> int:

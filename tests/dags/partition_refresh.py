@@ -17,7 +17,7 @@ from airflow_provider_ct import materialized_view
 
 DAILY_SQL = (
     "SELECT CAST(ts AS DATE) AS day, country, COUNT(*) AS n, SUM(amount) AS total, "
-    "MAX(amount) AS biggest "
+    "MAX(DISTINCT amount) AS biggest "  # DISTINCT: not kept in place, days recomputed
     "FROM pr.events GROUP BY CAST(ts AS DATE), country"
 )
 

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator
 from airflow_provider_ct.ivm.state.aggregate_state import GroupState, add_exact, state_table
+from airflow_provider_ct.ivm.state.extrema import better
 
 
 @dataclass(frozen=True)
@@ -35,18 +36,25 @@ class Expressions:
     arguments: tuple[Any, ...]
     #: Arguments whose sum is kept (``SUM``/``AVG``); the others are only counted.
     summed: frozenset[int]
+    #: ``(min|max, argument)`` per extremum kept (:mod:`~..state.extrema`).
+    extrema: tuple[tuple[str, int], ...] = ()
 
 
 def change_state(
     sides: Sequence[tuple[int, ArrowEvaluator]], parts: Expressions, schema: pa.Schema
 ) -> pa.Table:
-    """The signed state of the groups ``sides`` (sign, rows) reach, as ``schema`` (the state's).
+    """The signed state of the groups ``sides`` (sign, rows) reach, as ``schema``.
+
+    ``schema`` is the change's (the state's with the deleted extrema,
+    :func:`~..state.extrema.change_schema`): per extremum, the inserted
+    values' in ``__ct_x<e>`` and the deleted values' in ``__ct_y<e>``.
 
     :raises NotOnDriver: an expression, type or value Spark must decide.
     """
+    arity, extrema = len(parts.arguments), len(parts.extrema)
     groups: dict[tuple[Any, ...], GroupState] = {}
     if not parts.keys:  # one group, always there (as Spark's aggregate without GROUP BY)
-        groups[()] = GroupState((), 0, [None] * len(parts.arguments), [0] * len(parts.arguments))
+        groups[()] = GroupState.empty((), arity, extrema)
     for sign, rows in sides:
         kept = rows.mask(parts.where) if parts.where is not None else None
         keys = [_values(rows, node, kept) for node in parts.keys]
@@ -56,7 +64,7 @@ def change_state(
             key = tuple(column[i] for column in keys)
             group = groups.get(key)
             if group is None:
-                group = GroupState(key, 0, [None] * len(arguments), [0] * len(arguments))
+                group = GroupState.empty(key, arity, extrema)
                 groups[key] = group
             group.rows += sign
             for j, column in enumerate(arguments):
@@ -66,7 +74,10 @@ def change_state(
                 group.counts[j] += sign
                 if j in parts.summed:
                     group.sums[j] = add_exact(group.sums[j], value if sign > 0 else -value)
-    return state_table(list(groups.values()), schema, len(parts.keys), len(parts.arguments))
+            for e, (function, j) in enumerate(parts.extrema):
+                side = group.extrema if sign > 0 else group.removed
+                side[e] = better(function, side[e], arguments[j][i])
+    return state_table(list(groups.values()), schema, len(parts.keys), arity)
 
 
 def _values(rows: ArrowEvaluator, node: Any, kept: pa.Array | None) -> list[Any]:

@@ -1,12 +1,17 @@
 """Which views keep their aggregates in place: the shape, decided from the SQL alone.
 
 A view whose select list holds only its grouping keys and bare ``SUM(x)``,
-``COUNT(x)``, ``COUNT(*)`` and ``AVG(x)`` calls (aliased or not) can be
-maintained without recomputing any group: each group's new value is its old
-state plus the aggregate of the signed change of the rows below the
-aggregation (``new = old + agg(inserted) - agg(deleted)``). The state is,
-per group, its row count and, per distinct argument, its sum and its count
-of non-NULL values (:mod:`~airflow_provider_ct.ivm.state.aggregate_state`).
+``COUNT(x)``, ``COUNT(*)``, ``AVG(x)``, ``MIN(x)`` and ``MAX(x)`` calls
+(aliased or not) can be maintained without recomputing any group: each
+group's new value is its old state plus the aggregate of the signed change
+of the rows below the aggregation (``new = old + agg(inserted) -
+agg(deleted)``). The state is, per group, its row count and, per distinct
+argument, its sum and its count of non-NULL values, and per ``MIN``/``MAX``
+call its extremum (:mod:`~airflow_provider_ct.ivm.state.aggregate_state`).
+``MIN`` and ``MAX`` are not invertible: an insert moves the extremum
+exactly, but a deletion of a value at the extremum leaves the group's new
+extremum unknown, and only those groups' extrema are read again from the
+new inputs (:mod:`airflow_provider_ct.spark.ivm.in_place_rescan`).
 
 An expression over such aggregates and literals (TPC-H q14's ``100.00 *
 SUM(...) / SUM(...)``) is kept too: its aggregates are kept as hidden
@@ -17,10 +22,11 @@ rules, rounding and NULLs are Spark's own.
 What this module refuses, with the reason (the view then keeps the ``group``
 strategy, or runs in full without ``GROUP BY``): ``DISTINCT`` inside an
 aggregate, ``FILTER``, ``HAVING``, an expression mixing aggregates with
-columns or windows, ``MIN``/``MAX`` (a deleted extreme needs the group's
-other rows) and any other aggregate function. Whether the arguments' *types* allow exact
-arithmetic (integral or decimal, not floating point) is only known to Spark;
-the write job checks it (:mod:`airflow_provider_ct.spark.ivm.in_place`).
+columns or windows, and any other aggregate function. Whether the
+arguments' *types* allow exact arithmetic (integral or decimal sums, an
+order Python compares as Spark does for ``MIN``/``MAX``: not floating
+point) is only known to Spark; the write job checks it
+(:mod:`airflow_provider_ct.spark.ivm.in_place`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from typing import Any
 
 from sqlglot import exp
 
-SUM, COUNT, AVG = "sum", "count", "avg"
+SUM, COUNT, AVG, MIN, MAX = "sum", "count", "avg", "min", "max"
+#: The aggregates kept as an extremum per group (not invertible: see the module).
+EXTREMA = (MIN, MAX)
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,7 @@ class Aggregate:
     #: 0-based position in the select list (the target's column); None: an
     #: operand of a :class:`Derived` column only.
     position: int | None
-    #: ``sum``, ``count`` or ``avg``.
+    #: ``sum``, ``count``, ``avg``, ``min`` or ``max``.
     function: str
     #: Index into :attr:`InPlace.arguments`; ``None`` for ``COUNT(*)``.
     argument: int | None
@@ -82,6 +90,25 @@ class InPlace:
         if aggregate.argument is None:
             return "COUNT(*)"
         return f"{aggregate.function.upper()}({self.arguments[aggregate.argument]})"
+
+    @property
+    def extrema(self) -> tuple[tuple[str, int], ...]:
+        """The distinct ``(min|max, argument)`` pairs whose extremum the state keeps, in order.
+
+        Index ``e`` in this tuple names the state's columns ``__ct_x<e>``.
+        """
+        out: list[tuple[str, int]] = []
+        for a in self.aggregates:
+            if a.function in EXTREMA and a.argument is not None:
+                pair = (a.function, a.argument)
+                if pair not in out:
+                    out.append(pair)
+        return tuple(out)
+
+    def extremum_of(self, aggregate: Aggregate) -> int:
+        """The index in :attr:`extrema` of a ``MIN``/``MAX`` aggregate."""
+        assert aggregate.argument is not None
+        return self.extrema.index((aggregate.function, aggregate.argument))
 
     def functions(self) -> str:
         """``SUM, COUNT(*), AVG``: for reasons and reports."""
@@ -148,14 +175,17 @@ def _derived(node: Any, arguments: list[str], aggregates: list[Aggregate]) -> De
 
 
 def _aggregate(node: Any) -> tuple[str, str | None] | str:
-    """``(function, argument SQL)`` of a bare SUM / COUNT / AVG call, or why not."""
+    """``(function, argument SQL)`` of a bare SUM / COUNT / AVG / MIN / MAX call, or why not."""
     if isinstance(node, exp.Filter):
         return "an aggregate with FILTER"
-    kinds = {exp.Sum: SUM, exp.Count: COUNT, exp.Avg: AVG}
+    kinds = {exp.Sum: SUM, exp.Count: COUNT, exp.Avg: AVG, exp.Min: MIN, exp.Max: MAX}
     function = next((name for kind, name in kinds.items() if type(node) is kind), None)
     if function is None:
         if node.find(exp.AggFunc) is not None:
-            return "not a bare SUM, COUNT or AVG (an expression over aggregates, MIN, MAX...)"
+            return (
+                "not a bare SUM, COUNT, AVG, MIN or MAX (an expression over aggregates, "
+                "another aggregate function...)"
+            )
         return "neither a grouping key nor an aggregate"
     argument = node.this
     if isinstance(argument, exp.Distinct):

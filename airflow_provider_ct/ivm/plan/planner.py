@@ -220,7 +220,7 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
         plan,
         strategy=AGGREGATE,
         reason=f"GROUP BY {', '.join(keys)}: {_in_place_reason(shape)}",
-        steps=_in_place_steps(block),
+        steps=_in_place_steps(block, shape),
         in_place=replace(shape, fallback=plan.strategy, fallback_reason=plan.reason),
     )
 
@@ -283,25 +283,39 @@ def _scalar_in_place(select: Any, block: Block) -> Plan:
         AGGREGATE,
         f"one group (no GROUP BY): {_in_place_reason(shape)}",
         (block,),
-        steps=_in_place_steps(block),
+        steps=_in_place_steps(block, shape),
         in_place=replace(shape, fallback=FULL, fallback_reason=fallback),
     )
 
 
 def _in_place_reason(shape: InPlace) -> str:
+    if shape.extrema:
+        return (
+            f"{shape.functions()} kept in place: each affected group's state plus the aggregate "
+            "of the signed change; only groups whose MIN/MAX a deletion removed are read again"
+        )
     return (
         f"{shape.functions()} kept in place: each affected group's state plus the aggregate "
         "of the signed change, no group recomputed"
     )
 
 
-def _in_place_steps(block: Block) -> tuple[str, ...]:
-    return (
+def _in_place_steps(block: Block, shape: InPlace) -> tuple[str, ...]:
+    steps = [
         _block_step(0, block),
         "aggregate the signed change per group: row count, and per argument its sum and "
         "non-NULL count",
         "add it to the groups' kept state; compute their rows; correct only their rows",
-    )
+    ]
+    if shape.extrema:
+        steps[1] += "; per MIN/MAX, the extremum of the inserted and of the deleted values"
+        steps.insert(
+            2,
+            "a group whose deleted extremum reaches its kept one (or an inserted one) is read "
+            "again from the new inputs, restricted to those groups' keys (by key on the "
+            "driver, else one Spark job)",
+        )
+    return tuple(steps)
 
 
 def is_count_star(node: Any) -> bool:

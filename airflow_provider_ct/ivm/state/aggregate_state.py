@@ -3,13 +3,17 @@
 The state of a view kept in place (:mod:`.in_place`) holds per group its
 keys (``__ct_k0``...), its row count (``__ct_rows``) and per distinct
 aggregate argument ``j`` the sum (``__ct_s<j>``) and the non-NULL count
-(``__ct_n<j>``) of its values. A tick's change has the same columns, signed
+(``__ct_n<j>``) of its values, and per ``MIN``/``MAX`` call ``e`` its
+extremum (``__ct_x<e>``, :mod:`.extrema`). A tick's change has the same columns, signed
 (rows leaving a group count negative), as Spark aggregated it; this module
 adds the two exactly and computes the output rows of the affected groups,
 with Spark's results:
 
 * ``COUNT(*)`` is the row count, ``COUNT(x)`` the non-NULL count;
 * ``SUM(x)`` is the sum, or NULL once no non-NULL value is left;
+* ``MIN(x)``/``MAX(x)`` is the kept extremum, moved by the inserted values,
+  and read again for the groups whose extremum a deletion may have removed
+  (:mod:`.extrema`); NULL once no non-NULL value is left;
 * ``AVG(x)`` of a decimal is Spark's: the sum divided by the count rounded
   half-up to 39 significant digits, then half-up to the result's scale (NULL
   if it overflows the result's precision); of an integral type, the
@@ -26,8 +30,8 @@ arithmetic can be tested on its own against Spark's aggregates.
 from __future__ import annotations
 
 import decimal
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -35,7 +39,14 @@ import pyarrow as pa
 
 from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
 from airflow_provider_ct.ivm.changes.row_match import matching_rows
-from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, SUM, InPlace
+from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, EXTREMA, MAX, MIN, SUM, InPlace
+from airflow_provider_ct.ivm.state.extrema import (
+    extremum_column,
+    missing_columns,
+    new_extrema,
+    removed_column,
+    state_schema,
+)
 
 ROWS = "__ct_rows"
 #: Spark's ``Decimal`` division context (precision 38 + 1, half-up).
@@ -58,41 +69,72 @@ def count_column(index: int) -> str:
     return f"__ct_n{index}"
 
 
-def value_columns(arguments: int) -> list[str]:
-    """The state's columns after the keys: row count, then sum and count per argument."""
+def value_columns(arguments: int, extrema: int = 0) -> list[str]:
+    """The state's columns after the keys: row count, sum and count per argument, extrema."""
     out = [ROWS]
     for j in range(arguments):
         out += [sum_column(j), count_column(j)]
-    return out
+    return out + [extremum_column(e) for e in range(extrema)]
 
 
 @dataclass
 class GroupState:
-    """One group's state: its keys and counts, exactly."""
+    """One group's state: its keys and counts, exactly, and its extrema."""
 
     key: tuple[Any, ...]
     rows: int
     sums: list[Any]
     counts: list[int]
+    #: Per extremum (:attr:`~.in_place.InPlace.extrema`): the kept one, or a
+    #: change's inserted one.
+    extrema: list[Any] = field(default_factory=list)
+    #: A change's only: per extremum, the extremum of the values it deleted.
+    removed: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, key: tuple[Any, ...], arguments: int, extrema: int) -> GroupState:
+        return cls(key, 0, [None] * arguments, [0] * arguments, [None] * extrema, [None] * extrema)
 
 
-def _groups(table: pa.Table | None, keys: int, arguments: int) -> dict[tuple[Any, ...], GroupState]:
+#: The stale groups' keys -> each one's extrema read again from the new inputs
+#: (all of the view's, in order); a group without rows there is left out.
+Rescan = Callable[[list[tuple[Any, ...]]], Mapping[tuple[Any, ...], Sequence[Any]]]
+
+
+def _groups(
+    table: pa.Table | None, keys: int, arguments: int, extrema: int = 0
+) -> dict[tuple[Any, ...], GroupState]:
     if table is None or table.num_rows == 0:
         return {}
-    names = [key_column(i) for i in range(keys)] + value_columns(arguments)
+    missing = missing_columns(table.schema.names, extrema)
+    if missing:
+        raise StateMismatchError(f"the kept state has no column {missing[0]} (an older state)")
+    names = [key_column(i) for i in range(keys)] + value_columns(arguments, extrema)
     columns = [table.column(n).to_pylist() for n in names]
+    removed = [removed_column(e) for e in range(extrema)]
+    nulls = [None] * table.num_rows
+    removals = [table.column(n).to_pylist() if n in table.schema.names else nulls for n in removed]
     out: dict[tuple[Any, ...], GroupState] = {}
-    for row in zip(*columns, strict=True):
+    for index, row in enumerate(zip(*columns, strict=True)):
         key = tuple(row[:keys])
         values = row[keys:]
         sums = [values[1 + 2 * j] for j in range(arguments)]
         counts = [int(values[2 + 2 * j] or 0) for j in range(arguments)]
-        out[key] = GroupState(key, int(values[0] or 0), sums, counts)
+        kept = list(values[1 + 2 * arguments :])
+        gone = [column[index] for column in removals]
+        out[key] = GroupState(key, int(values[0] or 0), sums, counts, kept, gone)
     return out
 
 
 def combine(
-    state: pa.Table | None, change: pa.Table, keys: int, arguments: int, *, scalar: bool
+    state: pa.Table | None,
+    change: pa.Table,
+    keys: int,
+    arguments: int,
+    *,
+    scalar: bool,
+    extrema: Sequence[tuple[str, int]] = (),
+    rescan: Rescan | None = None,
 ) -> tuple[pa.Table, list[GroupState]]:
     """``(new state, the affected groups' new states)``: ``state + change``, exactly.
 
@@ -100,11 +142,16 @@ def combine(
     scalar aggregate); the affected list still names them, so their rows
     are retracted. A count below zero means the state was not what the
     change was computed against: :class:`StateMismatchError`.
+
+    :param extrema: the view's ``(min|max, argument)`` pairs (:mod:`.extrema`).
+    :param rescan: reads the extrema of the groups whose extremum a deletion
+        may have removed (needed when ``extrema`` is not empty).
     """
-    untouched, groups = _split(state, change, keys, arguments)
+    untouched, groups = _split(state, change, keys, arguments, len(extrema))
     affected: list[GroupState] = []
-    for delta in _groups(change, keys, arguments).values():
-        old = groups.get(delta.key) or GroupState(delta.key, 0, [None] * arguments, [0] * arguments)
+    stale: list[GroupState] = []
+    for delta in _groups(change, keys, arguments, len(extrema)).values():
+        old = groups.get(delta.key) or GroupState.empty(delta.key, arguments, len(extrema))
         new = GroupState(
             delta.key,
             old.rows + delta.rows,
@@ -117,17 +164,62 @@ def combine(
                 "kept state is not the one the change was computed against"
             )
         new.sums = [s if c else None for s, c in zip(new.sums, new.counts, strict=True)]
+        if extrema:
+            _move_extrema(new, old, delta, extrema, stale)
         groups[delta.key] = new
         affected.append(new)
+    if stale:
+        _read_again(stale, extrema, rescan)
+    schema = state_schema(change.schema)
     kept = [g for g in groups.values() if g.rows > 0 or scalar]
-    touched = state_table(kept, change.schema, keys, arguments)
+    touched = state_table(kept, schema, keys, arguments)
     if untouched is None or not untouched.num_rows:
         return touched, affected
-    return pa.concat_tables([untouched.cast(change.schema), touched]), affected
+    return pa.concat_tables([untouched.select(schema.names).cast(schema), touched]), affected
+
+
+def _move_extrema(
+    new: GroupState,
+    old: GroupState,
+    delta: GroupState,
+    extrema: Sequence[tuple[str, int]],
+    stale: list[GroupState],
+) -> None:
+    """``new``'s extrema from ``old``'s and the change's; into ``stale`` if one is unknown."""
+    functions = [function for function, _ in extrema]
+    values, unknown = new_extrema(functions, old.extrema, delta.extrema, delta.removed)
+    for e, (_, argument) in enumerate(extrema):
+        if new.rows <= 0 or new.counts[argument] == 0:
+            values[e] = None  # no value left: NULL, nothing to read
+            if e in unknown:
+                unknown.remove(e)
+    new.extrema = values
+    if unknown:
+        stale.append(new)
+
+
+def _read_again(
+    stale: list[GroupState], extrema: Sequence[tuple[str, int]], rescan: Rescan | None
+) -> None:
+    """The stale groups' extrema, read from the new inputs; a group missing there is a mismatch."""
+    if rescan is None:
+        raise NotInPlaceError("a deleted extremum needs its group read again, and no reader")
+    found = rescan([group.key for group in stale])
+    for group in stale:
+        values = found.get(group.key)
+        if values is None:
+            raise StateMismatchError(
+                f"group {group.key!r} holds {group.rows} rows by the kept state but none in "
+                "the inputs: the kept state is not the one the change was computed against"
+            )
+        group.extrema = [
+            value if group.counts[argument] else None
+            for value, (_, argument) in zip(values, extrema, strict=True)
+        ]
 
 
 def _split(
-    state: pa.Table | None, change: pa.Table, keys: int, arguments: int
+    state: pa.Table | None, change: pa.Table, keys: int, arguments: int, extrema: int
 ) -> tuple[pa.Table | None, dict[tuple[Any, ...], GroupState]]:
     """The kept groups ``change`` does not touch (as Arrow) and those it does (as Python).
 
@@ -135,11 +227,14 @@ def _split(
     that touches a few of them (TPC-H q10 keeps 38,000 groups).
     """
     if state is None or not keys or not state.num_rows:
-        return None, _groups(state, keys, arguments)
+        return None, _groups(state, keys, arguments, extrema)
+    missing = missing_columns(state.schema.names, extrema)
+    if missing:
+        raise StateMismatchError(f"the kept state has no column {missing[0]} (an older state)")
     names = [key_column(i) for i in range(keys)]
     hit = matching_rows(state.select(names), change.select(names))
     touched = state.filter(pa.array(hit))
-    return state.filter(pa.array(~hit)), _groups(touched, keys, arguments)
+    return state.filter(pa.array(~hit)), _groups(touched, keys, arguments, extrema)
 
 
 def add_exact(a: Any, b: Any) -> Any:
@@ -156,13 +251,21 @@ def add_exact(a: Any, b: Any) -> Any:
 def state_table(
     groups: Sequence[GroupState], schema: pa.Schema, keys: int, arguments: int
 ) -> pa.Table:
-    """``groups`` as rows of the state's ``schema`` (keys, row count, sums and counts)."""
-    columns: list[list[Any]] = [[g.key[i] for g in groups] for i in range(keys)]
-    columns.append([g.rows for g in groups])
+    """``groups`` as rows of ``schema`` (keys, row count, sums and counts, extrema; a
+    change's schema also holds the deleted extrema)."""
+    by_name: dict[str, list[Any]] = {key_column(i): [g.key[i] for g in groups] for i in range(keys)}
+    by_name[ROWS] = [g.rows for g in groups]
     for j in range(arguments):
-        columns.append([g.sums[j] for g in groups])
-        columns.append([g.counts[j] for g in groups])
-    return _table(columns, schema)
+        by_name[sum_column(j)] = [g.sums[j] for g in groups]
+        by_name[count_column(j)] = [g.counts[j] for g in groups]
+    for name in schema.names:
+        if name.startswith("__ct_x"):
+            e = int(name[len("__ct_x") :])
+            by_name[name] = [g.extrema[e] if g.extrema else None for g in groups]
+        elif name.startswith("__ct_y"):
+            e = int(name[len("__ct_y") :])
+            by_name[name] = [g.removed[e] if g.removed else None for g in groups]
+    return _table([by_name[name] for name in schema.names], schema)
 
 
 def _table(columns: list[list[Any]], schema: pa.Schema) -> pa.Table:
@@ -202,7 +305,7 @@ def output_rows(
         for aggregate in in_place.aggregates:
             if aggregate.position is not None:
                 field_type = schema.field(aggregate.position).type
-                columns[aggregate.position].append(_value(group, aggregate, field_type))
+                columns[aggregate.position].append(_value(group, aggregate, field_type, in_place))
         for column in in_place.derived:
             columns[column.position].append((derived or {})[column.position][index])
     return _table(columns, schema)
@@ -214,14 +317,14 @@ def operand_values(
     """Per group, the value of every aggregate (``types``: their Spark types, as Arrow)."""
     return [
         tuple(
-            _value(group, aggregate, field_type)
+            _value(group, aggregate, field_type, in_place)
             for aggregate, field_type in zip(in_place.aggregates, types, strict=True)
         )
         for group in groups
     ]
 
 
-def _value(group: GroupState, aggregate: Any, field_type: pa.DataType) -> Any:
+def _value(group: GroupState, aggregate: Any, field_type: pa.DataType, in_place: InPlace) -> Any:
     if aggregate.argument is None:
         return group.rows
     total, count = group.sums[aggregate.argument], group.counts[aggregate.argument]
@@ -229,6 +332,8 @@ def _value(group: GroupState, aggregate: Any, field_type: pa.DataType) -> Any:
         return count
     if count == 0:
         return None
+    if aggregate.function in EXTREMA:
+        return group.extrema[in_place.extremum_of(aggregate)]
     if aggregate.function == SUM:
         return total
     assert aggregate.function == AVG
@@ -252,9 +357,12 @@ def spark_decimal_average(total: Decimal, count: int, precision: int, scale: int
 __all__ = [
     "AVG",
     "COUNT",
+    "MAX",
+    "MIN",
     "ROWS",
     "SUM",
     "GroupState",
+    "Rescan",
     "add_exact",
     "combine",
     "count_column",

@@ -17,10 +17,17 @@ For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.ivm.plan.
   scan, and the whole target is diffed against its rows: the full
   correction, computed through the state, which is then kept.
 
+``MIN``/``MAX`` keep each group's extremum: the change carries, per
+extremum, that of the values it inserted and that of the values it
+deleted, and the groups whose extremum may have been deleted are read
+again (:mod:`.in_place_rescan`, the ``rescan`` given to :func:`correct`).
+
 Left to the plan's fallback: an argument of a floating-point or other
-inexact type under ``SUM``/``AVG``, a grouping key of a floating-point or
-nested type (``NaN`` and ``-0.0`` group as Spark normalizes them, not as
-Python compares them) (:func:`inexact_types` says which), and more groups
+inexact type under ``SUM``/``AVG``, of a floating-point or nested type
+under ``MIN``/``MAX`` (Spark orders ``NaN`` above every number), a
+grouping key of a floating-point or nested type (``NaN`` and ``-0.0``
+group as Spark normalizes them, not as Python compares them)
+(:func:`inexact_types` says which), and more groups
 than the driver holds (:class:`NotInPlaceError`, found while pulling them;
 ``in_place_tick`` turns either into a fallback for the tick's decision).
 """
@@ -28,7 +35,6 @@ than the driver holds (:class:`NotInPlaceError`, found while pulling them;
 from __future__ import annotations
 
 import datetime
-import decimal
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_ct.core.tables import live_rows
-from airflow_provider_ct.exceptions import NotInPlaceError
+from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
 from airflow_provider_ct.ivm.changes.row_match import matching_rows
 from airflow_provider_ct.ivm.changes.snapshot_files import rows_with_positions
 from airflow_provider_ct.ivm.driver.arrow_eval import (
@@ -48,23 +54,30 @@ from airflow_provider_ct.ivm.driver.arrow_eval import (
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, diff_rows
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
-from airflow_provider_ct.ivm.plan.in_place import AVG, SUM, InPlace, operand
+from airflow_provider_ct.ivm.plan.in_place import AVG, MAX, SUM, InPlace
 from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.ivm.plan.rewrites import bind_tables, rows_select
 from airflow_provider_ct.ivm.state.aggregate_state import (
     ROWS,
     GroupState,
+    Rescan,
     combine,
     count_column,
     key_column,
-    operand_values,
     output_rows,
     sum_column,
+)
+from airflow_provider_ct.ivm.state.extrema import (
+    change_schema,
+    extremum_column,
+    missing_columns,
+    removed_column,
 )
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
 from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
+from airflow_provider_ct.spark.ivm.in_place_derived import derived_values
 from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
 from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
 
@@ -103,6 +116,10 @@ class Aggregation:
     base_snapshot_id: int | None = None
     #: What the analyses of this tick depend on (:mod:`.analysis_cache`); None: not kept.
     analysis_key: tuple[Any, ...] | None = None
+    #: The inputs (PyIceberg) and their pinned snapshots, for reading stale
+    #: extrema on the driver (:mod:`.in_place_rescan`); None: only Spark reads them.
+    inputs: Mapping[str, Any] | None = None
+    pins: Mapping[str, int | None] | None = None
 
     @property
     def in_place(self) -> InPlace:
@@ -141,12 +158,19 @@ def inexact_types(agg: Aggregation) -> str | None:
         if isinstance(field.dataType, inexact):
             return f"grouping key of type {field.dataType.simpleString()}"
     exact = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType)
+    ordered = (*exact, T.DateType, T.TimestampType, T.TimestampNTZType, T.StringType, T.BooleanType)
     summed = _summed(agg.in_place)
+    compared = {j for _, j in agg.in_place.extrema}
     for j, field in enumerate(arguments):
         if j in summed and not isinstance(field.dataType, exact):
             return (
                 f"SUM/AVG of {agg.in_place.arguments[j]} ({field.dataType.simpleString()}): "
                 "only integral and decimal sums are exact"
+            )
+        if j in compared and not isinstance(field.dataType, ordered):
+            return (
+                f"MIN/MAX of {agg.in_place.arguments[j]} ({field.dataType.simpleString()}): "
+                "kept only for types the driver orders as Spark does (not floating point)"
             )
     return None
 
@@ -181,7 +205,12 @@ def change_state(agg: Aggregation, bindings: Bindings) -> pa.Table:
         values.append(total.alias(sum_column(j)) if j in summed else _no_sum(j))
         counted = F.sum(F.when(argument.isNotNull(), sign).otherwise(F.lit(0)))
         values.append(counted.cast("long").alias(count_column(j)))
-    return _pull(_grouped(agg, frame).agg(*values), agg.max_groups, "changed groups")
+    for e, (function, j) in enumerate(agg.in_place.extrema):
+        extremum = F.max if function == MAX else F.min
+        argument = F.col(f"__ct_a{j}")
+        values.append(extremum(F.when(sign > 0, argument)).alias(extremum_column(e)))
+        values.append(extremum(F.when(sign < 0, argument)).alias(removed_column(e)))
+    return pull(_grouped(agg, frame).agg(*values), agg.max_groups, "changed groups")
 
 
 def driver_change_state(
@@ -193,8 +222,9 @@ def driver_change_state(
     :mod:`~airflow_provider_ct.ivm.driver.arrow_eval` leaves to Spark; the reason
     is logged). ``schema``: the kept state's.
     """
+    schema = changes_schema(agg, schema)
     parts = expressions(agg)
-    alias = _tables_alias(agg.plan.blocks[0].tree)
+    alias = tables_alias(agg.plan.blocks[0].tree)
     try:
         types = node_types(agg, parts)
         sides = [(1, ArrowEvaluator(plus, alias, types)), (-1, ArrowEvaluator(minus, alias, types))]
@@ -213,10 +243,24 @@ def expressions(agg: Aggregation) -> Expressions:
         keys=tuple(exp.maybe_parse(k, dialect="spark") for k in agg.plan.key_sql),
         arguments=tuple(exp.maybe_parse(a, dialect="spark") for a in agg.in_place.arguments),
         summed=frozenset(_summed(agg.in_place)),
+        extrema=agg.in_place.extrema,
     )
 
 
-def _tables_alias(tree: Any) -> str:
+def changes_schema(agg: Aggregation, kept: pa.Schema) -> pa.Schema:
+    """A change's schema from the kept state's (its deleted extrema added).
+
+    :raises StateMismatchError: the kept state has no extremum column (kept
+        before the view had them): it is rebuilt.
+    """
+    count = len(agg.in_place.extrema)
+    missing = missing_columns(kept.names, count)
+    if missing:
+        raise StateMismatchError(f"the kept state has no column {missing[0]} (an older state)")
+    return change_schema(kept, count)
+
+
+def tables_alias(tree: Any) -> str:
     from_ = tree.args.get("from_") or tree.args.get("from")
     return str(from_.this.alias_or_name)
 
@@ -258,8 +302,11 @@ def full_state(agg: Aggregation) -> pa.Table:
         argument = F.col(f"__ct_a{j}")
         values.append(F.sum(argument).alias(sum_column(j)) if j in summed else _no_sum(j))
         values.append(F.count(argument).alias(count_column(j)))
+    for e, (function, j) in enumerate(agg.in_place.extrema):
+        extremum = F.max if function == MAX else F.min
+        values.append(extremum(F.col(f"__ct_a{j}")).alias(extremum_column(e)))
     frame = agg.rows(agg.new_views)
-    return _pull(_grouped(agg, frame).agg(*values), agg.max_groups, "groups")
+    return pull(_grouped(agg, frame).agg(*values), agg.max_groups, "groups")
 
 
 def _no_sum(j: int) -> Any:
@@ -274,7 +321,7 @@ def _grouped(agg: Aggregation, frame: DataFrame) -> Any:
     return frame.groupBy(*[frame[k].alias(key_column(i)) for i, k in enumerate(keys)])
 
 
-def _pull(frame: DataFrame, limit: int, what: str) -> pa.Table:
+def pull(frame: DataFrame, limit: int, what: str) -> pa.Table:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     batches = frame.limit(limit + 1)._collect_as_arrow()
@@ -290,16 +337,21 @@ def correct(
     persisted: Callable[[], DataFrame | None],
     kept: pa.Table | None,
     change: pa.Table,
+    rescan: Rescan | None = None,
 ) -> InPlaceResult:
     """The correction from ``kept + change`` (a rebuild: ``kept`` None, ``change`` the full state).
 
     ``persisted`` builds the target's head as a Spark frame (None: empty),
     asked for only when the driver cannot diff. Only the groups in
     ``change`` are compared with the target: their rows (``<=>`` on every
-    key), or the whole target in a rebuild.
+    key), or the whole target in a rebuild. ``rescan`` reads the extrema a
+    deletion may have removed (:mod:`.in_place_rescan`).
     """
     keys, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
-    state, affected = combine(kept, change, keys, arguments, scalar=agg.scalar)
+    extrema = agg.in_place.extrema
+    state, affected = combine(
+        kept, change, keys, arguments, scalar=agg.scalar, extrema=extrema, rescan=rescan
+    )
     correction = _driver_correction(agg, affected, rebuild=kept is None)
     if correction is None:
         desired = _desired(agg, affected)
@@ -337,67 +389,6 @@ def _driver_correction(
     correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
     correction.notes["target_files_read"] = files_read
     return correction
-
-
-def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list[Any]] | None:
-    """Each derived column's value per group, computed by Spark from the aggregates' values.
-
-    One ``VALUES`` relation of the groups' aggregate values, each a literal
-    cast to its aggregate's own Spark type, and a projection of the derived
-    expressions over it: Spark's optimizer folds that on the driver (a local
-    relation: no job, unlike a DataFrame made from Python rows, which is an
-    RDD), with its own decimal rules, rounding and NULLs.
-    """
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    in_place = agg.in_place
-    if not in_place.derived:
-        return None
-    if not groups:
-        return {d.position: [] for d in in_place.derived}
-    fields = analyzed(agg.analysis_key, "operands", lambda: _operand_fields(agg))
-    arrow = [to_arrow_type(f.dataType) for f in fields]
-    types = [f.dataType.simpleString() for f in fields]
-    rows_sql = ", ".join(
-        "("
-        + ", ".join([str(i), *(_typed_literal(v, t) for v, t in zip(row, types, strict=True))])
-        + ")"
-        for i, row in enumerate(operand_values(groups, in_place, arrow))
-    )
-    names = ", ".join(["__ct_i", *(operand(i) for i in range(len(fields)))])
-    projected = ", ".join(f"{d.sql} AS `__ct_d{j}`" for j, d in enumerate(in_place.derived))
-    sql = f"SELECT __ct_i, {projected} FROM VALUES {rows_sql} AS t({names})"
-    rows = sorted(agg.spark.sql(sql).collect(), key=lambda r: r[0])
-    return {d.position: [r[j + 1] for r in rows] for j, d in enumerate(in_place.derived)}
-
-
-def _typed_literal(value: Any, spark_type: str) -> str:
-    """``value`` as Spark SQL of exactly ``spark_type`` (decimals as text: no float on the way)."""
-    if value is None:
-        return f"CAST(NULL AS {spark_type})"
-    if isinstance(value, float):
-        text = repr(value)  # the shortest text that reads back as the same double
-    elif isinstance(value, decimal.Decimal):
-        text = format(value, "f")  # never an exponent
-    else:
-        text = str(int(value))
-    return f"CAST('{text}' AS {spark_type})"
-
-
-def _operand_fields(agg: Aggregation) -> list[Any]:
-    """The Spark field of every aggregate call of the view (analysis only: no job)."""
-    from sqlglot import exp
-
-    tree = agg.plan.blocks[0].tree.copy()
-    for arg in ("having", "order", "limit", "distinct"):
-        tree.set(arg, None)
-    calls = [
-        exp.alias_(exp.maybe_parse(agg.in_place.call_sql(i), dialect="spark"), operand(i))
-        for i in range(len(agg.in_place.aggregates))
-    ]
-    tree.set("expressions", calls)
-    bound = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
-    return list(agg.spark.sql(bound).schema.fields)
 
 
 def _groups_filter(agg: Aggregation, affected: list[GroupState]) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -40,11 +40,15 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     single_table_conjuncts,
     term_rows,
 )
-from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
-from airflow_provider_ct.spark.ivm.in_place import Aggregation, expressions, node_types
+from airflow_provider_ct.spark.ivm.in_place import (
+    Aggregation,
+    changes_schema,
+    expressions,
+    node_types,
+)
 from airflow_provider_ct.spark.tick import Tick
 
 log = logging.getLogger(__name__)
@@ -134,7 +138,8 @@ def joined_change_state(
         return fetchers[key].where(column, values)
 
     base = expressions(agg)
-    parts = Expressions(read.shape.condition, base.keys, base.arguments, base.summed)
+    parts = replace(base, where=read.shape.condition)
+    schema = changes_schema(agg, schema)
     try:
         types = node_types(agg, parts)
         prefilter = _prefilter(read.shape, types)

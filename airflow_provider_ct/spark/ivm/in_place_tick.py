@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from airflow_provider_ct.core.query import query_hash
-from airflow_provider_ct.core.settings import SMALL_RESULT_ROWS, rows_on_driver
+from airflow_provider_ct.core.settings import rows_on_driver, state_groups_on_driver
 from airflow_provider_ct.core.tables import live_bytes
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
@@ -55,6 +56,7 @@ from airflow_provider_ct.spark.ivm.in_place import (
 )
 from airflow_provider_ct.spark.ivm.in_place_join import joined_change, joined_change_state
 from airflow_provider_ct.spark.ivm.in_place_join import report as joined_report
+from airflow_provider_ct.spark.ivm.in_place_rescan import ExtremaReader
 from airflow_provider_ct.spark.ivm.input_changes import bind_inputs
 from airflow_provider_ct.spark.tick import Computed, Target, Tick
 
@@ -97,7 +99,7 @@ def _aggregation(tick: Tick, target: Target, decision: TickDecision) -> Aggregat
         target.query_schema,
         target.columns,
         tick.scratch,
-        SMALL_RESULT_ROWS,
+        state_groups_on_driver(),
         driver_rows=rows_on_driver(),
         table=target.table if target.schema_change is None else None,
         base_snapshot_id=tick.desc.base_snapshot_id,
@@ -141,14 +143,17 @@ def _incremental(
 ) -> tuple[InPlaceResult, dict[str, Any]] | Fallback:
     """The tick from the kept state: on the driver when it can, else with Spark's jobs."""
     inputs = tick.inputs()
+    agg = replace(agg, inputs=inputs, pins=dict(tick.desc.inputs))
+    reader = ExtremaReader(agg, kept.schema)  # the groups whose extremum a deletion removed
     read = _one_input_change(tick, agg, inputs, before)
     if read is not None and _rows(read[1]) <= agg.driver_rows:
         name, changes = read
         tick.clock.lap("changes")
         change = driver_change_state(agg, changes.inserted, changes.deleted, kept.schema)
         if change is not None:
-            result = correct(agg, lambda: target.persisted, kept, change)
-            return result, {**_report(name, changes), "change_state_on": "driver"}
+            result = correct(agg, lambda: target.persisted, kept, change, reader)
+            details = {**_report(name, changes), "change_state_on": "driver"}
+            return result, {**details, **reader.notes}
     known = {read[0]: read[1]} if read is not None else None
     joined = joined_change(tick, agg, inputs, before)
     if joined is not None:
@@ -156,9 +161,9 @@ def _incremental(
         sides = {NEW: dict(tick.desc.inputs), OLD: dict(before)}
         change = joined_change_state(agg, joined, inputs, sides, kept.schema)
         if change is not None:
-            result = correct(agg, lambda: target.persisted, kept, change)
+            result = correct(agg, lambda: target.persisted, kept, change, reader)
             details = {**joined_report(joined), "aggregate_state": "kept"}
-            return result, {**details, "change_state_on": "driver"}
+            return result, {**details, "change_state_on": "driver", **reader.notes}
         known = joined.changes
     costly = _join_reads(tick, before)
     if costly is not None:
@@ -175,10 +180,12 @@ def _incremental(
     )
     try:
         tick.clock.lap("changes")
-        result = correct(agg, lambda: target.persisted, kept, change_state(agg, bindings))
+        change = change_state(agg, bindings)
+        result = correct(agg, lambda: target.persisted, kept, change, reader)
     finally:
         bindings.release_arrow()
-    return result, {**bindings.report(), "aggregate_state": "kept", "change_state_on": "spark"}
+    details = {**bindings.report(), "aggregate_state": "kept", "change_state_on": "spark"}
+    return result, {**details, **reader.notes}
 
 
 def _one_input_change(
