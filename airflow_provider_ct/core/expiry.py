@@ -12,7 +12,7 @@ no retained one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def unreachable_files(
     return sorted(gone - kept)
 
 
-def delete_files(table: Table, paths: Sequence[str] | Iterable[str]) -> int:
+def delete_files(table: Table, paths: Iterable[str]) -> int:
     """Delete files nothing references any more (or that were staged and never committed).
 
     A missing file is fine (deleted already); another failure is logged and

@@ -283,9 +283,7 @@ def _prepare_target(
     change = plan_schema_change(table, diff, arrow_schema, settings.on_schema_change)
     log.info("schema of %s changes with this batch: %s", desc.target, diff.problems())
     base = None if base_id is None else read_at(spark, name, base_id)
-    changing = _changing_target(table, change, query.frame, base)
-    changing.query_schema = schema
-    return changing
+    return _changing_target(table, change, query.frame, base, schema)
 
 
 def _frames(
@@ -318,7 +316,11 @@ def _query_schema(schema: StructType) -> pa.Schema:
 
 
 def _changing_target(
-    table: Any, change: SchemaChange, desired: DataFrame, base: DataFrame | None
+    table: Any,
+    change: SchemaChange,
+    desired: DataFrame,
+    base: DataFrame | None,
+    query_schema: StructType,
 ) -> Target:
     """The target as it will be once ``change`` commits with this batch.
 
@@ -346,7 +348,14 @@ def _changing_target(
             *_AT,
         )
     built = (desired, persisted)
-    return Target(pending_table(table, change), columns, lambda: built, base is not None, change)
+    return Target(
+        pending_table(table, change),
+        columns,
+        lambda: built,
+        base is not None,
+        change,
+        query_schema=query_schema,
+    )
 
 
 #: Fallbacks a tick may find before its decision is one that cannot fall back
