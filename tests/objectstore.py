@@ -221,7 +221,11 @@ class ObjectStore:
             if self.process is not None and self.process.poll() is not None:
                 code = self.process.returncode
                 raise RuntimeError(f"weed mini exited with {code}: {self.tail()}")
-            if self._answers(self.s3_endpoint + "/") and self._table_bucket_ready():
+            if (
+                self._answers(self.s3_endpoint + "/")
+                and self._table_bucket_ready()
+                and self._objects_round_trip()
+            ):
                 return
             time.sleep(0.2)
         self.stop()
@@ -236,6 +240,40 @@ class ObjectStore:
         except Exception:
             return False
         return True
+
+    def _objects_round_trip(self) -> bool:
+        """Whether an object can be written and read back (the volume server is up too).
+
+        Why: after a restart, S3 and the catalog answer a moment before the
+        volume server has registered with the master; in that window object
+        reads fail with HTTP 500 (seen in CI as ``INTERNAL_FAILURE during
+        GetObject``). The object is larger than what the filer keeps inline,
+        so it goes to a volume. A filesystem of its own (not the product's
+        cached one) so no pooled connection outlives a restart.
+        """
+        import pyarrow.fs as pafs
+
+        fs = pafs.S3FileSystem(
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            region=REGION,
+            endpoint_override=self.s3_endpoint,
+            scheme="http",
+            connect_timeout=2,
+            request_timeout=5,
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+        )
+        probe = f"{BUCKET}/.ready/{secrets.token_hex(4)}"
+        payload = secrets.token_bytes(256 * 1024)
+        try:
+            with fs.open_output_stream(probe) as out:
+                out.write(payload)
+            with fs.open_input_stream(probe) as stream:
+                same = stream.read() == payload
+            fs.delete_file(probe)
+        except OSError:
+            return False
+        return same
 
     @staticmethod
     def _answers(url: str) -> bool:
