@@ -89,6 +89,36 @@ QUERIES = {
         "SELECT k, SUM(v) AS total FROM {ns}.a GROUP BY k HAVING COUNT(*) > 1",
     ),
     "distinct": ("group", "SELECT DISTINCT k, s FROM {ns}.a"),
+    # A derived table that projects and filters (TPC-H q7, q8, q9's shape) is
+    # merged into its reader and planned as the plain block it then is.
+    "derived_table_aggregate": (
+        "aggregate",
+        "SELECT name, k2, SUM(w) AS total, COUNT(*) AS n FROM (SELECT b.name, a.k * 2 AS k2,"
+        " a.v + 1 AS w FROM {ns}.a a, {ns}.b b WHERE a.k = b.k AND (a.v > 0 OR a.v IS NULL))"
+        " AS d WHERE k2 < 8 GROUP BY name, k2",
+    ),
+    # A table read twice (TPC-H q7, q8: nation as n1 and n2): each read is an
+    # input of its own in the delta rules, and b changes on every other tick.
+    "self_join": (
+        "linear",
+        "SELECT a.id, b1.name AS n1, b2.name AS n2 FROM {ns}.a a JOIN {ns}.b b1 ON a.k = b1.k"
+        " JOIN {ns}.b b2 ON a.v = b2.k",
+    ),
+    "self_join_aggregate": (
+        "aggregate",
+        "SELECT b1.name AS n1, b2.name AS n2, SUM(a.v) AS total, COUNT(*) AS n"
+        " FROM {ns}.a a, {ns}.b b1, {ns}.b b2 WHERE a.k = b1.k AND b2.k = a.v - 5"
+        " GROUP BY b1.name, b2.name",
+    ),
+    "self_join_group": (
+        "group",
+        "SELECT b1.k, MAX(b2.name) AS hi, COUNT(DISTINCT a.s) AS ds FROM {ns}.a a, {ns}.b b1,"
+        " {ns}.b b2 WHERE a.k = b1.k AND b2.k = a.v - 5 GROUP BY b1.k",
+    ),
+    "derived_table_linear": (
+        "linear",
+        "SELECT x, s FROM (SELECT id AS x, s, v FROM {ns}.a WHERE v > 1) t WHERE s IS NOT NULL",
+    ),
 }
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -67,7 +67,15 @@ CASES = [
     ("WITH x AS (SELECT id FROM s.a) SELECT id FROM x", "full", "CTE"),
     ("SELECT id FROM s.a LIMIT 5", "full", "LIMIT"),
     ("SELECT k FROM s.a UNION SELECT k FROM s.b", "full", "UNION (without ALL)"),
-    ("SELECT a.id FROM s.a a JOIN s.a b ON a.k = b.k", "full", "self-join"),
+    ("SELECT a.id FROM s.a a JOIN s.a b ON a.k = b.k", "linear", "inner join of 2"),
+    ("SELECT a.id FROM s.a a LEFT JOIN s.a b ON a.k = b.k", "full", "LEFT JOIN of a table with"),
+    (
+        "SELECT k, SUM(w) FROM (SELECT k, v * 2 AS w FROM s.a WHERE v > 1) t GROUP BY k",
+        "aggregate",
+        "SUM kept in place",
+    ),
+    ("SELECT k FROM (SELECT k, SUM(v) AS t FROM s.a GROUP BY k) t WHERE t > 1", "full", "sub"),
+    ("SELECT t.k FROM (SELECT k FROM s.a) t JOIN s.b b ON t.k = b.k", "full", "subqueries"),
     ("SELECT a.id FROM s.a a FULL OUTER JOIN s.b b ON a.k = b.k", "full", "outer joins"),
     ("SELECT a.id FROM s.a a LEFT JOIN s.b b ON a.k > b.k", "full", "not a conjunction"),
     ("SELECT id, rand() FROM s.a", "full", "nondeterministic"),
@@ -81,6 +89,37 @@ def test_strategy_and_reason(sql: str, strategy: str, why: str) -> None:
     assert plan.strategy == strategy, plan
     assert why in plan.reason, plan.reason
     assert plan.explain()[:2] == [f"strategy: {strategy}", f"why: {plan.reason}"]
+
+
+def test_a_derived_table_is_merged_into_its_reader() -> None:
+    """The merged block reads the inner tables; the outer names and order stay."""
+    plan = plan_query(
+        parse_query(
+            "SELECT y, SUM(w) AS total FROM (SELECT a.k AS y, a.v * b.n AS w FROM s.a a, s.b b"
+            " WHERE a.k = b.k) AS d WHERE w > 0 GROUP BY y"
+        )
+    )
+    assert plan.strategy == "aggregate"
+    (block,) = plan.blocks
+    assert block.inputs == ("s.a", "s.b")
+    names = [e.alias_or_name for e in block.tree.expressions]
+    assert names == ["y", "total"]
+    assert "(a.v * b.n) > 0" in block.tree.sql(dialect="spark")
+
+
+def test_a_table_read_twice_is_two_reads_and_bounds_no_keys() -> None:
+    """Each read has its own key; a key column of one read does not bound a change's groups."""
+    plan = plan_query(
+        parse_query(
+            "SELECT n1.n, COUNT(DISTINCT a.x) FROM s.a a, s.b n1, s.b n2 WHERE a.k = n1.k"
+            " AND a.j = n2.k GROUP BY n1.n"
+        )
+    )
+    (block,) = plan.blocks
+    assert block.inputs == ("s.a", "s.b", "s.b")
+    assert block.occurrences == ("s.a", "s.b", "s.b#2")
+    assert block.repeated == {"s.b"}
+    assert plan.key_columns == ()
 
 
 def test_group_keys_are_mapped_to_output_positions() -> None:

@@ -53,6 +53,7 @@ from airflow_provider_ct.core.query import (
     normalize_table_name,
 )
 from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.ivm.plan.flatten import flatten_derived_tables
 from airflow_provider_ct.ivm.plan.group_keys import (
     KeyColumns,
     KeyRange,
@@ -93,9 +94,41 @@ class Block:
 
     #: The block's tree; tables still name the inputs.
     tree: Any
-    #: The inputs it reads, normalized, each exactly once.
+    #: The inputs it reads, normalized, one per table of ``FROM`` and the joins in
+    #: order: a table read twice (``nation n1, nation n2``) is there twice.
     inputs: tuple[str, ...]
     left_join: LeftJoin | None = None
+
+    @property
+    def occurrences(self) -> tuple[str, ...]:
+        """One key per table read, in order: :func:`occurrence_key` of each input."""
+        return occurrence_keys(self.inputs)
+
+    @property
+    def repeated(self) -> frozenset[str]:
+        """The inputs the block reads more than once."""
+        return frozenset(n for n in self.inputs if self.inputs.count(n) > 1)
+
+
+def occurrence_key(name: str, index: int) -> str:
+    """The key of the ``index``-th (0-based) read of input ``name`` in a block.
+
+    Why: the delta rules bind each *read* of a table, not each table: in
+    ``Δ(A⋈A')`` the first read's change joins the second read as it was and
+    the second's joins the first as it is now. The first read keeps the
+    input's name, so a binding keyed by names binds every read alike.
+    """
+    return name if index == 0 else f"{name}#{index + 1}"
+
+
+def occurrence_keys(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """:func:`occurrence_key` of each name, counting the reads of each input in order."""
+    seen: dict[str, int] = {}
+    keys = []
+    for name in names:
+        keys.append(occurrence_key(name, seen.get(name, 0)))
+        seen[name] = seen.get(name, 0) + 1
+    return tuple(keys)
 
 
 @dataclass(frozen=True)
@@ -170,6 +203,7 @@ def _plan(parsed: ParsedQuery) -> Plan:
         raise NotIncremental("window functions are recomputed in full")
     if tree.find(exp.With) or tree.find(exp.CTE):
         raise NotIncremental("a WITH clause (CTE) is recomputed in full")
+    tree = flatten_derived_tables(tree)
     if isinstance(tree, exp.Select):
         return _plan_select(tree, parsed.catalog_name)
     leaves = _union_all_leaves(tree)
@@ -253,6 +287,8 @@ def _grouped_plan(
     aliases = {t.alias_or_name.lower(): name for t, name in tables}
     columns = () if block.left_join is not None else key_columns(select, aliases, keys)
     ranges = () if distinct else key_ranges(aliases, keys)
+    if block.repeated:
+        columns, ranges = _single_reads(columns, ranges, block.repeated)
     steps = (
         _block_step(0, block),
         *affected_keys_steps(keys, columns, ranges),
@@ -267,6 +303,24 @@ def _grouped_plan(
         )
     strategy = PARTITION if ranges else GROUP
     return Plan(strategy, reason, (block,), positions, keys, steps, columns, ranges)
+
+
+def _single_reads(
+    columns: tuple[KeyColumns, ...], ranges: tuple[KeyRange, ...], repeated: frozenset[str]
+) -> tuple[tuple[KeyColumns, ...], tuple[KeyRange, ...]]:
+    """The key columns and day ranges without those of an input read more than once.
+
+    A changed row of ``nation`` in ``nation n1, nation n2`` moves the groups
+    of ``n1.n_name`` as ``n1`` and any group as ``n2``: a key column of one
+    read does not bound what a change of that table affects, so those
+    inputs' affected keys come from the rows below the aggregation instead.
+    """
+    kept = []
+    for found in columns:
+        members = tuple(m for m in found.members if m[0] not in repeated)
+        if members:
+            kept.append(replace(found, members=members))
+    return tuple(kept), tuple(r for r in ranges if r.input not in repeated)
 
 
 def _scalar_in_place(select: Any, block: Block) -> Plan:
@@ -393,9 +447,9 @@ def _block(select: Any, catalog_name: str) -> Block:
     if any(t.args.get("joins") or t.find(exp.Lateral) for t in tables):
         raise NotIncremental("LATERAL views are recomputed in full")
     names = [normalize_table_name(qualified_name(t), catalog_name) for t in tables]
-    if len(set(names)) != len(names):
-        raise NotIncremental("a table read more than once (a self-join) is recomputed in full")
     left = _left_join(select, joins, tables, names)
+    if left is not None and len(set(names)) != len(names):
+        raise NotIncremental("a LEFT JOIN of a table with itself is recomputed in full")
     return Block(tree=select, inputs=tuple(names), left_join=left)
 
 

@@ -28,19 +28,42 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name
-from airflow_provider_ct.ivm.plan.planner import qualified_name
+from airflow_provider_ct.ivm.plan.planner import (
+    NotIncremental,
+    block_tables,
+    occurrence_key,
+    qualified_name,
+)
 
 
 def bind_tables(tree: Any, views: Mapping[str, str], catalog_name: str) -> Any:
-    """A copy of ``tree`` (a block) with each input replaced by the view bound to it."""
+    """A copy of ``tree`` (a block) with each read of an input replaced by the view bound to it.
+
+    :param views: by :func:`~.planner.occurrence_key`; a read without a key
+        of its own (every read but the first of a table) gets the view of
+        the input's name, so a mapping by input names binds every read alike.
+    """
     copy = tree.copy()
-    for table in list(copy.find_all(exp.Table)):
-        if not table.name:
-            continue
+    seen: dict[str, int] = {}
+    for table in _tables_in_order(copy):
         name = normalize_table_name(qualified_name(table), catalog_name)
+        index = seen.get(name, 0)
+        seen[name] = index + 1
+        view = views.get(occurrence_key(name, index)) or views[name]
         alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
-        table.replace(exp.Table(this=exp.to_identifier(views[name]), alias=alias))
+        table.replace(exp.Table(this=exp.to_identifier(view), alias=alias))
     return copy
+
+
+def _tables_in_order(tree: Any) -> list[Any]:
+    """The named tables of ``tree``: a block's in ``FROM``-then-joins order, as the planner
+    listed its inputs (so the n-th read of a table is the same read for both)."""
+    if isinstance(tree, exp.Select) and (tree.args.get("from_") or tree.args.get("from")):
+        try:
+            return [t for t in block_tables(tree) if t.name]
+        except NotIncremental:
+            pass
+    return [t for t in tree.find_all(exp.Table) if t.name]
 
 
 def key_select(tree: Any, key_sql: tuple[str, ...]) -> Any:

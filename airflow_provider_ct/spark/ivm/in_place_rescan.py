@@ -110,6 +110,8 @@ def _on_driver(agg: Aggregation, keys: list[tuple[Any, ...]], state: pa.Schema) 
         return None
     if len(agg.plan.blocks) != 1 or block.left_join is not None or not keys:
         return None
+    if block.repeated:
+        return None  # a key lookup names a table, not one of its reads: Spark's filter does
     pinned = {n: pins.get(n) for n in block.inputs}
     schemas = {
         n: snapshot_schema(inputs[n], inputs[n].metadata.snapshot_by_id(s)).column_names

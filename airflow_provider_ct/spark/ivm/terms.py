@@ -4,7 +4,8 @@ A view's change below any aggregation is a signed sum of its blocks, each
 evaluated over one choice of bindings (``new``, ``old``, ``plus``,
 ``minus``: :mod:`.input_changes`). For an inner join of inputs
 ``A1..An``, the change of ``Ai`` joins the inputs before it as they are
-now and the ones after it as they were (``ΔA⋈B_old + A_new⋈ΔB``); a
+now and the ones after it as they were (``ΔA⋈B_old + A_new⋈ΔB``), each
+read of a table read twice being an input of its own; a
 ``LEFT JOIN`` adds the terms of the rows whose optional side changed. The
 incremental corrections (:mod:`.incremental`) and the in-place aggregates
 (:mod:`.in_place`) evaluate the same terms.
@@ -28,6 +29,7 @@ class Term:
 
     sign: int
     block: Block
+    #: The view bound to each read of a table (:func:`~.planner.occurrence_key`).
     views: dict[str, str]
 
 
@@ -38,15 +40,16 @@ def terms(plan: Plan, bindings: Bindings) -> list[Term]:
         if block.left_join is not None:
             out.extend(_left_join_terms(block, bindings))
             continue
-        for position, name in enumerate(block.inputs):
+        reads = tuple(zip(block.occurrences, block.inputs, strict=True))
+        for position, (key, name) in enumerate(reads):
             if name not in bindings.changed:
                 continue
             chosen = {
-                other: bindings.views[other][NEW if i < position else OLD]
-                for i, other in enumerate(block.inputs)
+                other_key: bindings.views[other][NEW if i < position else OLD]
+                for i, (other_key, other) in enumerate(reads)
             }
             for sign, side in ((1, PLUS), (-1, MINUS)):
-                out.append(Term(sign, block, {**chosen, name: bindings.views[name][side]}))
+                out.append(Term(sign, block, {**chosen, key: bindings.views[name][side]}))
     return out
 
 
