@@ -255,6 +255,23 @@ VIEWS = (
         "MIN(CAST(ts AS DATE)) AS first_day, MAX(v) - MIN(v) AS span FROM {a} GROUP BY k",
         ("a",),
     ),
+    # A table read twice (b as b1 and b2), kept in place: each read is an input
+    # of its own in the delta rules; Spark's terms on even steps.
+    View(
+        "self_j",
+        "SELECT b1.w AS w1, b2.w AS w2, COUNT(*) AS n, SUM(a.v) AS total "
+        "FROM {a} AS a, {b} AS b1, {b} AS b2 WHERE a.k = b1.k AND b2.k = a.v % 6 "
+        "GROUP BY b1.w, b2.w",
+        ("a", "b"),
+    ),
+    # A derived table that projects and filters, merged into its reader.
+    View(
+        "derived",
+        "SELECT kk, COUNT(*) AS n, SUM(x) AS total FROM (SELECT a.k * 10 + b.w AS kk, "
+        "a.v - b.w AS x FROM {a} AS a JOIN {b} AS b ON a.k = b.k WHERE a.v IS NOT NULL) AS d "
+        "WHERE x > 0 GROUP BY kk",
+        ("a", "b"),
+    ),
     # A view over another view's table (left_j ticks first at every time).
     View(
         "over",
@@ -265,7 +282,7 @@ VIEWS = (
 )
 INPUT_OF_VIEW = {"left": "left_j"}
 #: Views ticked with the driver's routes off on even steps (Spark's in-place route).
-SPARK_ROUTE_ON_EVEN_STEPS = frozenset({"inplace_mm", "agg_jk"})
+SPARK_ROUTE_ON_EVEN_STEPS = frozenset({"inplace_mm", "agg_jk", "self_j"})
 TICKS = int(os.environ.get("CT_INCR_TICKS", str(4 * len(VIEWS))))
 STEPS = max(2, math.ceil(TICKS / len(VIEWS)))
 
@@ -824,6 +841,9 @@ def test_incremental_views_equal_the_oracle_over_random_histories(
         assert world.stats.quiet_steps, "no quiet step"
         missing = [case for case, n in world.stats.seen.items() if n == 0]
         assert not missing, f"seed={world.seed}: the history never produced {missing}"
+    for name in ("self_j", "derived"):  # the shapes these views exist for ran in place
+        ran = world.stats.strategies[name]
+        assert any(s.startswith("aggregate") for s in ran), (name, dict(ran))
     for view in VIEWS:
         timeline = Timeline.of(world.catalog.load_table(world.target(view)))
         assert [t for t, _ in timeline.data_times()] == [1_000 * n for n in range(1, STEPS + 1)]

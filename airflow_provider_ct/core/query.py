@@ -16,7 +16,9 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, SqlglotError
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+from sqlglot.optimizer.qualify import qualify
 
 from airflow_provider_ct.exceptions import QueryError
 
@@ -185,3 +187,28 @@ def _parse_query(sql: str, target: str | None, catalog_name: str) -> ParsedQuery
     return ParsedQuery(
         sql=sql, expression=tree, inputs=tuple(sorted(inputs)), catalog_name=catalog_name
     )
+
+
+def merge_derived_tables(tree: Any, schema: Any = None) -> Any:
+    """``tree`` with every derived table sqlglot can prove mergeable merged; else ``tree``.
+
+    :param schema: a sqlglot ``MappingSchema`` of the tables read, when the
+        caller knows it (a pipeline does); without it, only columns sqlglot
+        can place from the query alone are qualified.
+
+    All or nothing: a derived table left over (or a query sqlglot cannot
+    qualify) returns ``tree`` as it was, which is correct and runs in full.
+    """
+    try:
+        qualified = qualify(
+            tree.copy(),
+            schema=schema,
+            dialect="spark",
+            validate_qualify_columns=schema is not None,
+            quote_identifiers=False,
+            expand_stars=schema is not None,
+        )
+        merged = merge_subqueries(qualified)
+    except (SqlglotError, ValueError, KeyError):
+        return tree
+    return tree if merged.find(exp.Subquery) else merged

@@ -19,10 +19,10 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
-from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
+from airflow_provider_ct.core.query import merge_derived_tables
 from airflow_provider_ct.pipelines.analysis import unknown_column
 from airflow_provider_ct.pipelines.graph import Dataset, Pipeline
 from airflow_provider_ct.pipelines.statements import CONTINUAL_TASK, Statement
@@ -211,14 +211,7 @@ def _merged(tree: Any, schema: dict[str, Columns]) -> Any:
     temporary view keeps its incremental plan. Anything left over, or a
     query sqlglot cannot qualify, stays as inlined: correct, and full.
     """
-    try:
-        qualified = qualify(
-            tree.copy(), schema=_mapping(schema), dialect="spark", quote_identifiers=False
-        )
-        merged = merge_subqueries(qualified)
-    except (SqlglotError, ValueError, KeyError):
-        return tree
-    return tree if merged.find(exp.Subquery) else merged
+    return merge_derived_tables(tree, _mapping(schema))
 
 
 def _infer(tree: Any, schema: dict[str, Columns]) -> tuple[tuple[str, str], ...]:

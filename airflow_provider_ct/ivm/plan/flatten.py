@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from sqlglot import exp
-from sqlglot.optimizer.merge_subqueries import merge_subqueries
-from sqlglot.optimizer.qualify import qualify
+
+from airflow_provider_ct.core.query import merge_derived_tables
 
 
 def flatten_derived_tables(tree: Any) -> Any:
@@ -35,18 +35,7 @@ def flatten_derived_tables(tree: Any) -> Any:
     """
     if not _mergeable(tree):
         return tree
-    copy = qualify(
-        tree.copy(),
-        dialect="spark",
-        validate_qualify_columns=False,
-        quote_identifiers=False,
-        expand_stars=False,
-        identify=False,
-    )
-    merged = merge_subqueries(copy)
-    if merged.find(exp.Subquery):
-        return tree  # sqlglot found a reason not to merge: plan the query as written
-    return merged
+    return merge_derived_tables(tree)
 
 
 def _mergeable(tree: Any) -> bool:

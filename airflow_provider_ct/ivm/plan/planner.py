@@ -3,9 +3,10 @@
 The planner reads the query with sqlglot (no Spark) and picks one of:
 
 * ``linear``: a ``UNION ALL`` of blocks, each a projection and filter over one
-  table or an inner join of several (each table read once per block). The
-  view's change is the query over the inputs' changes (delta rules:
-  ``Δ(A⋈B) = ΔA⋈B_old + A_new⋈ΔB``, and so on for more inputs).
+  table or an inner join of several. The view's change is the query over the
+  inputs' changes (delta rules: ``Δ(A⋈B) = ΔA⋈B_old + A_new⋈ΔB``, and so on
+  for more inputs); a table read twice (``nation n1, nation n2``) is two
+  inputs there, one per read (:func:`occurrence_key`).
 * ``linear`` over ``A LEFT JOIN B ON <equalities>``: ``ΔA ⟕ B_old``, plus,
   for the join keys ``K`` that occur in ``ΔB``, ``A_new|K ⟕ B_new`` minus
   ``A_new|K ⟕ B_old`` (the rows of ``A`` outside ``K`` see the same ``B``).
@@ -29,9 +30,13 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
   keeps the ``group``/``partition`` (or ``full``) plan it falls back to when
   the write job finds inexact argument types.
 * ``full``: anything else (windows, subqueries, CTEs, ``LIMIT``, ``UNION``
-  without ``ALL``, a table read twice, outer joins other than one ``LEFT
-  JOIN`` of two tables, aggregates without ``GROUP BY``, nondeterministic
-  calls), with the reason.
+  without ``ALL``, outer joins other than one ``LEFT JOIN`` of two different
+  tables, aggregates without ``GROUP BY`` that are not kept in place,
+  nondeterministic calls), with the reason.
+
+A derived table that only projects and filters, read alone by the query
+(``SELECT ... FROM (SELECT ...) AS t``), is merged into it first
+(:mod:`.flatten`), so TPC-H's q7, q8 and q9 are plain blocks here.
 
 Only the shape is decided here. Whether a tick can use the plan also depends
 on the target's history (drift, rollbacks, expired input snapshots: see
