@@ -14,9 +14,11 @@ a value the rows so far carry are fetched
 a scan. The block's whole condition is then evaluated on the joined rows by
 :class:`~.arrow_eval.ArrowEvaluator` (the equalities again, harmlessly).
 
-What this takes: inner and comma joins of distinct tables, each tied to the
-others through equalities of columns. Anything else (an outer join, a
-table read twice, a cross join, join columns of types Arrow would not
+What this takes: inner and comma joins of tables, each tied to the others
+through equalities of columns; a table read twice is two inputs here, told
+apart by their aliases (each read's change is a term of its own, fetched
+rows are shared by table and snapshot). Anything else (an outer join, a
+cross join, join columns of types Arrow would not
 compare as Spark does) raises :class:`~.arrow_eval.NotOnDriver` and the
 tick uses Spark's jobs.
 """
@@ -83,8 +85,6 @@ def join_shape(tree: Any, catalog_name: str, columns: Mapping[str, Sequence[str]
     for table in tables:
         name = normalize_table_name(qualified_name(table), catalog_name)
         inputs.append(JoinInput(table.alias_or_name.lower(), name, tuple(columns[name])))
-    if len({i.name for i in inputs}) != len(inputs):
-        raise NotOnDriver("a table read twice")
     condition = exp.and_(*conditions) if conditions else None
     equalities = _equalities(condition, inputs) if condition is not None else ()
     return JoinShape(tuple(inputs), equalities, condition)
