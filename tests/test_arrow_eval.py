@@ -58,6 +58,9 @@ EVALUATED = [
     "CASE WHEN i > 2 THEN l END",
     "s = 'xé' OR s > 'm'",
     "(l + 1) * 3 = i",
+    "EXTRACT(YEAR FROM day)",
+    "EXTRACT(MONTH FROM day) * 100 + EXTRACT(DAY FROM day) - EXTRACT(QUARTER FROM day)",
+    "EXTRACT(YEAR FROM day) = 1994",
 ]
 REFUSED = [
     "d / 2",  # division rounds: Spark's
@@ -66,6 +69,8 @@ REFUSED = [
     "s = 1",  # Spark casts the string: its own rules
     "CAST(d AS DECIMAL(5, 1))",  # rounds half up in Spark: not a safe cast
     "s LIKE '%\\\\%%'",  # an escape: Spark's string-literal rules
+    "EXTRACT(YEAR FROM CAST(day AS TIMESTAMP))",  # the session's time zone: Spark's
+    "EXTRACT(DOW FROM day)",
 ]
 
 

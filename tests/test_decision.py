@@ -152,6 +152,23 @@ def test_rule_3_no_rows_or_no_history_runs_full() -> None:
     assert (drift.action, drift.reason) == (Action.FULL, "the head is a foreign commit (drift)")
 
 
+def test_rule_3_a_table_read_only_in_a_subquery_that_changed_sends_it_full() -> None:
+    """The subquery is a fixed filter of the delta rules: a tick that changes its table is
+    full (an in-place plan rebuilds), a tick that changes only the outer table is not."""
+    linear = "SELECT k, v FROM s.a WHERE k NOT IN (SELECT k FROM s.b WHERE k IS NOT NULL)"
+    in_place = "SELECT k, SUM(v) AS t FROM s.a a WHERE EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k)"
+    in_place += " GROUP BY k"
+    outer = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.a"}))
+    inner = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.a", "s.b"}))
+    assert decide(_facts(linear, base=outer)).action is Action.INCREMENTAL
+    assert decide(_facts(in_place, base=outer)).action is Action.IN_PLACE
+    full = decide(_facts(linear, base=inner))
+    assert (full.action, full.strategy) == (Action.FULL, FULL)
+    assert "s.b changed and is read in a subquery" in full.reason
+    rebuilt = decide(_facts(in_place, base=inner))
+    assert rebuilt.action is Action.REBUILD and "s.b changed" in rebuilt.reason
+
+
 def test_rule_4_the_size_rules_and_what_computing_found_send_it_full() -> None:
     sent = decide(_facts(GROUP_SQL, rules=Rules("large change", {"read_estimate": {"share": 1}})))
     assert (sent.action, sent.reason, dict(sent.details)) == (

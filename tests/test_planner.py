@@ -62,8 +62,17 @@ CASES = [
     ("SELECT SUM(v) FROM s.a LIMIT 1", "full", "LIMIT"),
     ("SELECT k, SUM(v) FROM s.a GROUP BY k, v", "full", "not an output column"),
     ("SELECT id, RANK() OVER (PARTITION BY k ORDER BY v) FROM s.a", "full", "window"),
-    ("SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b)", "full", "subqueries"),
-    ("SELECT id FROM s.a a WHERE NOT EXISTS (SELECT 1 FROM s.b b WHERE a.k = b.k)", "full", "sub"),
+    ("SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b)", "linear", "projection and filter"),
+    ("SELECT id FROM s.a a WHERE NOT EXISTS (SELECT 1 FROM s.b b WHERE a.k = b.k)", "linear", ""),
+    ("SELECT id, (SELECT MAX(k) FROM s.b) FROM s.a", "full", "a subquery outside WHERE"),
+    ("SELECT k, SUM(v) FROM s.a GROUP BY k HAVING SUM(v) > (SELECT 1)", "full", "outside WHERE"),
+    (
+        "SELECT a.id FROM s.a a LEFT JOIN s.c c ON a.k = c.k WHERE a.k IN (SELECT k FROM s.b)",
+        "full",
+        "beside a LEFT JOIN",
+    ),
+    ("SELECT id FROM s.a WHERE v > (SELECT AVG(v) FROM s.b)", "linear", "projection and filter"),
+    ("SELECT COUNT(*) FROM s.a WHERE v > (SELECT AVG(v) FROM s.b)", "aggregate", "one group"),
     ("WITH x AS (SELECT id FROM s.a) SELECT id FROM x", "full", "CTE"),
     ("SELECT id FROM s.a LIMIT 5", "full", "LIMIT"),
     ("SELECT k FROM s.a UNION SELECT k FROM s.b", "full", "UNION (without ALL)"),
@@ -74,8 +83,8 @@ CASES = [
         "aggregate",
         "SUM kept in place",
     ),
-    ("SELECT k FROM (SELECT k, SUM(v) AS t FROM s.a GROUP BY k) t WHERE t > 1", "full", "sub"),
-    ("SELECT t.k FROM (SELECT k FROM s.a) t JOIN s.b b ON t.k = b.k", "full", "subqueries"),
+    ("SELECT k FROM (SELECT k, SUM(v) AS t FROM s.a GROUP BY k) t WHERE t > 1", "full", "derived"),
+    ("SELECT t.k FROM (SELECT k FROM s.a) t JOIN s.b b ON t.k = b.k", "full", "derived table"),
     ("SELECT a.id FROM s.a a FULL OUTER JOIN s.b b ON a.k = b.k", "full", "outer joins"),
     ("SELECT a.id FROM s.a a LEFT JOIN s.b b ON a.k > b.k", "full", "not a conjunction"),
     ("SELECT id, rand() FROM s.a", "full", "nondeterministic"),
@@ -105,6 +114,19 @@ def test_a_derived_table_is_merged_into_its_reader() -> None:
     names = [e.alias_or_name for e in block.tree.expressions]
     assert names == ["y", "total"]
     assert "(a.v * b.n) > 0" in block.tree.sql(dialect="spark")
+
+
+def test_tables_read_only_in_subqueries_are_fixed_inputs() -> None:
+    plan = plan_query(
+        parse_query(
+            "SELECT a.id FROM s.a a WHERE a.k IN (SELECT k FROM s.b) AND NOT EXISTS"
+            " (SELECT 1 FROM s.c c WHERE c.k = a.k) AND a.v > (SELECT AVG(w) FROM s.b)"
+        )
+    )
+    (block,) = plan.blocks
+    assert (block.inputs, block.fixed) == (("s.a",), ("s.b", "s.c"))
+    assert plan.fixed_inputs == {"s.b", "s.c"}
+    assert "subqueries read s.b, s.c: fixed filters" in plan.explain()[2]
 
 
 def test_a_table_read_twice_is_two_reads_and_bounds_no_keys() -> None:

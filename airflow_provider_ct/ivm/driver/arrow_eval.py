@@ -67,7 +67,16 @@ def typed_nodes(nodes: list[Any]) -> list[Any]:
 
 
 #: The nodes whose values are cast to their Spark type (the others are boolean logic).
-_TYPED = (exp.Column, exp.Literal, exp.Null, exp.Cast, exp.Neg, exp.Case, *_ARITHMETIC)
+_TYPED = (
+    exp.Column,
+    exp.Literal,
+    exp.Null,
+    exp.Cast,
+    exp.Neg,
+    exp.Case,
+    exp.Extract,
+    *_ARITHMETIC,
+)
 
 
 class ArrowEvaluator:
@@ -110,6 +119,7 @@ class ArrowEvaluator:
             exp.In: self._in,
             exp.Case: self._case,
             exp.Like: self._like,
+            exp.Extract: self._extract,
         }
 
     @classmethod
@@ -260,6 +270,21 @@ class ArrowEvaluator:
         struct = pa.StructArray.from_arrays(conditions, [f"c{i}" for i in range(len(whens))])
         return pc.case_when(struct, *values)
 
+    def _extract(self, node: Any) -> Value:
+        """``EXTRACT(YEAR|QUARTER|MONTH|DAY FROM d)`` of a date (TPC-H q7, q8, q9's keys).
+
+        Only of a ``DATE``: a timestamp's parts depend on the session's time
+        zone, which Spark applies and Arrow would not.
+        """
+        part = node.this.name.upper() if isinstance(node.this, exp.Var) else ""
+        function = _DATE_PARTS.get(part)
+        if function is None:
+            raise NotOnDriver(f"{node_key(node)}: the part {part or node.this} is Spark's")
+        value = self.value(node.expression)
+        if not pa.types.is_date(value.type):
+            raise NotOnDriver(f"{node_key(node)}: a part of {value.type}, not of a date")
+        return self._typed(pc.call_function(function, [value]), node)
+
     def _like(self, node: Any) -> Value:
         pattern = node.expression
         constant = isinstance(pattern, exp.Literal) and pattern.is_string
@@ -269,6 +294,10 @@ class ArrowEvaluator:
         if not pa.types.is_string(value.type) and not pa.types.is_large_string(value.type):
             raise NotOnDriver(f"{node_key(node)}: LIKE of a non-string")
         return pc.match_like(value, pattern.this)
+
+
+#: Date parts ``EXTRACT`` takes on the driver, and the Arrow function of each.
+_DATE_PARTS = {"YEAR": "year", "QUARTER": "quarter", "MONTH": "month", "DAY": "day"}
 
 
 def _comparable(left: pa.DataType, right: pa.DataType, node: Any) -> None:

@@ -22,7 +22,9 @@ module is the one place that turns those into a decision:
    the full correction.
 3. Without rows in the target, or without a history that allows an
    incremental tick (drift, rollback, expired snapshots, another query),
-   the full correction runs, with the history's reason.
+   the full correction runs, with the history's reason; so does a tick
+   that changes a table the query reads only in a subquery (the subquery
+   is a fixed filter of the delta rules, not maintained itself).
 4. The refresh rules (``refresh="auto"`` only, :mod:`.refresh`) may send
    the tick full; so may what computing found (reads not cheaper, the
    correction not possible).
@@ -213,6 +215,12 @@ def _sent_full(facts: TickFacts, plan: Plan) -> tuple[str, Mapping[str, Any]] | 
         return "the target has no rows yet", {}
     if facts.base is None:
         return facts.no_base_reason, {}
+    moved = sorted(plan.fixed_inputs & facts.base.changed)
+    if moved:
+        return (
+            f"{', '.join(moved)} changed and is read in a subquery, which is not maintained",
+            {},
+        )
     why, details = facts.size_rules(plan)
     return (why, details) if why else None
 

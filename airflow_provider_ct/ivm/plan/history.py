@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.quiet import same_query_batch, snapshots_between
+from airflow_provider_ct.ivm.changes.table_changes import estimated_change_rows
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -45,6 +46,8 @@ class IncrementalBase:
     before: dict[str, int | None]
     #: Incremental ticks since the last full correction, this one excluded.
     incremental_ticks: int
+    #: The inputs whose rows may have changed since that batch's pins.
+    changed: frozenset[str] = frozenset()
 
 
 def incremental_base(
@@ -69,7 +72,27 @@ def incremental_base(
         if chain is None:
             return None, problem
     assert last.batch_id is not None  # last_view_batch only returns our batches
-    return IncrementalBase(last.batch_id, before, _incremental_ticks(last.summary)), ""
+    ticks = _incremental_ticks(last.summary)
+    return IncrementalBase(last.batch_id, before, ticks, _changed(before, description, inputs)), ""
+
+
+def _changed(
+    before: Mapping[str, int | None], description: BatchDescription, inputs: Mapping[str, Table]
+) -> frozenset[str]:
+    """The inputs whose rows may differ from the batch's pins, from snapshot summaries.
+
+    A managed input's frontier moves by commits of no file, so a new
+    snapshot id alone does not mean new rows; a snapshot summary that
+    cannot be read counts as a change.
+    """
+    moved = set()
+    for name, after in description.inputs.items():
+        old = before.get(name)
+        if old == after:
+            continue
+        if after is None or name not in inputs or estimated_change_rows(inputs[name], old, after):
+            moved.add(name)
+    return frozenset(moved)
 
 
 def _incremental_ticks(summary: Mapping[str, str]) -> int:

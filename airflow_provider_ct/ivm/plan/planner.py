@@ -103,6 +103,10 @@ class Block:
     #: order: a table read twice (``nation n1, nation n2``) is there twice.
     inputs: tuple[str, ...]
     left_join: LeftJoin | None = None
+    #: Tables read only inside the block's subqueries (``WHERE x IN (SELECT ...)``,
+    #: ``EXISTS``, a scalar subquery), normalized: fixed filters while they do not
+    #: change (:func:`fixed_subquery_tables`).
+    fixed: tuple[str, ...] = ()
 
     @property
     def occurrences(self) -> tuple[str, ...]:
@@ -158,6 +162,11 @@ class Plan:
     @property
     def incremental(self) -> bool:
         return self.strategy != FULL
+
+    @property
+    def fixed_inputs(self) -> frozenset[str]:
+        """The tables the plan reads only in subqueries: a tick that changes one runs in full."""
+        return frozenset(n for b in self.blocks for n in b.fixed)
 
     @property
     def grouped(self) -> bool:
@@ -238,7 +247,7 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
     group = select.args.get("group")
     distinct = select.args.get("distinct")
     if group is None and not distinct:
-        if select.find(exp.AggFunc):
+        if has_own_aggregate(select):
             return _scalar_in_place(select, block)
         _check_linear_select(select)
         return Plan(LINEAR, _linear_reason(block), (block,), steps=(_block_step(0, block),))
@@ -377,6 +386,11 @@ def _in_place_steps(block: Block, shape: InPlace) -> tuple[str, ...]:
     return tuple(steps)
 
 
+def has_own_aggregate(select: Any) -> bool:
+    """Whether ``select`` aggregates (an aggregate call of its own, not of a subquery's)."""
+    return any(c.find_ancestor(exp.Select) is select for c in select.find_all(exp.AggFunc))
+
+
 def is_count_star(node: Any) -> bool:
     star = node.find(exp.Star)
     return star is not None and isinstance(star.parent, exp.Count)
@@ -424,12 +438,18 @@ def _linear_reason(block: Block) -> str:
 
 def _block_step(index: int, block: Block) -> str:
     rule = "left-join delta rule" if block.left_join else "delta rule per input"
-    return f"block {index}: reads {', '.join(block.inputs)}; {rule}"
+    step = f"block {index}: reads {', '.join(block.inputs)}; {rule}"
+    if block.fixed:
+        step += (
+            f"; its subqueries read {', '.join(block.fixed)}: fixed filters while those do "
+            "not change, a tick that changes one runs in full"
+        )
+    return step
 
 
 def _check_linear_select(select: Any) -> None:
     """A block without aggregation: no aggregate, no DISTINCT, no LIMIT."""
-    if select.args.get("group") is not None or select.find(exp.AggFunc):
+    if select.args.get("group") is not None or has_own_aggregate(select):
         raise NotIncremental("an aggregate below the top of the query is recomputed in full")
     if select.args.get("distinct"):
         raise NotIncremental("DISTINCT inside a UNION ALL is recomputed in full")
@@ -440,11 +460,8 @@ def _check_linear_select(select: Any) -> None:
 
 
 def _block(select: Any, catalog_name: str) -> Block:
-    """The tables of one SELECT; each read once, joined inner or by one LEFT JOIN."""
-    for node in select.find_all(exp.Subquery, exp.Exists, exp.In):
-        if isinstance(node, exp.In) and node.args.get("query") is None:
-            continue
-        raise NotIncremental("subqueries are recomputed in full")
+    """The tables of one SELECT, joined inner or by one LEFT JOIN, and its subqueries' tables."""
+    fixed = fixed_subquery_tables(select, catalog_name)
     tables = block_tables(select)
     joins = list(select.args.get("joins") or [])
     if not all(isinstance(t, exp.Table) and t.name for t in tables):
@@ -455,12 +472,48 @@ def _block(select: Any, catalog_name: str) -> Block:
     left = _left_join(select, joins, tables, names)
     if left is not None and len(set(names)) != len(names):
         raise NotIncremental("a LEFT JOIN of a table with itself is recomputed in full")
-    return Block(tree=select, inputs=tuple(names), left_join=left)
+    if left is not None and fixed:
+        raise NotIncremental("subqueries beside a LEFT JOIN are recomputed in full")
+    return Block(tree=select, inputs=tuple(names), left_join=left, fixed=fixed)
+
+
+def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...]:
+    """The tables read inside ``select``'s subqueries (in ``WHERE`` or the select list).
+
+    Why such a block can still tick incrementally: while none of these
+    tables changes, each subquery is a fixed function of the outer row, a
+    filter or a value like any other, and the delta rules hold for the
+    outer tables. A tick that changes one of them runs in full
+    (:mod:`.decision`), as the subquery itself is not maintained. Dimension
+    lists behind ``IN`` / ``NOT IN`` / ``EXISTS`` (a blocklist, the suppliers
+    with complaints) change far less often than the facts they filter.
+    """
+    found: set[str] = set()
+    where = select.args.get("where")
+    for node in select.find_all(exp.Subquery, exp.Exists, exp.In):
+        if isinstance(node, exp.In) and node.args.get("query") is None:
+            continue
+        if isinstance(node, exp.Subquery) and isinstance(node.parent, exp.From | exp.Join):
+            continue  # a derived table: block_tables refuses it with its reason
+        if where is None or node.find_ancestor(exp.Where) is not where:
+            raise NotIncremental("a subquery outside WHERE is recomputed in full")
+        query = node.args.get("query") if isinstance(node, exp.In) else node.this
+        if query is None or query.find(exp.Window) or nondeterministic_calls(query):
+            raise NotIncremental("a subquery with window or nondeterministic calls")
+        for table in query.find_all(exp.Table):
+            if table.name:
+                found.add(normalize_table_name(qualified_name(table), catalog_name))
+    return tuple(sorted(found))
 
 
 def block_tables(select: Any) -> list[Any]:
     """The FROM table and every joined one, in order."""
     from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is not None and isinstance(from_.this, exp.Subquery):
+        raise NotIncremental(
+            "a derived table (a subquery in FROM) is recomputed in full unless it only "
+            "projects and filters and is the query's only source"
+        )
     if from_ is None or not isinstance(from_.this, exp.Table):
         raise NotIncremental("the FROM clause is not a table")
     return [from_.this, *(j.this for j in select.args.get("joins") or [])]

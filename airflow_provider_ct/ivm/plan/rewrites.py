@@ -57,13 +57,23 @@ def bind_tables(tree: Any, views: Mapping[str, str], catalog_name: str) -> Any:
 
 def _tables_in_order(tree: Any) -> list[Any]:
     """The named tables of ``tree``: a block's in ``FROM``-then-joins order, as the planner
-    listed its inputs (so the n-th read of a table is the same read for both)."""
+    listed its inputs (so the n-th read of a table is the same read for both), then
+    those of its subqueries.
+
+    A subquery's table is bound like a further read of it. That is exact
+    because a tick whose change touches a table read in a subquery runs in
+    full (:mod:`.decision`): in an incremental tick such a table is
+    unchanged, so whichever binding it gets (``new`` or ``old``) reads the
+    same rows.
+    """
+    everything = [t for t in tree.find_all(exp.Table) if t.name]
     if isinstance(tree, exp.Select) and (tree.args.get("from_") or tree.args.get("from")):
         try:
-            return [t for t in block_tables(tree) if t.name]
+            first = [t for t in block_tables(tree) if t.name]
         except NotIncremental:
-            pass
-    return [t for t in tree.find_all(exp.Table) if t.name]
+            return everything
+        return [*first, *(t for t in everything if not any(t is f for f in first))]
+    return everything
 
 
 def key_select(tree: Any, key_sql: tuple[str, ...]) -> Any:

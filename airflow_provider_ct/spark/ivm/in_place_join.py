@@ -74,6 +74,8 @@ def joined_change(
     block = agg.plan.blocks[0]
     if len(agg.plan.blocks) != 1 or len(block.inputs) < 2 or block.left_join is not None:
         return None
+    if block.fixed:
+        return None  # a subquery is evaluated by Spark
     after = {n: tick.desc.inputs.get(n) for n in block.inputs}
     if any(snapshot is None for snapshot in after.values()):
         return None  # an input without a snapshot: nothing to fetch from

@@ -110,7 +110,7 @@ def _on_driver(agg: Aggregation, keys: list[tuple[Any, ...]], state: pa.Schema) 
         return None
     if len(agg.plan.blocks) != 1 or block.left_join is not None or not keys:
         return None
-    if block.repeated:
+    if block.repeated or block.fixed:
         return None  # a key lookup names a table, not one of its reads: Spark's filter does
     pinned = {n: pins.get(n) for n in block.inputs}
     schemas = {

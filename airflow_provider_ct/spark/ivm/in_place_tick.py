@@ -196,8 +196,8 @@ def _one_input_change(
     Read before any Spark view is made: a tick the driver computes needs none.
     """
     block = agg.plan.blocks[0]
-    if len(block.inputs) != 1 or agg.driver_rows <= 0:
-        return None
+    if len(block.inputs) != 1 or agg.driver_rows <= 0 or block.fixed:
+        return None  # a subquery is evaluated by Spark
     name = block.inputs[0]
     after = tick.desc.inputs.get(name)
     if after is None or estimated_change_rows(inputs[name], before.get(name), after) > (

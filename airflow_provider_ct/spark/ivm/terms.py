@@ -37,6 +37,9 @@ def terms(plan: Plan, bindings: Bindings) -> list[Term]:
     """The signed terms whose sum is the change of the rows below any aggregation."""
     out: list[Term] = []
     for block in plan.blocks:
+        moved = sorted(set(block.fixed) & bindings.changed)
+        if moved:  # the decision sends such a tick full: a subquery is not maintained
+            raise ValueError(f"no delta rule: {', '.join(moved)} changed under a subquery")
         if block.left_join is not None:
             out.extend(_left_join_terms(block, bindings))
             continue
@@ -44,7 +47,8 @@ def terms(plan: Plan, bindings: Bindings) -> list[Term]:
         for position, (key, name) in enumerate(reads):
             if name not in bindings.changed:
                 continue
-            chosen = {
+            chosen = {name: bindings.views[name][NEW] for name in block.fixed}
+            chosen |= {
                 other_key: bindings.views[other][NEW if i < position else OLD]
                 for i, (other_key, other) in enumerate(reads)
             }
