@@ -24,7 +24,8 @@ module is the one place that turns those into a decision:
    incremental tick (drift, rollback, expired snapshots, another query),
    the full correction runs, with the history's reason; so does a tick
    that changes a table the query reads only in a subquery (the subquery
-   is a fixed filter of the delta rules, not maintained itself).
+   is a fixed filter of the delta rules, not maintained itself), and an
+   in-place plan then runs full without keeping a state (no rebuild).
 4. The refresh rules (``refresh="auto"`` only, :mod:`.refresh`) may send
    the tick full; so may what computing found (reads not cheaper, the
    correction not possible).
@@ -191,6 +192,13 @@ def decide(facts: TickFacts) -> TickDecision:
     for found in facts.found:
         if found.discovery is Discovery.NOT_IN_PLACE:
             plan = plan.fallback(found.reason)
+    moved = _subquery_moved(facts, plan)
+    if moved and plan.strategy == AGGREGATE:
+        # Full, not a rebuild: a view whose subquery's table changes on every
+        # tick would pay for a state it never uses; the next tick that can run
+        # in place finds no state for its pins and rebuilds it then.
+        plan = plan.fallback(moved)
+        considered = (*considered, f"{Discovery.NOT_IN_PLACE.value}: {moved}")
     if plan.strategy == AGGREGATE:
         verify = _verify_reason(facts)
         if verify is None:
@@ -198,6 +206,16 @@ def decide(facts: TickFacts) -> TickDecision:
         plan = plan.fallback(verify)
         considered = (*considered, f"{Discovery.NOT_IN_PLACE.value}: {verify}")
     return replace(_incremental_or_full(facts, plan), considered=considered)
+
+
+def _subquery_moved(facts: TickFacts, plan: Plan) -> str | None:
+    """Why a tick that changed a table read only in a subquery runs in full (rule 3), or None."""
+    if facts.base is None:
+        return None
+    moved = sorted(plan.fixed_inputs & facts.base.changed)
+    if not moved:
+        return None
+    return f"{', '.join(moved)} changed and is read in a subquery, which is not maintained"
 
 
 def _verify_reason(facts: TickFacts) -> str | None:
@@ -215,12 +233,9 @@ def _sent_full(facts: TickFacts, plan: Plan) -> tuple[str, Mapping[str, Any]] | 
         return "the target has no rows yet", {}
     if facts.base is None:
         return facts.no_base_reason, {}
-    moved = sorted(plan.fixed_inputs & facts.base.changed)
+    moved = _subquery_moved(facts, plan)
     if moved:
-        return (
-            f"{', '.join(moved)} changed and is read in a subquery, which is not maintained",
-            {},
-        )
+        return moved, {}
     why, details = facts.size_rules(plan)
     return (why, details) if why else None
 

@@ -29,14 +29,18 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
   the signed change (:mod:`.in_place`); no group is recomputed. The plan
   keeps the ``group``/``partition`` (or ``full``) plan it falls back to when
   the write job finds inexact argument types.
-* ``full``: anything else (windows, subqueries, CTEs, ``LIMIT``, ``UNION``
+* ``full``: anything else (windows, subqueries outside ``WHERE``, derived
+  tables that aggregate, CTEs, ``LIMIT``, ``UNION``
   without ``ALL``, outer joins other than one ``LEFT JOIN`` of two different
   tables, aggregates without ``GROUP BY`` that are not kept in place,
   nondeterministic calls), with the reason.
 
 A derived table that only projects and filters, read alone by the query
 (``SELECT ... FROM (SELECT ...) AS t``), is merged into it first
-(:mod:`.flatten`), so TPC-H's q7, q8 and q9 are plain blocks here.
+(:mod:`.flatten`), so TPC-H's q7, q8 and q9 are plain blocks here. A
+subquery in ``WHERE`` is a fixed filter of every strategy while the tables
+it reads do not change (:func:`fixed_subquery_tables`; a tick that changes
+one runs in full, :mod:`.decision`).
 
 Only the shape is decided here. Whether a tick can use the plan also depends
 on the target's history (drift, rollbacks, expired input snapshots: see
