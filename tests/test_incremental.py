@@ -261,11 +261,17 @@ def test_subqueries_over_unchanged_tables_are_fixed_filters(
     assert plan_query(parse_query(sql)).fixed_inputs == {f"{ns}.b"}
     target = f"{ns}.view"
     seen, reasons, expected = [], [], []
-    for n in range(1, 7):
+    b_ticks = []
+    for n in range(1, 9):
         time = 1_000 * n
         inputs.mutate(time - 500, change_b=n in (1, 4), rewrite_b=False)
         inputs.seal(time)
-        expected.append("full" if n == 1 or inputs.b_changed else strategy)
+        if inputs.b_changed and n > 1:
+            b_ticks.append(n)
+        # An in-place view keeps no state through a tick that changed b: the
+        # next tick rebuilds it (a full correction) before running in place.
+        rebuild = strategy == "aggregate" and n - 1 in b_ticks
+        expected.append("full" if n == 1 or n in b_ticks or rebuild else strategy)
         report = _tick(spark, spark_catalog_config, target, sql, time)
         seen.append(report["strategy"])
         reasons.append(report.get("reason", ""))
