@@ -13,7 +13,7 @@ from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.in_place import in_place_shape
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
-from airflow_provider_ct.ivm.plan.planner import choose_plan, plan_query
+from airflow_provider_ct.ivm.plan.planner import GROUP, choose_plan, plan_query
 from airflow_provider_ct.ivm.plan.rewrites import (
     InlineKeys,
     day_ranges,
@@ -61,7 +61,31 @@ CASES = [
     ("SELECT SUM(v) / COUNT(DISTINCT v) FROM s.a", "full", "COUNT(DISTINCT v) in an expression"),
     ("SELECT SUM(v) FROM s.a LIMIT 1", "full", "LIMIT"),
     ("SELECT k, SUM(v) FROM s.a GROUP BY k, v", "full", "not an output column"),
-    ("SELECT id, RANK() OVER (PARTITION BY k ORDER BY v) FROM s.a", "full", "window"),
+    ("SELECT id, RANK() OVER (PARTITION BY k ORDER BY v) FROM s.a", "full", "not an output"),
+    ("SELECT id, k, RANK() OVER (PARTITION BY k ORDER BY v) FROM s.a", "group", "PARTITION BY k"),
+    ("SELECT id, RANK() OVER (ORDER BY v) FROM s.a", "full", "without PARTITION BY"),
+    (
+        "SELECT k, s, SUM(v) OVER (PARTITION BY k), MAX(v) OVER (PARTITION BY s) FROM s.a",
+        "full",
+        "share no PARTITION BY",
+    ),
+    (
+        "SELECT k, SUM(v), RANK() OVER (PARTITION BY k ORDER BY SUM(v)) FROM s.a GROUP BY k",
+        "full",
+        "over an aggregate",
+    ),
+    (
+        "SELECT k, v FROM s.a UNION ALL SELECT k, RANK() OVER (PARTITION BY k ORDER BY v) FROM s.b",
+        "full",
+        "inside a UNION ALL",
+    ),
+    ("SELECT k, v, SUM(v) OVER (PARTITION BY k) FROM s.a LIMIT 3", "full", "LIMIT"),
+    (
+        "SELECT CAST(ts AS DATE) AS d, ROW_NUMBER() OVER (PARTITION BY CAST(ts AS DATE) ORDER BY v)"
+        " FROM s.a",
+        "partition",
+        "days",
+    ),
     ("SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b)", "linear", "projection and filter"),
     ("SELECT id FROM s.a a WHERE NOT EXISTS (SELECT 1 FROM s.b b WHERE a.k = b.k)", "linear", ""),
     ("SELECT id, (SELECT MAX(k) FROM s.b) FROM s.a", "full", "a subquery outside WHERE"),
@@ -114,6 +138,18 @@ def test_a_derived_table_is_merged_into_its_reader() -> None:
     names = [e.alias_or_name for e in block.tree.expressions]
     assert names == ["y", "total"]
     assert "(a.v * b.n) > 0" in block.tree.sql(dialect="spark")
+
+
+def test_windows_are_kept_by_the_keys_every_one_partitions_by() -> None:
+    """A window partitioned by more keys only splits partitions: the common keys decide."""
+    plan = plan_query(
+        parse_query(
+            "SELECT a.s, a.k, SUM(a.v) OVER (PARTITION BY a.k, a.s ORDER BY a.id) AS r,"
+            " COUNT(*) OVER (PARTITION BY a.s, a.k) AS n, RANK() OVER (PARTITION BY a.k"
+            " ORDER BY a.v) AS q FROM s.a a"
+        )
+    )
+    assert (plan.strategy, plan.key_sql, plan.key_positions) == (GROUP, ("a.k",), (1,))
 
 
 def test_tables_read_only_in_subqueries_are_fixed_inputs() -> None:
@@ -243,7 +279,7 @@ def test_refresh_modes() -> None:
     assert choose_plan(window, RefreshMode.parse("auto")).strategy == "full"
     full = RefreshMode.parse("full")
     assert choose_plan(parse_query("SELECT id FROM s.a"), full).reason == "refresh='full'"
-    with pytest.raises(QueryError, match="not incremental: window functions"):
+    with pytest.raises(QueryError, match="not incremental: a window without PARTITION BY"):
         choose_plan(window, RefreshMode.parse("incremental"))
     with pytest.raises(ConfigurationError, match="refresh='sometimes'"):
         choose_plan(window, RefreshMode.parse("sometimes"))

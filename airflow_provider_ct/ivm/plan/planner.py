@@ -72,6 +72,7 @@ from airflow_provider_ct.ivm.plan.group_keys import (
 )
 from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.windows import own_windows, window_keys, windowed
 
 LINEAR = "linear"
 GROUP = "group"
@@ -217,8 +218,6 @@ def _plan(parsed: ParsedQuery) -> Plan:
     calls = nondeterministic_calls(tree)
     if calls:
         raise NotIncremental(f"the query calls nondeterministic functions {calls}")
-    if tree.find(exp.Window):
-        raise NotIncremental("window functions are recomputed in full")
     if tree.find(exp.With) or tree.find(exp.CTE):
         raise NotIncremental("a WITH clause (CTE) is recomputed in full")
     tree = flatten_derived_tables(tree)
@@ -248,6 +247,8 @@ def _union_all_leaves(tree: Any) -> list[Any]:
 
 def _plan_select(select: Any, catalog_name: str) -> Plan:
     block = _block(select, catalog_name)
+    if own_windows(select):
+        return _window_plan(select, block)
     group = select.args.get("group")
     distinct = select.args.get("distinct")
     if group is None and not distinct:
@@ -275,6 +276,24 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
         steps=_in_place_steps(block, shape),
         in_place=replace(shape, fallback=plan.strategy, fallback_reason=plan.reason),
     )
+
+
+def _window_plan(select: Any, block: Block) -> Plan:
+    """Windows with ``PARTITION BY``: a ``group`` (or ``partition``) plan over their keys."""
+    if has_own_aggregate(select):
+        raise NotIncremental("window functions over an aggregate are recomputed in full")
+    found = window_keys(select)
+    if isinstance(found, str):
+        raise NotIncremental(found)
+    positions, keys = found
+    plan = _grouped_plan(select, block, positions, keys, distinct=False)
+    what = "days" if plan.key_ranges else "partitions"
+    reason = (
+        f"windows PARTITION BY {', '.join(keys)}: the {what} whose keys occur in the change "
+        "are recomputed (whole partitions, restricted below the windows), and only their "
+        "rows of the target are corrected"
+    )
+    return replace(plan, reason=reason)
 
 
 def _check_grouped_select(select: Any, group: Any, distinct: Any) -> None:
@@ -391,8 +410,12 @@ def _in_place_steps(block: Block, shape: InPlace) -> tuple[str, ...]:
 
 
 def has_own_aggregate(select: Any) -> bool:
-    """Whether ``select`` aggregates (an aggregate call of its own, not of a subquery's)."""
-    return any(c.find_ancestor(exp.Select) is select for c in select.find_all(exp.AggFunc))
+    """Whether ``select`` aggregates (an aggregate call of its own, not of a subquery's,
+    nor a window function's)."""
+    return any(
+        c.find_ancestor(exp.Select) is select and not windowed(c)
+        for c in select.find_all(exp.AggFunc)
+    )
 
 
 def is_count_star(node: Any) -> bool:
@@ -452,7 +475,9 @@ def _block_step(index: int, block: Block) -> str:
 
 
 def _check_linear_select(select: Any) -> None:
-    """A block without aggregation: no aggregate, no DISTINCT, no LIMIT."""
+    """A block without aggregation: no aggregate, no window, no DISTINCT, no LIMIT."""
+    if own_windows(select):
+        raise NotIncremental("window functions inside a UNION ALL are recomputed in full")
     if select.args.get("group") is not None or has_own_aggregate(select):
         raise NotIncremental("an aggregate below the top of the query is recomputed in full")
     if select.args.get("distinct"):
