@@ -156,8 +156,7 @@ def test_rule_3_a_table_read_only_in_a_subquery_that_changed_sends_it_full() -> 
     """The subquery is a fixed filter of the delta rules: a tick that changes its table is
     full (an in-place plan keeps no state), a tick that changes only the outer table is not."""
     linear = "SELECT k, v FROM s.a WHERE k NOT IN (SELECT k FROM s.b WHERE k IS NOT NULL)"
-    in_place = "SELECT k, SUM(v) AS t FROM s.a a WHERE EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k)"
-    in_place += " GROUP BY k"
+    in_place = "SELECT k, SUM(v) AS t FROM s.a a WHERE v > (SELECT COUNT(*) FROM s.b) GROUP BY k"
     outer = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.a"}))
     inner = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.a", "s.b"}))
     assert decide(_facts(linear, base=outer)).action is Action.INCREMENTAL
@@ -168,6 +167,18 @@ def test_rule_3_a_table_read_only_in_a_subquery_that_changed_sends_it_full() -> 
     unkept = decide(_facts(in_place, base=inner))  # full, keeping no state: no rebuild
     assert (unkept.action, unkept.strategy) == (Action.FULL, FULL)
     assert "s.b changed" in unkept.reason and "s.b changed" in unkept.considered[0]
+
+
+def test_rule_1_an_in_place_plan_maintains_its_semi_joins_changes() -> None:
+    """A table read only by EXISTS/IN conjuncts may change under an in-place tick (the
+    driver maintains it); once the aggregates give way, the fallback plan runs full."""
+    semi = "SELECT k, SUM(v) AS t FROM s.a a WHERE EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k)"
+    semi += " GROUP BY k"
+    moved = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.b"}))
+    assert decide(_facts(semi, base=moved)).action is Action.IN_PLACE
+    gave_way = Fallback(Discovery.NOT_IN_PLACE, "the driver did not take it")
+    after = decide(_facts(semi, base=moved, found=(gave_way,)))
+    assert after.action is Action.FULL and "s.b changed" in after.reason
 
 
 def test_rule_4_the_size_rules_and_what_computing_found_send_it_full() -> None:

@@ -20,7 +20,7 @@ import pytest
 import sqlglot
 
 from airflow_provider_ct.ivm.changes.table_changes import net_changes
-from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import (
     NEW,
     OLD,
@@ -242,3 +242,95 @@ def test_implied_filters_keep_every_row_the_condition_keeps(case: int) -> None:
         ).fetchall()
     )
     assert got == expected, (case, filtered)
+
+
+SEMI_COLUMNS = {"ns.o": ["id", "k", "v"], "ns.t": ["k", "j", "name"]}
+SEMI_TYPES = {"id": pa.int64(), "k": pa.int32(), "v": pa.int64(), "j": pa.int64()}
+SEMI_TYPES["name"] = pa.string()
+SEMI_SQL = {
+    "exists": "SELECT * FROM ns.o o WHERE EXISTS (SELECT 1 FROM ns.t t WHERE t.k = o.k"
+    " AND t.j > 0)",
+    "not_exists": "SELECT * FROM ns.o o WHERE NOT EXISTS (SELECT * FROM ns.t WHERE k = o.k"
+    " AND name = 'x') AND o.v > 0",
+    "in": "SELECT * FROM ns.o o WHERE o.v IN (SELECT j FROM ns.t WHERE name IS NOT NULL)",
+}
+
+
+def _semi_table(name: str, rows: list[tuple[Any, ...]]) -> pa.Table:
+    columns = SEMI_COLUMNS[name]
+    schema = pa.schema([(c, SEMI_TYPES[c]) for c in columns])
+    return pa.Table.from_pylist([dict(zip(columns, r, strict=True)) for r in rows], schema)
+
+
+def _semi_rows(rng: random.Random, name: str) -> list[tuple[Any, ...]]:
+    key = lambda: rng.choice([1, 2, 3, None])  # noqa: E731
+    if name == "ns.o":
+        rows = [(i, key(), rng.choice([-1, 1, 2, 3, None])) for i in range(rng.randint(0, 7))]
+    else:
+        make = lambda: (key(), rng.choice([-1, 1, 2, None]), rng.choice(["x", "y", None]))  # noqa: E731
+        rows = [make() for _ in range(rng.randint(0, 5))]
+    return rows + rng.sample(rows, min(len(rows), 2))
+
+
+@pytest.mark.parametrize("kind", sorted(SEMI_SQL))
+@pytest.mark.parametrize("case", range(CASES))
+def test_semi_join_terms_sum_to_the_change_of_the_query(kind: str, case: int) -> None:
+    """The outer table's change filtered by the subquery as it was, plus the outer rows
+    whose key entered or left it (signs swapped under NOT EXISTS), equal DuckDB's change."""
+    from sqlglot import exp
+
+    from airflow_provider_ct.ivm.driver.arrow_eval import node_key, typed_nodes
+    from airflow_provider_ct.ivm.driver.semi_join import filtered, flipped, semi_joins
+    from airflow_provider_ct.ivm.plan.planner import semi_join_query
+
+    rng = random.Random(f"{kind}-{case}")
+    old = {n: _semi_table(n, _semi_rows(rng, n)) for n in SEMI_COLUMNS}
+    new = {n: _semi_table(n, _semi_rows(rng, n)) if rng.random() < 0.7 else old[n] for n in old}
+    tree = sqlglot.parse_one(SEMI_SQL[kind], dialect="spark")
+    where = tree.args["where"].this
+    conjuncts = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    semi_conjuncts = [c for c in conjuncts if semi_join_query(c) is not None]
+    shape = join_shape(tree, "ct", SEMI_COLUMNS, exclude=semi_conjuncts)
+    (semi,) = semi_joins(where, "ct", shape.inputs, SEMI_COLUMNS)
+    types = {
+        node_key(n): SEMI_TYPES[n.name] if isinstance(n, exp.Column) else pa.int64()
+        for n in typed_nodes(semi.predicate_nodes())
+    }
+    if semi.predicate is not None and "'x'" in semi.predicate.sql():
+        types[node_key(exp.Literal.string("x"))] = pa.string()
+    fetch = _fetcher({NEW: new, OLD: old})
+    outer_types = {
+        node_key(n): SEMI_TYPES[n.name] if isinstance(n, exp.Column) else pa.int64()
+        for n in typed_nodes([shape.condition] if shape.condition else [])
+    }
+    got: Counter[tuple[Any, ...]] = Counter()
+
+    def add(sign: int, rows: pa.Table) -> None:
+        if shape.condition is not None and rows.num_rows:
+            rows = rows.filter(ArrowEvaluator.joined(rows, outer_types).mask(shape.condition))
+        for row in zip(*(rows.column(f"o.{c}").to_pylist() for c in ("id", "k", "v")), strict=True):
+            got[row] += sign
+
+    plus, minus = net_changes(new["ns.o"], old["ns.o"])
+    for sign, rows in ((1, plus), (-1, minus)):
+        add(sign, filtered(term_rows(shape, 0, rows, fetch), semi, fetch, OLD, types))
+    change = net_changes(new["ns.t"], old["ns.t"])
+    entering, leaving = flipped(semi, change, fetch, types, (OLD, NEW))
+    column = semi.outer.split(".", 1)[1]
+    for sign, keys in ((1, entering), (-1, leaving)):
+        if len(keys):
+            rows = fetch("ns.o", NEW, column, keys)
+            add(-sign if semi.anti else sign, term_rows(shape, 0, rows, fetch, all_new=True))
+    expected = _semi_oracle(new, SEMI_SQL[kind])
+    expected.subtract(_semi_oracle(old, SEMI_SQL[kind]))
+    assert +got == +expected and -got == -expected, (kind, case)
+
+
+def _semi_oracle(tables: dict[str, pa.Table], sql: str) -> Counter[tuple[Any, ...]]:
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("t_o", tables["ns.o"])
+    con.register("t_t", tables["ns.t"])
+    duck = sql.replace("SELECT *", "SELECT o.id, o.k, o.v", 1).replace("ns.o", "t_o")
+    return Counter(con.sql(duck.replace("ns.t", "t_t")).fetchall())

@@ -152,6 +152,27 @@ def test_windows_are_kept_by_the_keys_every_one_partitions_by() -> None:
     assert (plan.strategy, plan.key_sql, plan.key_positions) == (GROUP, ("a.k",), (1,))
 
 
+@pytest.mark.parametrize(
+    ("where", "semi"),
+    [
+        ("EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k AND b.v > 2)", True),
+        ("NOT EXISTS (SELECT * FROM s.b WHERE k = a.k)", True),
+        ("a.k IN (SELECT k FROM s.b WHERE v IS NOT NULL)", True),
+        ("a.k NOT IN (SELECT k FROM s.b)", False),  # a NULL in b: unknown everywhere
+        ("EXISTS (SELECT 1 FROM s.b b JOIN s.c c ON b.k = c.k WHERE b.k = a.k)", False),
+        ("EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k AND b.v <> a.v)", False),
+        ("EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k AND b.v = a.v)", False),
+        ("a.k IN (SELECT MAX(k) FROM s.b)", False),
+        ("a.v > (SELECT COUNT(*) FROM s.b)", False),
+    ],
+)
+def test_semi_joins_are_told_from_the_sql(where: str, semi: bool) -> None:
+    """EXISTS / NOT EXISTS / IN over one table, tied by one equality: maintained in place."""
+    plan = plan_query(parse_query(f"SELECT k, SUM(v) AS t FROM s.a a WHERE {where} GROUP BY k"))
+    assert plan.fixed_inputs >= {"s.b"}
+    assert (plan.semi_inputs == {"s.b"}) is semi, plan.semi_inputs
+
+
 def test_tables_read_only_in_subqueries_are_fixed_inputs() -> None:
     plan = plan_query(
         parse_query(

@@ -64,17 +64,27 @@ class JoinShape:
     condition: Any
 
 
-def join_shape(tree: Any, catalog_name: str, columns: Mapping[str, Sequence[str]]) -> JoinShape:
+def join_shape(
+    tree: Any,
+    catalog_name: str,
+    columns: Mapping[str, Sequence[str]],
+    exclude: Sequence[Any] = (),
+) -> JoinShape:
     """The join of a block, or :class:`NotOnDriver` for a shape this module does not take.
 
     :param columns: input name -> the columns of it the block reads.
+    :param exclude: conjuncts of ``WHERE`` left out of the condition (the
+        semi-joins, which :mod:`.semi_join` applies).
     """
     from_ = tree.args.get("from_") or tree.args.get("from")
     joins = list(tree.args.get("joins") or [])
     tables = [from_.this if from_ is not None else None, *(j.this for j in joins)]
     if any(not isinstance(t, exp.Table) for t in tables):
         raise NotOnDriver("a FROM that is not tables")
-    conditions = [tree.args["where"].this] if tree.args.get("where") is not None else []
+    conditions = []
+    if tree.args.get("where") is not None:
+        kept = [c for c in _conjuncts(tree.args["where"].this) if not any(c is e for e in exclude)]
+        conditions = [exp.and_(*kept)] if kept else []
     for join in joins:
         kind = (join.args.get("kind") or "").upper()
         if join.args.get("side") or kind not in ("", "INNER", "CROSS") or join.args.get("using"):
@@ -192,6 +202,11 @@ def _operands(condition: Any, kind: type[exp.Connector]) -> list[Any]:
     return [condition]
 
 
+def place_column(column: Any, inputs: Sequence[JoinInput]) -> tuple[str, str]:
+    """(alias, column) of a column of the block, lower-cased (see :func:`_place`)."""
+    return _place(column, inputs)
+
+
 def _place(column: Any, inputs: Sequence[JoinInput]) -> tuple[str, str]:
     """(alias, column) of a column node, lower-cased; unqualified: the one table that has it."""
     name = column.name.lower()
@@ -212,6 +227,7 @@ def term_rows(
     change: pa.Table,
     fetch: Fetch,
     prefilter: Prefilter | None = None,
+    all_new: bool = False,
 ) -> pa.Table:
     """One delta-rule term's joined rows (columns ``alias.column``), before the condition.
 
@@ -220,6 +236,8 @@ def term_rows(
     :param prefilter: applied to each table's rows (qualified) before they
         join: the condition's conjuncts that read that table alone (the
         whole condition is evaluated afterwards all the same).
+    :param all_new: every other table as it is now (the term of an input
+        after all of the block's tables: a semi-join's subquery).
     """
     keep = prefilter or (lambda _alias, rows: rows)
     joined = keep(shape.inputs[position].alias, _qualified(change, shape.inputs[position].alias))
@@ -227,7 +245,7 @@ def term_rows(
     while len(done) < len(shape.inputs):
         index, pairs = _next(shape, done)
         other = shape.inputs[index]
-        state = NEW if index < position else OLD
+        state = NEW if all_new or index < position else OLD
         (first_done, first_other), *_ = pairs
         values = pc.unique(pc.drop_null(joined.column(_name(first_done))))
         fetched = fetch(other.name, state, _column_of(other, first_other[1]), values)

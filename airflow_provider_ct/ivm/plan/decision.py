@@ -212,7 +212,10 @@ def _subquery_moved(facts: TickFacts, plan: Plan) -> str | None:
     """Why a tick that changed a table read only in a subquery runs in full (rule 3), or None."""
     if facts.base is None:
         return None
-    moved = sorted(plan.fixed_inputs & facts.base.changed)
+    fixed = plan.fixed_inputs
+    if plan.strategy == AGGREGATE:  # its semi-joins' changes are maintained in place
+        fixed -= plan.semi_inputs
+    moved = sorted(fixed & facts.base.changed)
     if not moved:
         return None
     return f"{', '.join(moved)} changed and is read in a subquery, which is not maintained"

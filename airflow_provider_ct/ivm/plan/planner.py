@@ -112,6 +112,9 @@ class Block:
     #: ``EXISTS``, a scalar subquery), normalized: fixed filters while they do not
     #: change (:func:`fixed_subquery_tables`).
     fixed: tuple[str, ...] = ()
+    #: Of ``fixed``, the tables read only by semi- and anti-join conjuncts of ``WHERE``
+    #: (:func:`semi_join_query`), which an in-place tick maintains on the driver.
+    semi: tuple[str, ...] = ()
 
     @property
     def occurrences(self) -> tuple[str, ...]:
@@ -170,8 +173,14 @@ class Plan:
 
     @property
     def fixed_inputs(self) -> frozenset[str]:
-        """The tables the plan reads only in subqueries: a tick that changes one runs in full."""
+        """The tables the plan reads only in subqueries: a tick that changes one runs in full
+        (but for :attr:`semi_inputs` under an in-place plan)."""
         return frozenset(n for b in self.blocks for n in b.fixed)
+
+    @property
+    def semi_inputs(self) -> frozenset[str]:
+        """The tables read only by semi-joins: an in-place tick may maintain their changes."""
+        return frozenset(n for b in self.blocks for n in b.semi)
 
     @property
     def grouped(self) -> bool:
@@ -503,7 +512,94 @@ def _block(select: Any, catalog_name: str) -> Block:
         raise NotIncremental("a LEFT JOIN of a table with itself is recomputed in full")
     if left is not None and fixed:
         raise NotIncremental("subqueries beside a LEFT JOIN are recomputed in full")
-    return Block(tree=select, inputs=tuple(names), left_join=left, fixed=fixed)
+    semi = _semi_tables(select, catalog_name, fixed)
+    return Block(tree=select, inputs=tuple(names), left_join=left, fixed=fixed, semi=semi)
+
+
+def semi_join_query(conjunct: Any) -> tuple[Any, bool, Any] | None:
+    """``(subquery, anti, outer expression or None)`` of a semi/anti-join conjunct, else None.
+
+    ``EXISTS (q)``, ``NOT EXISTS (q)`` and ``x IN (q)`` (not ``NOT IN``: a NULL
+    in ``q`` makes it unknown everywhere) where ``q`` reads one table, with no
+    join, aggregate, window, subquery, ``DISTINCT``, ``LIMIT`` or grouping.
+    Only the shape: how ``q`` is tied to the block is found with the
+    tables' columns, when a tick runs (:mod:`..driver.semi_join`).
+    """
+    while isinstance(conjunct, exp.Paren):
+        conjunct = conjunct.this
+    anti = isinstance(conjunct, exp.Not)
+    node = conjunct.this if anti else conjunct
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Exists):
+        query, outer = node.this, None
+    elif isinstance(node, exp.In) and node.args.get("query") is not None and not anti:
+        query, outer = node.args["query"], node.this
+    else:
+        return None
+    while isinstance(query, exp.Subquery):
+        query = query.this
+    if not isinstance(query, exp.Select) or query.args.get("joins"):
+        return None
+    from_ = query.args.get("from_") or query.args.get("from")
+    if from_ is None or not isinstance(from_.this, exp.Table) or not from_.this.name:
+        return None
+    if any(query.args.get(a) for a in ("group", "having", "distinct", "limit", "offset")):
+        return None
+    if query.find(exp.AggFunc, exp.Window, exp.Subquery, exp.Exists):
+        return None
+    if any(isinstance(n, exp.In) and n.args.get("query") for n in query.find_all(exp.In)):
+        return None
+    if not _tied_by_one_equality(query, from_.this.alias_or_name.lower()):
+        return None
+    return query, anti, outer
+
+
+def _tied_by_one_equality(query: Any, alias: str) -> bool:
+    """Whether the subquery's qualified columns tie it to the block by at most one equality.
+
+    What can be told without schemas (TPC-H q21's ``l2.l_suppkey <> l1.l_suppkey``
+    cannot be maintained by key): a conjunct naming the subquery's alias and
+    another one must be ``inner = outer``, and only one may. Unqualified
+    columns are placed when a tick runs, with the tables' columns.
+    """
+    where = query.args.get("where")
+    ties = 0
+    for conjunct in _where_conjuncts(where.this) if where is not None else []:
+        qualifiers = {c.table.lower() for c in conjunct.find_all(exp.Column) if c.table}
+        if alias not in qualifiers or len(qualifiers) < 2:
+            continue
+        sides = (conjunct.this, conjunct.expression) if isinstance(conjunct, exp.EQ) else ()
+        if len(qualifiers) != 2 or not all(isinstance(c, exp.Column) for c in sides):
+            return False
+        ties += 1
+    return ties <= 1
+
+
+def _semi_tables(select: Any, catalog_name: str, fixed: tuple[str, ...]) -> tuple[str, ...]:
+    """The tables of ``fixed`` read only by semi-join conjuncts of ``WHERE``."""
+    where = select.args.get("where")
+    if where is None or not fixed:
+        return ()
+    semi: set[str] = set()
+    other: set[str] = set()
+    for conjunct in _where_conjuncts(where.this):
+        found = semi_join_query(conjunct)
+        tables = {
+            normalize_table_name(qualified_name(t), catalog_name)
+            for t in conjunct.find_all(exp.Table)
+            if t.name
+        }
+        (semi if found is not None else other).update(tables)
+    return tuple(sorted(semi - other))
+
+
+def _where_conjuncts(condition: Any) -> list[Any]:
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
+    if isinstance(condition, exp.And):
+        return [*_where_conjuncts(condition.left), *_where_conjuncts(condition.right)]
+    return [condition]
 
 
 def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...]:

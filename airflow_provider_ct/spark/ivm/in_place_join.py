@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
+from sqlglot import exp
 
 from airflow_provider_ct.core.file_cache import file_cache
 from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
@@ -32,8 +33,16 @@ from airflow_provider_ct.ivm.changes.table_changes import (
     estimated_change_rows,
     table_changes,
 )
-from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
+from airflow_provider_ct.ivm.driver.arrow_eval import (
+    ArrowEvaluator,
+    NotOnDriver,
+    node_key,
+    typed_nodes,
+)
 from airflow_provider_ct.ivm.driver.driver_join import (
+    NEW,
+    OLD,
+    Fetch,
     JoinShape,
     Prefilter,
     join_shape,
@@ -42,7 +51,9 @@ from airflow_provider_ct.ivm.driver.driver_join import (
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
+from airflow_provider_ct.ivm.driver.semi_join import SemiJoin, filtered, flipped, semi_joins
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
+from airflow_provider_ct.ivm.plan.planner import semi_join_query
 from airflow_provider_ct.spark.ivm.in_place import (
     Aggregation,
     changes_schema,
@@ -65,6 +76,8 @@ class JoinedChange:
     shape: JoinShape
     columns: dict[str, list[str]]
     details: dict[str, Any] = field(default_factory=dict)
+    #: The block's semi- and anti-joins, maintained here (:mod:`~..driver.semi_join`).
+    semis: tuple[SemiJoin, ...] = ()
 
 
 def joined_change(
@@ -72,25 +85,25 @@ def joined_change(
 ) -> JoinedChange | None:
     """The changed inputs' changes, read on the driver, when the driver can join them."""
     block = agg.plan.blocks[0]
-    if len(agg.plan.blocks) != 1 or len(block.inputs) < 2 or block.left_join is not None:
+    if len(agg.plan.blocks) != 1 or block.left_join is not None:
         return None
-    if block.fixed:
-        return None  # a subquery is evaluated by Spark
-    after = {n: tick.desc.inputs.get(n) for n in block.inputs}
+    if len(block.inputs) < (1 if block.semi else 2) or set(block.fixed) - set(block.semi):
+        return None  # one table is the one-input route's; other subqueries are Spark's
+    names = sorted({*block.inputs, *block.semi})
+    after = {n: tick.desc.inputs.get(n) for n in names}
     if any(snapshot is None for snapshot in after.values()):
         return None  # an input without a snapshot: nothing to fetch from
     pinned = {n: int(s) for n, s in after.items() if s is not None}
-    changed = [n for n in block.inputs if before.get(n) != after.get(n)]
+    changed = [n for n in names if before.get(n) != after.get(n)]
     rows = sum(estimated_change_rows(inputs[n], before.get(n), pinned[n]) for n in changed)
     if agg.driver_rows <= 0 or rows > agg.driver_rows:
         return None
     schemas = {
         n: snapshot_schema(inputs[n], inputs[n].metadata.snapshot_by_id(pinned[n])).column_names
-        for n in block.inputs
+        for n in names
     }
-    columns = referenced_columns(agg.plan, schemas, tick.config.name)
     try:
-        shape = join_shape(block.tree, tick.config.name, columns)
+        shape, semis, columns = _shapes(agg, schemas, tick.config.name)
     except NotOnDriver as exc:
         log.info("the change's join is left to Spark: %s", exc)
         return None
@@ -99,7 +112,47 @@ def joined_change(
     changes = {
         n: table_changes(inputs[n], before.get(n), pinned[n], columns=columns[n]) for n in changed
     }
-    return JoinedChange(changes, shape, columns)
+    return JoinedChange(changes, shape, columns, semis=semis)
+
+
+def _shapes(
+    agg: Aggregation, schemas: dict[str, list[str]], catalog_name: str
+) -> tuple[JoinShape, tuple[SemiJoin, ...], dict[str, list[str]]]:
+    """The block's join, its semi-joins, and the columns of each input they read."""
+    block = agg.plan.blocks[0]
+    if not block.semi:
+        columns = referenced_columns(agg.plan, schemas, catalog_name)
+        return join_shape(block.tree, catalog_name, columns), (), columns
+    where = block.tree.args["where"].this
+    conjuncts = [c for c in _top_conjuncts(where) if semi_join_query(c) is not None]
+    stripped = block.tree.copy()
+    kept = [c.copy() for c in _top_conjuncts(where) if not any(c is k for k in conjuncts)]
+    stripped.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
+    outer_plan = replace(agg.plan, blocks=(replace(block, tree=stripped, fixed=(), semi=()),))
+    outer = {n: schemas[n] for n in block.inputs}
+    columns = referenced_columns(outer_plan, outer, catalog_name)
+    named = {c.name.lower() for conjunct in conjuncts for c in conjunct.find_all(exp.Column)}
+    for name in outer:  # the block's columns the subqueries are tied to (a superset)
+        have = set(columns[name])
+        columns[name] = [c for c in schemas[name] if c in have or c.lower() in named]
+    shape = join_shape(block.tree, catalog_name, columns, exclude=conjuncts)
+    semis = semi_joins(where, catalog_name, shape.inputs, schemas)
+    for semi in semis:
+        wanted = {
+            semi.inner,
+            *(c.name.lower() for n in semi.predicate_nodes() for c in n.find_all(exp.Column)),
+        }
+        have = set(columns.get(semi.name, []))
+        columns[semi.name] = [c for c in schemas[semi.name] if c.lower() in wanted or c in have]
+    return shape, semis, columns
+
+
+def _top_conjuncts(condition: Any) -> list[Any]:
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
+    if isinstance(condition, exp.And):
+        return [*_top_conjuncts(condition.left), *_top_conjuncts(condition.right)]
+    return [condition]
 
 
 def _fits_cache(
@@ -144,6 +197,7 @@ def joined_change_state(
     schema = changes_schema(agg, schema)
     try:
         types = node_types(agg, parts)
+        inner_types = _semi_types(agg, read.semis)
         prefilter = _prefilter(read.shape, types)
         sides = []
         for position, joined in enumerate(read.shape.inputs):
@@ -153,12 +207,74 @@ def joined_change_state(
             for sign, rows in ((1, changes.inserted), (-1, changes.deleted)):
                 if rows.num_rows:
                     terms = term_rows(read.shape, position, rows, fetch, prefilter)
+                    for semi in read.semis:  # after every table of the block: as they were
+                        terms = filtered(terms, semi, fetch, OLD, inner_types)
                     sides.append((sign, ArrowEvaluator.joined(terms, types)))
+        sides.extend(_semi_terms(read, fetch, prefilter, types, inner_types))
         read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
         return change_state_rows(sides, parts, schema)
     except NotOnDriver as exc:
         log.info("the change's state is computed by Spark: %s", exc)
         return None
+
+
+def _semi_terms(
+    read: JoinedChange,
+    fetch: Fetch,
+    prefilter: Prefilter,
+    types: dict[str, pa.DataType],
+    inner_types: dict[str, pa.DataType],
+) -> list[tuple[int, ArrowEvaluator]]:
+    """The terms of the subqueries' changes: the block's rows whose key entered or left."""
+    out = []
+    aliases = [i.alias for i in read.shape.inputs]
+    for index, semi in enumerate(read.semis):
+        changes = read.changes.get(semi.name)
+        if changes is None:
+            continue
+        change = (changes.inserted, changes.deleted)
+        entering, leaving = flipped(semi, change, fetch, inner_types, (OLD, NEW))
+        alias, column = semi.outer.split(".", 1)
+        start = aliases.index(alias)
+        outer = read.shape.inputs[start]
+        for sign, keys in ((1, entering), (-1, leaving)):
+            if not len(keys):
+                continue
+            rows = fetch(outer.name, NEW, _column_of(outer.columns, column), keys)
+            terms = term_rows(read.shape, start, rows, fetch, prefilter, all_new=True)
+            for other_index, other in enumerate(read.semis):
+                if other_index != index:
+                    side = NEW if other_index < index else OLD
+                    terms = filtered(terms, other, fetch, side, inner_types)
+            out.append((-sign if semi.anti else sign, ArrowEvaluator.joined(terms, types)))
+    return out
+
+
+def _column_of(columns: tuple[str, ...], lowered: str) -> str:
+    for name in columns:
+        if name.lower() == lowered:
+            return name
+    raise NotOnDriver(f"column {lowered} was not read")
+
+
+def _semi_types(agg: Aggregation, semis: tuple[SemiJoin, ...]) -> dict[str, pa.DataType]:
+    """The Spark types of the semi-joins' predicates, typed over their tables (no job)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    out: dict[str, pa.DataType] = {}
+    for semi in semis:
+        nodes = typed_nodes(semi.predicate_nodes())
+        if not nodes:
+            continue
+        select = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
+        view = agg.new_views[semi.name]
+        fields = agg.spark.sql(f"SELECT {select} FROM {view} AS {semi.alias}").schema.fields
+        for node, found in zip(nodes, fields, strict=True):
+            try:
+                out[node_key(node)] = to_arrow_type(found.dataType)
+            except TypeError:
+                continue
+    return out
 
 
 def _prefilter(shape: JoinShape, types: dict[str, pa.DataType]) -> Prefilter:

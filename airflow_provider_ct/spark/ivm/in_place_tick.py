@@ -115,7 +115,8 @@ def _kept(
     before = decision.base.before
     try:
         kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), before)
-        outcome = _incremental(tick, target, agg, before, kept)
+        moved = agg.plan.semi_inputs & decision.base.changed
+        outcome = _incremental(tick, target, agg, before, kept, moved)
     except (StateMismatchError, ChangesUnavailableError, IncrementalMismatchError) as exc:
         return Fallback(Discovery.STATE_UNUSABLE, str(exc))
     if isinstance(outcome, Fallback):
@@ -139,9 +140,18 @@ def _join_reads(tick: Tick, before: Mapping[str, int | None]) -> Fallback | None
 
 
 def _incremental(
-    tick: Tick, target: Target, agg: Aggregation, before: Mapping[str, int | None], kept: Any
+    tick: Tick,
+    target: Target,
+    agg: Aggregation,
+    before: Mapping[str, int | None],
+    kept: Any,
+    semi_moved: frozenset[str] = frozenset(),
 ) -> tuple[InPlaceResult, dict[str, Any]] | Fallback:
-    """The tick from the kept state: on the driver when it can, else with Spark's jobs."""
+    """The tick from the kept state: on the driver when it can, else with Spark's jobs.
+
+    :param semi_moved: tables read by semi-joins whose rows changed: only the
+        driver maintains those; without it the aggregates give way this tick.
+    """
     inputs = tick.inputs()
     agg = replace(agg, inputs=inputs, pins=dict(tick.desc.inputs))
     reader = ExtremaReader(agg, kept.schema)  # the groups whose extremum a deletion removed
@@ -165,6 +175,12 @@ def _incremental(
             details = {**joined_report(joined), "aggregate_state": "kept"}
             return result, {**details, "change_state_on": "driver", **reader.notes}
         known = joined.changes
+    if semi_moved:
+        why = (
+            f"{', '.join(sorted(semi_moved))} changed under a semi-join, which only the "
+            "driver maintains, and the driver did not take this tick"
+        )
+        return Fallback(Discovery.NOT_IN_PLACE, why)
     costly = _join_reads(tick, before)
     if costly is not None:
         return costly
