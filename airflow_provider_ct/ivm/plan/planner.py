@@ -402,15 +402,22 @@ def _in_place_reason(shape: InPlace) -> str:
 
 def _in_place_steps(block: Block, shape: InPlace) -> tuple[str, ...]:
     steps = [
-        _block_step(0, block),
+        _block_step(0, block, block.semi),
         "aggregate the signed change per group: row count, and per argument its sum and "
         "non-NULL count",
         "add it to the groups' kept state; compute their rows; correct only their rows",
     ]
-    if shape.extrema:
-        steps[1] += "; per MIN/MAX, the extremum of the inserted and of the deleted values"
+    if block.semi:
         steps.insert(
-            2,
+            1,
+            f"semi-joins over {', '.join(block.semi)}: their changes are kept by key on the "
+            "driver (the keys entering or leaving the subquery, read at both snapshots); a "
+            "tick the driver does not take runs in full",
+        )
+    if shape.extrema:
+        steps[-2] += "; per MIN/MAX, the extremum of the inserted and of the deleted values"
+        steps.insert(
+            len(steps) - 1,
             "a group whose deleted extremum reaches its kept one (or an inserted one) is read "
             "again from the new inputs, restricted to those groups' keys (by key on the "
             "driver, else one Spark job)",
@@ -472,12 +479,14 @@ def _linear_reason(block: Block) -> str:
     return "a projection and filter: the view's change is the query over the input's change"
 
 
-def _block_step(index: int, block: Block) -> str:
+def _block_step(index: int, block: Block, maintained: tuple[str, ...] = ()) -> str:
+    """The block's line of the plan; ``maintained``: subquery tables kept in place."""
     rule = "left-join delta rule" if block.left_join else "delta rule per input"
     step = f"block {index}: reads {', '.join(block.inputs)}; {rule}"
-    if block.fixed:
+    fixed = [n for n in block.fixed if n not in maintained]
+    if fixed:
         step += (
-            f"; its subqueries read {', '.join(block.fixed)}: fixed filters while those do "
+            f"; its subqueries read {', '.join(fixed)}: fixed filters while those do "
             "not change, a tick that changes one runs in full"
         )
     return step
