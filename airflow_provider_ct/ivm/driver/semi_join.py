@@ -33,7 +33,7 @@ from sqlglot import exp
 from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import Fetch, JoinInput, place_column
-from airflow_provider_ct.ivm.plan.planner import qualified_name, semi_join_query
+from airflow_provider_ct.ivm.plan.planner import qualified_name, semi_join_query, where_conjuncts
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def semi_joins(
         runs another way, with the reason logged).
     """
     out = []
-    for conjunct in _conjuncts(where):
+    for conjunct in where_conjuncts(where):
         found = semi_join_query(conjunct)
         if found is None:
             if conjunct.find(exp.Subquery, exp.Exists) is not None:
@@ -100,7 +100,7 @@ def _placed(
     keys: list[tuple[str, str]] = []
     alone: list[Any] = []
     where = query.args.get("where")
-    for part in _conjuncts(where.this) if where is not None else []:
+    for part in where_conjuncts(where.this) if where is not None else []:
         found = [c for c in part.find_all(exp.Column)]
         if all(inner(c) for c in found):
             alone.append(part)
@@ -121,14 +121,6 @@ def _placed(
     predicate = exp.and_(*alone, copy=True) if alone else None
     inner_column, outer_column = keys[0]
     return SemiJoin(conjunct, name, alias, inner_column, outer_column, predicate, anti)
-
-
-def _conjuncts(condition: Any) -> list[Any]:
-    while isinstance(condition, exp.Paren):
-        condition = condition.this
-    if isinstance(condition, exp.And):
-        return [*_conjuncts(condition.left), *_conjuncts(condition.right)]
-    return [condition]
 
 
 #: The Spark types of a semi-join's predicate nodes, by node key.

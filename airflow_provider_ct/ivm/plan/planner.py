@@ -574,7 +574,7 @@ def _tied_by_one_equality(query: Any, alias: str) -> bool:
     """
     where = query.args.get("where")
     ties = 0
-    for conjunct in _where_conjuncts(where.this) if where is not None else []:
+    for conjunct in where_conjuncts(where.this) if where is not None else []:
         qualifiers = {c.table.lower() for c in conjunct.find_all(exp.Column) if c.table}
         if alias not in qualifiers or len(qualifiers) < 2:
             continue
@@ -592,7 +592,7 @@ def _semi_tables(select: Any, catalog_name: str, fixed: tuple[str, ...]) -> tupl
         return ()
     semi: set[str] = set()
     other: set[str] = set()
-    for conjunct in _where_conjuncts(where.this):
+    for conjunct in where_conjuncts(where.this):
         found = semi_join_query(conjunct)
         tables = {
             normalize_table_name(qualified_name(t), catalog_name)
@@ -603,11 +603,12 @@ def _semi_tables(select: Any, catalog_name: str, fixed: tuple[str, ...]) -> tupl
     return tuple(sorted(semi - other))
 
 
-def _where_conjuncts(condition: Any) -> list[Any]:
+def where_conjuncts(condition: Any) -> list[Any]:
+    """The top-level ``AND`` operands of a condition, through parentheses."""
     while isinstance(condition, exp.Paren):
         condition = condition.this
     if isinstance(condition, exp.And):
-        return [*_where_conjuncts(condition.left), *_where_conjuncts(condition.right)]
+        return [*where_conjuncts(condition.left), *where_conjuncts(condition.right)]
     return [condition]
 
 

@@ -53,7 +53,7 @@ from airflow_provider_ct.ivm.driver.in_place_driver import change_state as chang
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
 from airflow_provider_ct.ivm.driver.semi_join import SemiJoin, filtered, flipped, semi_joins
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
-from airflow_provider_ct.ivm.plan.planner import semi_join_query
+from airflow_provider_ct.ivm.plan.planner import semi_join_query, where_conjuncts
 from airflow_provider_ct.spark.ivm.in_place import (
     Aggregation,
     changes_schema,
@@ -124,9 +124,9 @@ def _shapes(
         columns = referenced_columns(agg.plan, schemas, catalog_name)
         return join_shape(block.tree, catalog_name, columns), (), columns
     where = block.tree.args["where"].this
-    conjuncts = [c for c in _top_conjuncts(where) if semi_join_query(c) is not None]
+    conjuncts = [c for c in where_conjuncts(where) if semi_join_query(c) is not None]
     stripped = block.tree.copy()
-    kept = [c.copy() for c in _top_conjuncts(where) if not any(c is k for k in conjuncts)]
+    kept = [c.copy() for c in where_conjuncts(where) if not any(c is k for k in conjuncts)]
     stripped.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
     outer_plan = replace(agg.plan, blocks=(replace(block, tree=stripped, fixed=(), semi=()),))
     outer = {n: schemas[n] for n in block.inputs}
@@ -145,14 +145,6 @@ def _shapes(
         have = set(columns.get(semi.name, []))
         columns[semi.name] = [c for c in schemas[semi.name] if c.lower() in wanted or c in have]
     return shape, semis, columns
-
-
-def _top_conjuncts(condition: Any) -> list[Any]:
-    while isinstance(condition, exp.Paren):
-        condition = condition.this
-    if isinstance(condition, exp.And):
-        return [*_top_conjuncts(condition.left), *_top_conjuncts(condition.right)]
-    return [condition]
 
 
 def _fits_cache(
