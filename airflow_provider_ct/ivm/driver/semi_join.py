@@ -145,7 +145,10 @@ def filtered(rows: pa.Table, semi: SemiJoin, fetch: Fetch, side: str, types: Typ
         return rows
     values = rows.column(semi.outer)
     found = present_keys(semi, fetch, side, values, types)
-    hit = pc.fill_null(pc.is_in(values, value_set=found.cast(values.type)), False)
+    try:  # the two columns' types may differ (Spark's equality casts them)
+        hit = pc.fill_null(pc.is_in(values, value_set=found.cast(values.type)), False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise NotOnDriver(f"{semi.outer} matched with {semi.name}.{semi.inner}: {exc}") from None
     return rows.filter(pc.invert(hit) if semi.anti else hit)
 
 
