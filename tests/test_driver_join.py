@@ -281,7 +281,7 @@ def test_semi_join_terms_sum_to_the_change_of_the_query(kind: str, case: int) ->
 
     from airflow_provider_ct.ivm.driver.arrow_eval import node_key, typed_nodes
     from airflow_provider_ct.ivm.driver.semi_join import filtered, flipped, semi_joins
-    from airflow_provider_ct.ivm.plan.planner import semi_join_query
+    from airflow_provider_ct.ivm.plan.subqueries import semi_join_query
 
     rng = random.Random(f"{kind}-{case}")
     old = {n: _semi_table(n, _semi_rows(rng, n)) for n in SEMI_COLUMNS}

@@ -120,14 +120,15 @@ class ParsedQuery:
         """The query with every input replaced by its temp view (keeping aliases)."""
         tree = self.expression.copy()
         for table in list(_base_tables(tree)):
-            name = normalize_table_name(_qualified(table), self.catalog_name)
+            name = normalize_table_name(qualified_table_name(table), self.catalog_name)
             view = views[name]
             alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
             table.replace(exp.Table(this=exp.to_identifier(view), alias=alias))
         return tree.sql(dialect=dialect)
 
 
-def _qualified(table: exp.Table) -> str:
+def qualified_table_name(table: exp.Table) -> str:
+    """A table node's name as the query wrote it (``catalog.db.name``, parts present only)."""
     return ".".join(p for p in (table.catalog, table.db, table.name) if p)
 
 
@@ -175,7 +176,7 @@ def _parse_query(sql: str, target: str | None, catalog_name: str) -> ParsedQuery
         raise QueryError(f"a view's query must be a SELECT, got {tree.key.upper()}: {text}")
     inputs: list[str] = []
     for table in _base_tables(tree):
-        name = normalize_table_name(_qualified(table), catalog_name)
+        name = normalize_table_name(qualified_table_name(table), catalog_name)
         if name not in inputs:
             inputs.append(name)
     if not inputs:

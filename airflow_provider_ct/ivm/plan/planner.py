@@ -39,7 +39,7 @@ A derived table that only projects and filters, read alone by the query
 (``SELECT ... FROM (SELECT ...) AS t``), is merged into it first
 (:mod:`.flatten`), so TPC-H's q7, q8 and q9 are plain blocks here. A
 subquery in ``WHERE`` is a fixed filter of every strategy while the tables
-it reads do not change (:func:`fixed_subquery_tables`; a tick that changes
+it reads do not change (:mod:`.subqueries`; a tick that changes
 one runs in full, :mod:`.decision`).
 
 Only the shape is decided here. Whether a tick can use the plan also depends
@@ -60,6 +60,7 @@ from airflow_provider_ct.core.query import (
     ParsedQuery,
     nondeterministic_calls,
     normalize_table_name,
+    qualified_table_name,
 )
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.ivm.plan.flatten import flatten_derived_tables
@@ -72,6 +73,7 @@ from airflow_provider_ct.ivm.plan.group_keys import (
 )
 from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.subqueries import fixed_subquery_tables, semi_tables
 from airflow_provider_ct.ivm.plan.windows import own_windows, window_keys, windowed
 
 LINEAR = "linear"
@@ -110,10 +112,10 @@ class Block:
     left_join: LeftJoin | None = None
     #: Tables read only inside the block's subqueries (``WHERE x IN (SELECT ...)``,
     #: ``EXISTS``, a scalar subquery), normalized: fixed filters while they do not
-    #: change (:func:`fixed_subquery_tables`).
+    #: change (:func:`~.subqueries.fixed_subquery_tables`).
     fixed: tuple[str, ...] = ()
     #: Of ``fixed``, the tables read only by semi- and anti-join conjuncts of ``WHERE``
-    #: (:func:`semi_join_query`), which an in-place tick maintains on the driver.
+    #: (:func:`~.subqueries.semi_join_query`), which an in-place tick maintains on the driver.
     semi: tuple[str, ...] = ()
 
     @property
@@ -509,6 +511,8 @@ def _check_linear_select(select: Any) -> None:
 def _block(select: Any, catalog_name: str) -> Block:
     """The tables of one SELECT, joined inner or by one LEFT JOIN, and its subqueries' tables."""
     fixed = fixed_subquery_tables(select, catalog_name)
+    if isinstance(fixed, str):
+        raise NotIncremental(fixed)
     tables = block_tables(select)
     joins = list(select.args.get("joins") or [])
     if not all(isinstance(t, exp.Table) and t.name for t in tables):
@@ -521,124 +525,8 @@ def _block(select: Any, catalog_name: str) -> Block:
         raise NotIncremental("a LEFT JOIN of a table with itself is recomputed in full")
     if left is not None and fixed:
         raise NotIncremental("subqueries beside a LEFT JOIN are recomputed in full")
-    semi = _semi_tables(select, catalog_name, fixed)
+    semi = semi_tables(select, catalog_name, fixed)
     return Block(tree=select, inputs=tuple(names), left_join=left, fixed=fixed, semi=semi)
-
-
-def semi_join_query(conjunct: Any) -> tuple[Any, bool, Any] | None:
-    """``(subquery, anti, outer expression or None)`` of a semi/anti-join conjunct, else None.
-
-    ``EXISTS (q)``, ``NOT EXISTS (q)`` and ``x IN (q)`` (not ``NOT IN``: a NULL
-    in ``q`` makes it unknown everywhere) where ``q`` reads one table, with no
-    join, aggregate, window, subquery, ``DISTINCT``, ``LIMIT`` or grouping.
-    Only the shape: how ``q`` is tied to the block is found with the
-    tables' columns, when a tick runs (:mod:`..driver.semi_join`).
-    """
-    while isinstance(conjunct, exp.Paren):
-        conjunct = conjunct.this
-    anti = isinstance(conjunct, exp.Not)
-    node = conjunct.this if anti else conjunct
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.Exists):
-        query, outer = node.this, None
-    elif isinstance(node, exp.In) and node.args.get("query") is not None and not anti:
-        query, outer = node.args["query"], node.this
-    else:
-        return None
-    while isinstance(query, exp.Subquery):
-        query = query.this
-    if not isinstance(query, exp.Select) or query.args.get("joins"):
-        return None
-    from_ = query.args.get("from_") or query.args.get("from")
-    if from_ is None or not isinstance(from_.this, exp.Table) or not from_.this.name:
-        return None
-    if any(query.args.get(a) for a in ("group", "having", "distinct", "limit", "offset")):
-        return None
-    if query.find(exp.AggFunc, exp.Window, exp.Subquery, exp.Exists):
-        return None
-    if any(isinstance(n, exp.In) and n.args.get("query") for n in query.find_all(exp.In)):
-        return None
-    if not _tied_by_one_equality(query, from_.this.alias_or_name.lower()):
-        return None
-    return query, anti, outer
-
-
-def _tied_by_one_equality(query: Any, alias: str) -> bool:
-    """Whether the subquery's qualified columns tie it to the block by at most one equality.
-
-    What can be told without schemas (TPC-H q21's ``l2.l_suppkey <> l1.l_suppkey``
-    cannot be maintained by key): a conjunct naming the subquery's alias and
-    another one must be ``inner = outer``, and only one may. Unqualified
-    columns are placed when a tick runs, with the tables' columns.
-    """
-    where = query.args.get("where")
-    ties = 0
-    for conjunct in where_conjuncts(where.this) if where is not None else []:
-        qualifiers = {c.table.lower() for c in conjunct.find_all(exp.Column) if c.table}
-        if alias not in qualifiers or len(qualifiers) < 2:
-            continue
-        sides = (conjunct.this, conjunct.expression) if isinstance(conjunct, exp.EQ) else ()
-        if len(qualifiers) != 2 or not all(isinstance(c, exp.Column) for c in sides):
-            return False
-        ties += 1
-    return ties <= 1
-
-
-def _semi_tables(select: Any, catalog_name: str, fixed: tuple[str, ...]) -> tuple[str, ...]:
-    """The tables of ``fixed`` read only by semi-join conjuncts of ``WHERE``."""
-    where = select.args.get("where")
-    if where is None or not fixed:
-        return ()
-    semi: set[str] = set()
-    other: set[str] = set()
-    for conjunct in where_conjuncts(where.this):
-        found = semi_join_query(conjunct)
-        tables = {
-            normalize_table_name(qualified_name(t), catalog_name)
-            for t in conjunct.find_all(exp.Table)
-            if t.name
-        }
-        (semi if found is not None else other).update(tables)
-    return tuple(sorted(semi - other))
-
-
-def where_conjuncts(condition: Any) -> list[Any]:
-    """The top-level ``AND`` operands of a condition, through parentheses."""
-    while isinstance(condition, exp.Paren):
-        condition = condition.this
-    if isinstance(condition, exp.And):
-        return [*where_conjuncts(condition.left), *where_conjuncts(condition.right)]
-    return [condition]
-
-
-def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...]:
-    """The tables read inside ``select``'s subqueries (in ``WHERE`` or the select list).
-
-    Why such a block can still tick incrementally: while none of these
-    tables changes, each subquery is a fixed function of the outer row, a
-    filter or a value like any other, and the delta rules hold for the
-    outer tables. A tick that changes one of them runs in full
-    (:mod:`.decision`), as the subquery itself is not maintained. Dimension
-    lists behind ``IN`` / ``NOT IN`` / ``EXISTS`` (a blocklist, the suppliers
-    with complaints) change far less often than the facts they filter.
-    """
-    found: set[str] = set()
-    where = select.args.get("where")
-    for node in select.find_all(exp.Subquery, exp.Exists, exp.In):
-        if isinstance(node, exp.In) and node.args.get("query") is None:
-            continue
-        if isinstance(node, exp.Subquery) and isinstance(node.parent, exp.From | exp.Join):
-            continue  # a derived table: block_tables refuses it with its reason
-        if where is None or node.find_ancestor(exp.Where) is not where:
-            raise NotIncremental("a subquery outside WHERE is recomputed in full")
-        query = node.args.get("query") if isinstance(node, exp.In) else node.this
-        if query is None or query.find(exp.Window) or nondeterministic_calls(query):
-            raise NotIncremental("a subquery with window or nondeterministic calls")
-        for table in query.find_all(exp.Table):
-            if table.name:
-                found.add(normalize_table_name(qualified_name(table), catalog_name))
-    return tuple(sorted(found))
 
 
 def block_tables(select: Any) -> list[Any]:
@@ -703,4 +591,4 @@ def qualified_name(table: Any) -> str:
     Public because the rewrites (:mod:`.rewrites`) name a block's inputs the
     same way the planner did when it found them.
     """
-    return ".".join(p for p in (table.catalog, table.db, table.name) if p)
+    return qualified_table_name(table)

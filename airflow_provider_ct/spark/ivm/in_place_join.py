@@ -53,7 +53,7 @@ from airflow_provider_ct.ivm.driver.in_place_driver import change_state as chang
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
 from airflow_provider_ct.ivm.driver.semi_join import SemiJoin, filtered, flipped, semi_joins
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
-from airflow_provider_ct.ivm.plan.planner import semi_join_query, where_conjuncts
+from airflow_provider_ct.ivm.plan.subqueries import semi_join_query, where_conjuncts
 from airflow_provider_ct.spark.ivm.in_place import (
     Aggregation,
     changes_schema,
