@@ -176,6 +176,14 @@ class IncrementalMismatchError(CTError):
     """
 
 
+class KeyedReadError(IncrementalMismatchError):
+    """A tick cannot recompute the keys a subquery's change holds: the tie the SQL suggested
+    is not confirmed by the tables' columns, or a changed table holds no key.
+
+    The tick runs without that rule (in full, with the message as its reason).
+    """
+
+
 class StateMismatchError(CTError):
     """A view's kept aggregate state cannot be used: it is missing, stale or edited.
 

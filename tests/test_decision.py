@@ -171,14 +171,35 @@ def test_rule_3_a_table_read_only_in_a_subquery_that_changed_sends_it_full() -> 
 
 def test_rule_1_an_in_place_plan_maintains_its_semi_joins_changes() -> None:
     """A table read only by EXISTS/IN conjuncts may change under an in-place tick (the
-    driver maintains it); once the aggregates give way, the fallback plan runs full."""
-    semi = "SELECT k, SUM(v) AS t FROM s.a a WHERE EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k)"
-    semi += " GROUP BY k"
+    driver maintains it, or Spark where the subquery is keyed); once the aggregates give
+    way, the fallback plan runs incrementally if the subquery is keyed, else full."""
     moved = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.b"}))
-    assert decide(_facts(semi, base=moved)).action is Action.IN_PLACE
     gave_way = Fallback(Discovery.NOT_IN_PLACE, "the driver did not take it")
-    after = decide(_facts(semi, base=moved, found=(gave_way,)))
-    assert after.action is Action.FULL and "s.b changed" in after.reason
+    tied = "EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k)"
+    untied = "EXISTS (SELECT 1 FROM s.b b WHERE b.k > a.k)"
+    for condition, fallback in ((tied, Action.INCREMENTAL), (untied, Action.FULL)):
+        semi = f"SELECT k, SUM(v) AS t FROM s.a a WHERE {condition} GROUP BY k"
+        assert decide(_facts(semi, base=moved)).action is Action.IN_PLACE
+        after = decide(_facts(semi, base=moved, found=(gave_way,)))
+        assert after.action is fallback, after
+        assert fallback is Action.INCREMENTAL or "s.b changed" in after.reason
+
+
+def test_rule_3_a_keyed_subquery_may_change() -> None:
+    """A subquery tied to the block by a key does not send a tick that changes its table
+    full (the tick recomputes the keys); a NOT IN, or a tie under NOT, does."""
+    moved = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.b"}))
+    cases = {
+        "a.v < (SELECT AVG(b.v) FROM s.b b WHERE b.k = a.k)": Action.INCREMENTAL,
+        "a.k IN (SELECT k FROM s.b GROUP BY k HAVING COUNT(*) > 1)": Action.INCREMENTAL,
+        "a.k NOT IN (SELECT k FROM s.b)": Action.FULL,
+        "NOT (a.k IN (SELECT k FROM s.b) OR a.v > 1)": Action.FULL,
+        "a.k IN (SELECT MAX(k) FROM s.b)": Action.FULL,
+    }
+    for condition, action in cases.items():
+        sql = f"SELECT a.id, a.v FROM s.a a WHERE {condition}"
+        decision = decide(_facts(sql, base=moved))
+        assert decision.action is action, (condition, decision)
 
 
 def test_rule_4_the_size_rules_and_what_computing_found_send_it_full() -> None:

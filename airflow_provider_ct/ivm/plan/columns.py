@@ -42,6 +42,8 @@ def referenced_columns(
     out = {}
     for name, names in schemas.items():
         kept = [c for c in names if c.lower() in wanted[name]]
+        if not kept and name in plan.keyed_inputs:
+            kept = list(names)  # read only in keyed subqueries: a change's key is needed
         out[name] = kept or names[:1]  # a view that reads no column still counts rows
     return out
 

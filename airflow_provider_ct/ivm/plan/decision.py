@@ -212,7 +212,7 @@ def _subquery_moved(facts: TickFacts, plan: Plan) -> str | None:
     """Why a tick that changed a table read only in a subquery runs in full (rule 3), or None."""
     if facts.base is None:
         return None
-    fixed = plan.fixed_inputs
+    fixed = plan.fixed_inputs - plan.keyed_inputs  # keyed: the tick recomputes their keys
     if plan.strategy == AGGREGATE:  # its semi-joins' changes are maintained in place
         fixed -= plan.semi_inputs
     moved = sorted(fixed & facts.base.changed)

@@ -72,6 +72,7 @@ from airflow_provider_ct.ivm.plan.group_keys import (
     key_ranges,
 )
 from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
+from airflow_provider_ct.ivm.plan.keyed import keyed_shape
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.subqueries import fixed_subquery_tables, semi_tables
 from airflow_provider_ct.ivm.plan.windows import own_windows, window_keys, windowed
@@ -117,6 +118,9 @@ class Block:
     #: Of ``fixed``, the tables read only by semi- and anti-join conjuncts of ``WHERE``
     #: (:func:`~.subqueries.semi_join_query`), which an in-place tick maintains on the driver.
     semi: tuple[str, ...] = ()
+    #: Whether every subquery may be tied to the block by one key (:mod:`.keyed`, placed
+    #: when a tick runs): a change of their tables then moves only the keys it holds.
+    keyed: bool = False
 
     @property
     def occurrences(self) -> tuple[str, ...]:
@@ -183,6 +187,12 @@ class Plan:
     def semi_inputs(self) -> frozenset[str]:
         """The tables read only by semi-joins: an in-place tick may maintain their changes."""
         return frozenset(n for b in self.blocks for n in b.semi)
+
+    @property
+    def keyed_inputs(self) -> frozenset[str]:
+        """The tables read in keyed subqueries: a tick that changes them recomputes the keys
+        their changes hold (:mod:`.keyed`), unless the tick finds the tie does not hold."""
+        return frozenset(n for b in self.blocks if b.keyed for n in b.fixed)
 
     @property
     def grouped(self) -> bool:
@@ -486,7 +496,14 @@ def _block_step(index: int, block: Block, maintained: tuple[str, ...] = ()) -> s
     rule = "left-join delta rule" if block.left_join else "delta rule per input"
     step = f"block {index}: reads {', '.join(block.inputs)}; {rule}"
     fixed = [n for n in block.fixed if n not in maintained]
-    if fixed:
+    if fixed and block.keyed:
+        step += (
+            f"; its subqueries read {', '.join(fixed)}, tied to the block by a key: a tick "
+            "that changes them recomputes the rows of the keys the changes hold, from both "
+            "snapshots restricted to those keys (a tie the tables' columns do not confirm "
+            "runs in full)"
+        )
+    elif fixed:
         step += (
             f"; its subqueries read {', '.join(fixed)}: fixed filters while those do "
             "not change, a tick that changes one runs in full"
@@ -526,7 +543,8 @@ def _block(select: Any, catalog_name: str) -> Block:
     if left is not None and fixed:
         raise NotIncremental("subqueries beside a LEFT JOIN are recomputed in full")
     semi = semi_tables(select, catalog_name, fixed)
-    return Block(tree=select, inputs=tuple(names), left_join=left, fixed=fixed, semi=semi)
+    keyed = bool(fixed) and keyed_shape(select) is None
+    return Block(select, tuple(names), left, fixed, semi, keyed)
 
 
 def block_tables(select: Any) -> list[Any]:

@@ -35,6 +35,9 @@ from airflow_provider_ct.ivm.plan.planner import (
     qualified_name,
 )
 
+#: Temp views a tick registers (``__ct_keyed_keys_0``...): never an input to bind.
+TICK_VIEW_PREFIX = "__ct_"
+
 
 def bind_tables(tree: Any, views: Mapping[str, str], catalog_name: str) -> Any:
     """A copy of ``tree`` (a block) with each read of an input replaced by the view bound to it.
@@ -46,6 +49,8 @@ def bind_tables(tree: Any, views: Mapping[str, str], catalog_name: str) -> Any:
     copy = tree.copy()
     seen: dict[str, int] = {}
     for table in _tables_in_order(copy):
+        if table.name.startswith(TICK_VIEW_PREFIX) and not table.db:
+            continue  # a view of the tick's own (the keys a keyed block is restricted to)
         name = normalize_table_name(qualified_name(table), catalog_name)
         index = seen.get(name, 0)
         seen[name] = index + 1

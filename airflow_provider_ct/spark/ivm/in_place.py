@@ -130,9 +130,12 @@ class Aggregation:
     def scalar(self) -> bool:
         return not self.plan.key_sql
 
-    def rows(self, views: Mapping[str, str]) -> DataFrame:
-        """The block's rows below the aggregation over ``views``: keys, then arguments."""
-        block = self.plan.blocks[0]
+    def rows(self, views: Mapping[str, str], block: Any = None) -> DataFrame:
+        """The block's rows below the aggregation over ``views``: keys, then arguments.
+
+        :param block: a term's block (a keyed one is restricted); default the plan's.
+        """
+        block = block or self.plan.blocks[0]
         tree = rows_select(block.tree, self.plan.key_sql, self.in_place.arguments)
         return self.spark.sql(bind_tables(tree, views, self.catalog_name).sql(dialect="spark"))
 
@@ -190,7 +193,7 @@ def change_state(agg: Aggregation, bindings: Bindings) -> pa.Table:
 
     register_left_join_restrictions(agg.spark, agg.plan, bindings)
     parts = [
-        agg.rows(term.views).withColumn(SIGN, F.lit(term.sign))
+        agg.rows(term.views, term.block).withColumn(SIGN, F.lit(term.sign))
         for term in terms(agg.plan, bindings)
     ]
     frame = parts[0] if parts else agg.rows(agg.new_views).limit(0).withColumn(SIGN, F.lit(1))

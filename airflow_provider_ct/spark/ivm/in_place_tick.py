@@ -29,6 +29,7 @@ from airflow_provider_ct.core.tables import live_bytes
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     IncrementalMismatchError,
+    KeyedReadError,
     NotInPlaceError,
     StateMismatchError,
 )
@@ -117,12 +118,19 @@ def _kept(
         kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), before)
         moved = agg.plan.semi_inputs & decision.base.changed
         outcome = _incremental(tick, target, agg, before, kept, moved)
+    except KeyedReadError as exc:  # the tie does not hold this tick: not a state problem
+        return Fallback(Discovery.NOT_IN_PLACE, str(exc))
     except (StateMismatchError, ChangesUnavailableError, IncrementalMismatchError) as exc:
         return Fallback(Discovery.STATE_UNUSABLE, str(exc))
     if isinstance(outcome, Fallback):
         return outcome
     result, details = outcome
     return _done(decision, result, details)
+
+
+def _moved(tick: Tick, before: Mapping[str, int | None]) -> frozenset[str]:
+    """The inputs whose pinned snapshot moved since the last batch."""
+    return frozenset(n for n, snap in tick.desc.inputs.items() if before.get(n) != snap)
 
 
 def _join_reads(tick: Tick, before: Mapping[str, int | None]) -> Fallback | None:
@@ -134,8 +142,7 @@ def _join_reads(tick: Tick, before: Mapping[str, int | None]) -> Fallback | None
     """
     pinned, inputs = tick.desc.inputs, tick.inputs()
     sizes = {name: live_bytes(inputs[name], snap) for name, snap in pinned.items()}
-    changed = [name for name, snap in pinned.items() if before.get(name) != snap]
-    reason = join_reads_reason(sizes, changed, tick.settings.read_share)
+    reason = join_reads_reason(sizes, _moved(tick, before), tick.settings.read_share)
     return None if reason is None else Fallback(Discovery.NOT_IN_PLACE, reason)
 
 
@@ -175,15 +182,18 @@ def _incremental(
             details = {**joined_report(joined), "aggregate_state": "kept"}
             return result, {**details, "change_state_on": "driver", **reader.notes}
         known = joined.changes
-    if semi_moved:
+    if semi_moved - agg.plan.keyed_inputs:  # keyed ones: Spark recomputes their keys
         why = (
             f"{', '.join(sorted(semi_moved))} changed under a semi-join, which only the "
             "driver maintains, and the driver did not take this tick"
         )
         return Fallback(Discovery.NOT_IN_PLACE, why)
-    costly = _join_reads(tick, before)
-    if costly is not None:
-        return costly
+    # Keyed subqueries' tables changed: the block is read restricted to the keys, not
+    # joined with the inputs read whole, so the join-reads rule does not price it.
+    if not agg.plan.keyed_inputs & _moved(tick, before):
+        costly = _join_reads(tick, before)
+        if costly is not None:
+            return costly
     bindings = bind_inputs(
         tick.spark,
         tick.config,

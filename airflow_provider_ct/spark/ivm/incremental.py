@@ -153,7 +153,9 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction | Fallback:
         if costly is not None:
             return costly
     # Days need every key: a key read from the changes alone spans all days.
-    found = (None if plan.key_ranges else _keys_from_changes(delta)) or _keys_from_terms(delta)
+    # A keyed block's subqueries move groups no key column of the block tells: its terms do.
+    direct = not (plan.key_ranges or delta.bindings.keyed)
+    found = (_keys_from_changes(delta) if direct else None) or _keys_from_terms(delta)
     keys = found.frame.distinct().cache()
     keys.createOrReplaceTempView(KEYS_VIEW)
     if len(found.key_sql) != 1:

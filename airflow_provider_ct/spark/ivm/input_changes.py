@@ -27,6 +27,7 @@ from airflow_provider_ct.ivm.changes.table_changes import TableChanges, table_ch
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.frames import changes_to_spark
+from airflow_provider_ct.spark.ivm.keyed import keyed_blocks
 from airflow_provider_ct.spark.snapshots import read_at
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ class Bindings:
     #: Inputs whose rows changed.
     changed: set[str]
     changes: dict[str, InputChange] = field(default_factory=dict)
+    #: Block index -> its tree restricted to the keys its changes hold, for blocks whose
+    #: keyed subqueries read a changed table (:mod:`.keyed`).
+    keyed: dict[int, Any] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
         return {
@@ -207,4 +211,6 @@ def bind_inputs(
             if change.inserted_rows or change.deleted_rows:
                 changed.add(name)
         views[name] = names
-    return Bindings(views, changed, changes)
+    bindings = Bindings(views, changed, changes)
+    bindings.keyed = keyed_blocks(plan, bindings, schemas, config.name)
+    return bindings

@@ -5,7 +5,9 @@ evaluated over one choice of bindings (``new``, ``old``, ``plus``,
 ``minus``: :mod:`.input_changes`). For an inner join of inputs
 ``A1..An``, the change of ``Ai`` joins the inputs before it as they are
 now and the ones after it as they were (``ΔA⋈B_old + A_new⋈ΔB``), each
-read of a table read twice being an input of its own; a
+read of a table read twice being an input of its own; a block whose
+keyed subqueries read a changed table is read twice instead, restricted to
+the keys the changes hold (:mod:`.keyed`); a
 ``LEFT JOIN`` adds the terms of the rows whose optional side changed. The
 incremental corrections (:mod:`.incremental`) and the in-place aggregates
 (:mod:`.in_place`) evaluate the same terms.
@@ -13,7 +15,7 @@ incremental corrections (:mod:`.incremental`) and the in-place aggregates
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from airflow_provider_ct.ivm.plan.planner import Block, Plan
@@ -36,7 +38,11 @@ class Term:
 def terms(plan: Plan, bindings: Bindings) -> list[Term]:
     """The signed terms whose sum is the change of the rows below any aggregation."""
     out: list[Term] = []
-    for block in plan.blocks:
+    for index, block in enumerate(plan.blocks):
+        restricted = bindings.keyed.get(index)
+        if restricted is not None:
+            out.extend(_keyed_terms(replace(block, tree=restricted), bindings))
+            continue
         moved = sorted(set(block.fixed) & bindings.changed)
         if moved:  # the decision sends such a tick full: a subquery is not maintained
             raise ValueError(f"no delta rule: {', '.join(moved)} changed under a subquery")
@@ -55,6 +61,16 @@ def terms(plan: Plan, bindings: Bindings) -> list[Term]:
             for sign, side in ((1, PLUS), (-1, MINUS)):
                 out.append(Term(sign, block, {**chosen, key: bindings.views[name][side]}))
     return out
+
+
+def _keyed_terms(block: Block, bindings: Bindings) -> list[Term]:
+    """``P_new|K - P_old|K``: the block restricted to the keys the changes hold
+    (:mod:`.keyed`), over every input as it is, and as it was."""
+    views = bindings.views
+    return [
+        Term(sign, block, {name: names[side] for name, names in views.items()})
+        for sign, side in ((1, NEW), (-1, OLD))
+    ]
 
 
 def _left_join_terms(block: Block, bindings: Bindings) -> list[Term]:

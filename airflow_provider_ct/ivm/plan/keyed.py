@@ -1,0 +1,353 @@
+"""Subqueries tied to the block by a key: the rows of the keys a change touches, read twice.
+
+A subquery in ``WHERE`` is a fixed filter of the delta rules only while the
+tables it reads do not change (:mod:`.subqueries`). Many subqueries are
+*keyed*: tied to the outer row by an equality with one of its columns,
+
+* ``l_quantity < (SELECT 0.2 * AVG(l_quantity) FROM lineitem l2 WHERE
+  l2.l_partkey = p_partkey)`` (a correlated scalar, TPC-H q17; q2's ``MIN``),
+* ``EXISTS (SELECT * FROM lineitem l2 WHERE l2.l_orderkey = l1.l_orderkey
+  AND l2.l_suppkey <> l1.l_suppkey)`` (q21: other correlated conjuncts
+  are fine once one equality ties it),
+* ``o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey
+  HAVING SUM(l_quantity) > 300)`` (q18: the ``IN`` ties its column to the
+  subquery's one output, grouped by that output or not grouped at all).
+
+For an outer row whose key column holds ``k``, such a subquery's value
+depends on that row and on the subquery's rows whose tied column is ``k``,
+nothing else. So, when every changed table holds the key (a block column in
+the key's equality class, or the tied column of each subquery reading it),
+the rows below the aggregation change only at the keys ``K`` the changes
+hold, and exactly by ``P_new|K - P_old|K``: the block over the inputs as
+they are and as they were, both restricted to ``K`` (outside, below and
+inside the subqueries). No state is kept; the cost is a restricted read of
+each input at both snapshots (:mod:`airflow_provider_ct.spark.ivm.keyed`).
+
+Two steps, as with semi-joins: the *shape* is told from the SQL when the
+query is planned (:func:`keyed_shape`); which column of which table each
+side of a tie is needs the tables' columns (TPC-H writes ``p_partkey =
+ps_partkey`` unqualified), so the tie is *placed* when a tick runs
+(:func:`place_keyed`). ``NOT IN`` is never keyed: one NULL in the subquery
+makes it unknown for every outer row, so no key bounds what a change moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+from airflow_provider_ct.ivm.plan.subqueries import where_conjuncts
+
+#: ``(input, alias, column)``: one table column, as a scope of the query names it.
+Member = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class _Tie:
+    """How one subquery is tied to the block: an ``IN``'s output, or a correlated equality."""
+
+    #: The outer side: the block's column (``alias``, ``column``), lower-cased.
+    outer: tuple[str, str]
+    #: The inner side as the subquery writes it (restricted in the subquery's ``WHERE``).
+    inner: Any
+    #: ``(input, alias, column)`` of the inner side when it is a column of the subquery's tables.
+    member: Member | None
+
+
+@dataclass(frozen=True)
+class KeyedRead:
+    """A block whose subqueries are all tied to one key, placed with the tables' columns."""
+
+    #: The block's columns in the key's equality class.
+    members: tuple[Member, ...]
+    #: Per subquery (in :func:`_subqueries` order), its tied side's SQL in its own scope.
+    inner_sql: tuple[str, ...]
+    #: The subqueries' tied columns, where they are table columns.
+    inner_members: tuple[Member, ...]
+    #: Per input read in a subquery, whether every subquery that reads it is tied by
+    #: one of its columns (a change of it then moves only the keys it holds).
+    tied_inputs: frozenset[str]
+    #: Inputs read in subqueries.
+    subquery_inputs: frozenset[str]
+    #: Inputs of the block each of whose reads there has a member column.
+    keyed_block_inputs: frozenset[str] = frozenset()
+
+    def key_columns(self, name: str) -> list[str]:
+        """The columns of input ``name`` that hold the key (block and subquery sides)."""
+        found = [c for n, _, c in (*self.members, *self.inner_members) if n == name]
+        return list(dict.fromkeys(found))
+
+    def unkeyed(self, changed: Collection[str], block_inputs: Collection[str]) -> str | None:
+        """Why a change of ``changed`` is not bounded by the key, or None."""
+        for name in sorted(changed):
+            if name in self.subquery_inputs and name not in self.tied_inputs:
+                return f"{name} changed and is read in a subquery that it does not tie by the key"
+            if name in block_inputs and name not in self.keyed_block_inputs:
+                return f"{name} changed and holds no column equal to the subqueries' key"
+        return None
+
+    def restrict(self, select: Any, keys: Any) -> Any:
+        """A copy of ``select`` keeping only rows whose key is in ``keys`` (a one-column query).
+
+        Outside the subqueries every member column is restricted (Spark then
+        filters each input before the join); inside, each tied side is, so a
+        subquery that aggregates aggregates only the keys' rows.
+        """
+        tree = select.copy()
+        subs = _subqueries(tree)  # before the keys' own subqueries join the tree
+        for _, alias, column in self.members:
+            tree.where(_null_safe_in(exp.column(column, table=alias, quoted=True), keys), copy=False)
+        for sub, inner in zip(subs, self.inner_sql, strict=True):
+            ref = exp.maybe_parse(inner, dialect="spark")
+            sub.where(exp.In(this=ref, query=exp.Subquery(this=keys.copy())), copy=False)
+        return tree
+
+
+def _null_safe_in(ref: Any, keys: Any) -> Any:
+    """``ref`` is one of ``keys``, NULL matching NULL: a row of a NULL key depends on no
+    subquery row (no equality holds), but its own change is a change at that key."""
+    match = exp.NullSafeEQ(this=exp.column("__ct_k0", table="__ct_keys"), expression=ref)
+    query = keys.copy()
+    query.set("expressions", [exp.Literal.number(1)])
+    from_ = query.args["from_"]
+    from_.this.set("alias", exp.TableAlias(this=exp.to_identifier("__ct_keys")))
+    return exp.Exists(this=query.where(match, copy=False))
+
+
+def keyed_shape(select: Any) -> str | None:
+    """Why ``select``'s subqueries cannot all be keyed, judged from the SQL alone; None if
+    they may be (the tick places the ties, :func:`place_keyed`)."""
+    subs = _subqueries(select)
+    if not subs:
+        return "the block has no subquery"
+    for sub in subs:
+        if any(_subqueries(sub)):
+            return "a subquery inside a subquery is not keyed"
+        if _in_tie(sub) is None and not _equalities(sub):
+            return "a subquery not tied to the block by an equality (or an IN) is not keyed"
+        node = _owner(sub)
+        if isinstance(node, exp.In) and _negated(node, select):
+            return "NOT IN is not keyed: a NULL in the subquery makes it unknown everywhere"
+    return None
+
+
+def place_keyed(
+    select: Any, columns: Mapping[str, Collection[str]], catalog_name: str
+) -> KeyedRead | str:
+    """The key that ties every subquery of ``select`` to it, or why there is none.
+
+    :param columns: input name -> its column names (the pinned snapshots').
+    """
+    lower = {name: {c.lower() for c in cols} for name, cols in columns.items()}
+    outer = _scope(select, catalog_name)
+    classes = _Classes()
+    for conjunct in _block_equalities(select):
+        left = _resolve(conjunct.this, [outer], lower)
+        right = _resolve(conjunct.expression, [outer], lower)
+        if left is not None and right is not None:
+            classes.union(left[2:], right[2:])
+    ties: list[_Tie] = []
+    for sub in _subqueries(select):
+        tie = _tie(sub, outer, _scope(sub, catalog_name), lower, classes)
+        if isinstance(tie, str):
+            return tie
+        ties.append(tie)
+    root = classes.find(ties[0].outer)
+    if any(classes.find(t.outer) != root for t in ties):
+        return "the subqueries are tied to different keys of the block"
+    members = tuple(sorted((outer[a], a, c) for a, c in classes.members(root) if a in outer))
+    return KeyedRead(
+        members=members,
+        inner_sql=tuple(t.inner.sql(dialect="spark") for t in ties),
+        inner_members=tuple(t.member for t in ties if t.member is not None),
+        tied_inputs=_tied_inputs(select, ties, catalog_name),
+        subquery_inputs=frozenset(
+            name for sub in _subqueries(select) for name in _scope(sub, catalog_name).values()
+        ),
+        keyed_block_inputs=frozenset(
+            name
+            for name in set(outer.values())
+            if all(any(m[1] == a for m in members) for a, n in outer.items() if n == name)
+        ),
+    )
+
+
+def _tied_inputs(select: Any, ties: list[_Tie], catalog_name: str) -> frozenset[str]:
+    """Inputs every subquery reading them ties by one of their columns (and reads once)."""
+    tied: set[str] = set()
+    untied: set[str] = set()
+    for sub, tie in zip(_subqueries(select), ties, strict=True):
+        names = list(_scope(sub, catalog_name).values())
+        for name in names:
+            once = names.count(name) == 1
+            if tie.member is not None and tie.member[0] == name and once:
+                tied.add(name)
+            else:
+                untied.add(name)
+    return frozenset(tied - untied)
+
+
+def _tie(
+    sub: Any,
+    outer: dict[str, str],
+    inner: dict[str, str],
+    lower: Mapping[str, set[str]],
+    classes: _Classes,
+) -> _Tie | str:
+    """The tie of one subquery to a block column (one in a known class first), or why none."""
+    in_tie = _in_tie(sub)
+    if in_tie is not None:
+        outer_side, output = in_tie
+        ref = _resolve(outer_side, [outer], lower)
+        if ref is None:
+            return f"IN's column {outer_side.sql(dialect='spark')} is not a column of the block"
+        placed = _resolve(output, [inner], lower)
+        return _Tie(ref[2:], output, None if placed is None else placed[1:])
+    found: list[_Tie] = []
+    for conjunct in _equalities(sub):
+        sides = (conjunct.this, conjunct.expression)
+        a = _resolve(sides[0], [inner, outer], lower)
+        b = _resolve(sides[1], [inner, outer], lower)
+        if a is None or b is None or a[0] == b[0]:
+            continue  # a side not placed, or both in one scope: no tie
+        inner_ref, outer_ref, inner_side = (a, b, sides[0]) if a[0] == 0 else (b, a, sides[1])
+        found.append(_Tie(outer_ref[2:], inner_side, inner_ref[1:]))
+    if not found:
+        return "a subquery is not tied to a column of the block by an equality"
+    known = [t for t in found if t.outer in classes.parent]
+    return (known or found)[0]
+
+
+def _negated(node: Any, select: Any) -> bool:
+    """Whether a ``NOT`` sits between ``node`` and ``select`` (where NULL and FALSE differ)."""
+    parent = node.parent
+    while parent is not None and parent is not select:
+        if isinstance(parent, exp.Not):
+            return True
+        parent = parent.parent
+    return False
+
+
+def _subqueries(select: Any) -> list[Any]:
+    """The ``SELECT``s directly under ``select`` (its subqueries, not theirs), in tree order."""
+    return [
+        s for s in select.find_all(exp.Select) if s is not select and _parent_select(s) is select
+    ]
+
+
+def _parent_select(node: Any) -> Any:
+    parent = node.parent
+    while parent is not None and not isinstance(parent, exp.Select):
+        parent = parent.parent
+    return parent
+
+
+def _owner(sub: Any) -> Any:
+    """The node that uses subquery ``sub``: an ``IN``, an ``EXISTS``, or a scalar's ``Subquery``."""
+    node = sub.parent
+    while isinstance(node, exp.Subquery | exp.Paren):
+        if isinstance(node.parent, exp.In | exp.Exists):
+            return node.parent
+        node = node.parent
+    return node
+
+
+def _in_tie(sub: Any) -> tuple[Any, Any] | None:
+    """``(outer column, output)`` of ``x IN (SELECT output ...)`` when the output keys the
+    subquery (not aggregated, or grouped by exactly the output); else None."""
+    node = _owner(sub)
+    if not isinstance(node, exp.In) or not isinstance(node.this, exp.Column):
+        return None
+    if len(sub.expressions) != 1 or sub.args.get("limit") or sub.args.get("offset"):
+        return None
+    output = sub.expressions[0].unalias()
+    group = sub.args.get("group")
+    if group is not None:
+        keys = [k.sql(dialect="spark") for k in group.expressions]
+        if keys != [output.sql(dialect="spark")]:
+            return None
+    elif any(a.find_ancestor(exp.Select) is sub for a in sub.find_all(exp.AggFunc)):
+        return None
+    return node.this, output
+
+
+def _equalities(sub: Any) -> list[Any]:
+    """The subquery's top-level ``WHERE`` conjuncts that equal two columns."""
+    where = sub.args.get("where")
+    if where is None:
+        return []
+    return [
+        c
+        for c in where_conjuncts(where.this)
+        if isinstance(c, exp.EQ)
+        and isinstance(c.this, exp.Column)
+        and isinstance(c.expression, exp.Column)
+    ]
+
+
+def _block_equalities(select: Any) -> list[Any]:
+    """The block's own column equalities (``WHERE`` and inner joins' ``ON``)."""
+    conjuncts: list[Any] = []
+    where = select.args.get("where")
+    if where is not None:
+        conjuncts.extend(where_conjuncts(where.this))
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None and not join.side:
+            conjuncts.extend(where_conjuncts(join.args["on"]))
+    return [c for c in conjuncts if isinstance(c, exp.EQ)]
+
+
+def _scope(select: Any, catalog_name: str) -> dict[str, str]:
+    """Lower-cased alias -> input name, for the tables of ``select``'s ``FROM`` and joins."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    tables = [from_.this] if from_ is not None else []
+    tables += [j.this for j in select.args.get("joins") or []]
+    return {
+        t.alias_or_name.lower(): normalize_table_name(qualified_table_name(t), catalog_name)
+        for t in tables
+        if isinstance(t, exp.Table) and t.name
+    }
+
+
+def _resolve(
+    node: Any, scopes: list[dict[str, str]], lower: Mapping[str, set[str]]
+) -> tuple[int, str, str, str] | None:
+    """``(scope index, input, alias, column)`` of a column, innermost scope first (SQL's rule)."""
+    if not isinstance(node, exp.Column) or not node.name:
+        return None
+    name = node.name.lower()
+    for index, scope in enumerate(scopes):
+        if node.table:
+            alias = node.table.lower()
+            if alias in scope:
+                return index, scope[alias], alias, name
+            continue
+        owners = [a for a, table in scope.items() if name in lower.get(table, set())]
+        if len(owners) == 1:
+            return index, scope[owners[0]], owners[0], name
+        if owners:
+            return None  # ambiguous: Spark refuses it too
+    return None
+
+
+class _Classes:
+    """Union-find over ``(alias, column)`` of the block: columns equal on every kept row."""
+
+    def __init__(self) -> None:
+        self.parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def find(self, ref: tuple[str, str]) -> tuple[str, str]:
+        self.parent.setdefault(ref, ref)
+        while self.parent[ref] != ref:
+            ref = self.parent[ref]
+        return ref
+
+    def union(self, a: tuple[str, str], b: tuple[str, str]) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+    def members(self, root: tuple[str, str]) -> set[tuple[str, str]]:
+        return {r for r in list(self.parent) if self.find(r) == root} | {root}
