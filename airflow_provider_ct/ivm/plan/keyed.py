@@ -100,7 +100,8 @@ class KeyedRead:
         tree = select.copy()
         subs = _subqueries(tree)  # before the keys' own subqueries join the tree
         for _, alias, column in self.members:
-            tree.where(_null_safe_in(exp.column(column, table=alias, quoted=True), keys), copy=False)
+            ref = exp.column(column, table=alias, quoted=True)
+            tree.where(_null_safe_in(ref, keys), copy=False)
         for sub, inner in zip(subs, self.inner_sql, strict=True):
             ref = exp.maybe_parse(inner, dialect="spark")
             sub.where(exp.In(this=ref, query=exp.Subquery(this=keys.copy())), copy=False)
