@@ -296,6 +296,15 @@ VIEWS = (
         "(SELECT 1 FROM {b} AS b2 WHERE b2.w = a.v) GROUP BY a.s",
         ("a", "b"),
     ),
+    # Keyed subqueries (TPC-H q17's correlated AVG, q18's IN over a grouped subquery
+    # with HAVING): the keys the changes hold are read at both snapshots.
+    View(
+        "keyed",
+        "SELECT a.s, COUNT(*) AS n, SUM(a.v) AS total FROM {a} AS a WHERE a.v >= "
+        "(SELECT AVG(a2.v) FROM {a} AS a2 WHERE a2.k = a.k) AND a.k IN "
+        "(SELECT k FROM {b} GROUP BY k HAVING SUM(w) > 3) GROUP BY a.s",
+        ("a", "b"),
+    ),
     # A view over another view's table (left_j ticks first at every time).
     View(
         "over",
@@ -872,6 +881,7 @@ def test_incremental_views_equal_the_oracle_over_random_histories(
         "win": {"group"},
         "win_daily": {"partition"},
         "semi": {"aggregate(driver)"},
+        "keyed": {"aggregate(spark)"},
     }
     for name, strategies in wanted.items():
         ran = world.stats.strategies[name]
