@@ -146,14 +146,21 @@ def _changed(rng: random.Random, rows: list[tuple[Any, ...]], fresh: list[tuple[
     return kept + [r for r in fresh if rng.random() < 0.3]
 
 
+def _arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema)
+
+
 def _run(sql: str, a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], keys: Any = None) -> Counter:
     con = duckdb.connect()
-    con.register("a_rows", pa.Table.from_pylist([dict(zip(A.names, r)) for r in a], A))
-    con.register("b_rows", pa.Table.from_pylist([dict(zip(B.names, r)) for r in b], B))
+    con.register("a_rows", _arrow(a, A))
+    con.register("b_rows", _arrow(b, B))
     if keys is not None:
-        con.register("keys_rows", pa.table({"__ct_k0": pa.array(sorted(keys, key=str), pa.int64())}))
-    text = sql.replace("s.a", "a_rows").replace("s.b", "b_rows").replace("ct_keys_view", "keys_rows")
-    return Counter(tuple(r) for r in con.execute(text).fetchall())
+        values = pa.array(sorted(keys, key=str), pa.int64())
+        con.register("keys_rows", pa.table({"__ct_k0": values}))
+    text = sql.replace("s.a", "a_rows").replace("s.b", "b_rows")
+    return Counter(
+        tuple(r) for r in con.execute(text.replace("ct_keys_view", "keys_rows")).fetchall()
+    )
 
 
 def _delta(new: Counter, old: Counter) -> Counter:

@@ -44,6 +44,7 @@ from airflow_provider_ct.ivm.plan.rewrites import (
 from airflow_provider_ct.ivm.plan.sizes import ReadCheck
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.ivm.bindings import NEW
 from airflow_provider_ct.spark.ivm.days import (
     INLINE_KEYS,
     Days,
@@ -52,7 +53,7 @@ from airflow_provider_ct.spark.ivm.days import (
     only_days,
     restrict_days,
 )
-from airflow_provider_ct.spark.ivm.input_changes import NEW, Bindings, InputChange
+from airflow_provider_ct.spark.ivm.input_changes import Bindings, InputChange
 from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
 
 if TYPE_CHECKING:

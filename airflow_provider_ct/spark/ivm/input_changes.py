@@ -27,7 +27,8 @@ from airflow_provider_ct.ivm.changes.table_changes import TableChanges, table_ch
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.frames import changes_to_spark
-from airflow_provider_ct.spark.ivm.keyed import keyed_blocks
+from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
+from airflow_provider_ct.spark.ivm.keyed import KeyedBlock, keyed_blocks
 from airflow_provider_ct.spark.snapshots import read_at
 
 if TYPE_CHECKING:
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
     from airflow_provider_ct.core.catalog import CatalogConfig
 
 log = logging.getLogger(__name__)
-
-NEW, OLD, PLUS, MINUS = "new", "old", "plus", "minus"
 
 
 @dataclass
@@ -64,9 +63,9 @@ class Bindings:
     #: Inputs whose rows changed.
     changed: set[str]
     changes: dict[str, InputChange] = field(default_factory=dict)
-    #: Block index -> its tree restricted to the keys its changes hold, for blocks whose
+    #: Block index -> the block restricted to the keys its changes hold, for blocks whose
     #: keyed subqueries read a changed table (:mod:`.keyed`).
-    keyed: dict[int, Any] = field(default_factory=dict)
+    keyed: dict[int, KeyedBlock] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
         return {
@@ -80,9 +79,14 @@ class Bindings:
         }
 
     def release_arrow(self) -> None:
-        """Drop the changes' Arrow tables (driver memory) once the correction is known."""
+        """Drop the changes' Arrow tables (driver memory) and what keyed blocks cached
+        (a warm driver outlives the job) once the correction is known."""
         for change in self.changes.values():
             change.arrow = None
+        for keyed in self.keyed.values():
+            for frame in keyed.cached:
+                frame.unpersist()
+            keyed.cached.clear()
 
 
 def read_pinned(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -21,6 +22,7 @@ from sqlglot import exp
 from airflow_provider_ct.exceptions import KeyedReadError
 from airflow_provider_ct.ivm.plan.keyed import place_keyed
 from airflow_provider_ct.ivm.plan.planner import Plan
+from airflow_provider_ct.spark.ivm.bindings import NEW, OLD
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -33,13 +35,25 @@ log = logging.getLogger(__name__)
 KEYS_VIEW = "__ct_keyed_keys_{}"
 
 
+@dataclass
+class KeyedBlock:
+    """A block restricted to the keys its changes hold, and the views its two terms read."""
+
+    tree: Any
+    #: Input -> the view of its rows at each snapshot (``new``, ``old``): restricted to
+    #: the keys for the inputs that hold the key, else the pinned snapshot's view.
+    views: dict[str, dict[str, str]]
+    #: What the tick cached, released with the changes (:meth:`Bindings.release_arrow`).
+    cached: list[DataFrame] = field(default_factory=list)
+
+
 def keyed_blocks(
     plan: Plan, bindings: Bindings, schemas: Mapping[str, list[str]], catalog_name: str
-) -> dict[int, Any]:
-    """Block index -> its tree restricted to the keys the changes hold, for every block one
-    of whose subqueries reads a changed table; raises :class:`KeyedReadError` when the
-    tie does not hold for this tick's changes."""
-    out: dict[int, Any] = {}
+) -> dict[int, KeyedBlock]:
+    """Block index -> the block restricted to the keys the changes hold, for every block
+    one of whose subqueries reads a changed table; raises :class:`KeyedReadError` when
+    the tie does not hold for this tick's changes."""
+    out: dict[int, KeyedBlock] = {}
     for index, block in enumerate(plan.blocks):
         moved = sorted(set(block.fixed) & bindings.changed)
         if not moved or not block.keyed:
@@ -51,9 +65,15 @@ def keyed_blocks(
         if why is not None:
             raise KeyedReadError(why)
         view = KEYS_VIEW.format(index)
-        _keys(bindings, placed.key_columns).createOrReplaceTempView(view)
-        keys = exp.select("__ct_k0").from_(view)
-        out[index] = placed.restrict(block.tree, keys)
+        keys = _keys(bindings, placed.key_columns).cache()
+        keys.createOrReplaceTempView(view)
+        restricted = placed.restrict(block.tree, exp.select("__ct_k0").from_(view))
+        found = KeyedBlock(restricted, {}, [keys])
+        for name in sorted(set(block.inputs) | set(block.fixed)):
+            views, cached = _restricted_views(bindings, name, placed.key_columns(name), keys)
+            found.views[name] = views
+            found.cached.extend(cached)
+        out[index] = found
         log.info(
             "block %d: %s changed under keyed subqueries; the rows of the keys the changes "
             "hold are read at both snapshots",
@@ -61,6 +81,41 @@ def keyed_blocks(
             ", ".join(moved),
         )
     return out
+
+
+def _restricted_views(
+    bindings: Bindings, name: str, columns: list[str], keys: DataFrame
+) -> tuple[dict[str, str], list[DataFrame]]:
+    """The views of input ``name`` at both snapshots, restricted to ``keys`` if it holds them.
+
+    Why: the two terms read every input at both snapshots; an input that
+    holds the key is scanned once here, filtered by a broadcast of the keys
+    (null-safe: a NULL key is a key), and cached, and its rows as they were
+    are those rows minus the rows it gained plus those it lost (the change
+    holds only rows of these keys), so the old snapshot is not scanned.
+    """
+    from pyspark.sql import functions as F
+
+    views = bindings.views[name]
+    if not columns:
+        return {NEW: views[NEW], OLD: views[OLD]}, []
+    new = views[NEW]
+    frame = keys.sparkSession.table(new)
+    change = bindings.changes.get(name)
+    if change is not None:  # the change's columns: those the plan reads
+        frame = frame.select(*[f"`{c}`" for c in change.plus.columns])
+    condition = None
+    for column in columns:
+        clause = frame[f"`{_named(frame, column)}`"].eqNullSafe(keys["__ct_k0"])
+        condition = clause if condition is None else condition | clause
+    restricted = frame.join(F.broadcast(keys), condition, "left_semi").cache()
+    names = {NEW: f"{new}_keyed", OLD: f"{views[OLD]}_keyed"}
+    restricted.createOrReplaceTempView(names[NEW])
+    if name not in bindings.changed or change is None:
+        return {NEW: names[NEW], OLD: names[NEW]}, [restricted]
+    old = restricted.exceptAll(change.plus).unionAll(change.minus)
+    old.createOrReplaceTempView(names[OLD])
+    return names, [restricted]
 
 
 def _keys(bindings: Bindings, key_columns: Any) -> DataFrame:

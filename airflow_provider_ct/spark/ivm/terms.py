@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from airflow_provider_ct.ivm.plan.planner import Block, Plan
-from airflow_provider_ct.spark.ivm.input_changes import MINUS, NEW, OLD, PLUS, Bindings
+from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
+from airflow_provider_ct.spark.ivm.input_changes import Bindings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,9 +40,12 @@ def terms(plan: Plan, bindings: Bindings) -> list[Term]:
     """The signed terms whose sum is the change of the rows below any aggregation."""
     out: list[Term] = []
     for index, block in enumerate(plan.blocks):
-        restricted = bindings.keyed.get(index)
-        if restricted is not None:
-            out.extend(_keyed_terms(replace(block, tree=restricted), bindings))
+        keyed = bindings.keyed.get(index)
+        if keyed is not None:
+            restricted = replace(block, tree=keyed.tree)
+            for sign, side in ((1, NEW), (-1, OLD)):
+                views = {name: names[side] for name, names in keyed.views.items()}
+                out.append(Term(sign, restricted, views))
             continue
         moved = sorted(set(block.fixed) & bindings.changed)
         if moved:  # the decision sends such a tick full: a subquery is not maintained
@@ -61,16 +65,6 @@ def terms(plan: Plan, bindings: Bindings) -> list[Term]:
             for sign, side in ((1, PLUS), (-1, MINUS)):
                 out.append(Term(sign, block, {**chosen, key: bindings.views[name][side]}))
     return out
-
-
-def _keyed_terms(block: Block, bindings: Bindings) -> list[Term]:
-    """``P_new|K - P_old|K``: the block restricted to the keys the changes hold
-    (:mod:`.keyed`), over every input as it is, and as it was."""
-    views = bindings.views
-    return [
-        Term(sign, block, {name: names[side] for name, names in views.items()})
-        for sign, side in ((1, NEW), (-1, OLD))
-    ]
 
 
 def _left_join_terms(block: Block, bindings: Bindings) -> list[Term]:
