@@ -403,6 +403,11 @@ KEYED = {
         "SELECT a.id, a.k, a.v, b.name FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"
         " WHERE a.v = (SELECT MIN(a2.v) FROM {ns}.a a2 WHERE a2.k = b.k)",
     ),
+    "keyed_bridged": (  # q18's customer: b holds no key, but joins a by an equality
+        "aggregate",
+        "SELECT b.name, SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a JOIN {ns}.b b ON a.v = b.k"
+        " WHERE a.id > (SELECT MIN(a2.id) FROM {ns}.a a2 WHERE a2.k = a.k) GROUP BY b.name",
+    ),
     "keyed_distinct_group": (  # a grouped plan: its affected groups come from the terms
         "group",
         "SELECT a.s, COUNT(DISTINCT a.k) AS dk FROM {ns}.a a WHERE a.k IN (SELECT k FROM"
@@ -439,13 +444,14 @@ def test_keyed_subqueries_recompute_the_keys_a_change_holds(
 def test_a_changed_table_without_the_key_runs_the_tick_in_full(
     spark: Any, spark_catalog_config: CatalogConfig
 ) -> None:
-    """``b`` joins the block by ``v``, not by the subquery's key ``k``: a tick that changes
-    ``b`` runs in full, saying so; one that changes only ``a`` recomputes its keys."""
+    """``b`` joins the block by an inequality, so no key bounds what its change moves: a
+    tick that changes ``b`` runs in full, saying so; one that changes only ``a`` recomputes
+    its keys."""
     ns = "incr_keyed_unbounded"
     catalog = spark_catalog_config.load()
     inputs = Inputs(catalog, ns, seed=11)
     sql = (
-        f"SELECT a.s, COUNT(*) AS n, SUM(a.id) AS t FROM {ns}.a a JOIN {ns}.b b ON a.v = b.k"
+        f"SELECT a.s, COUNT(*) AS n, SUM(a.id) AS t FROM {ns}.a a JOIN {ns}.b b ON a.v < b.k"
         f" WHERE a.id > (SELECT MIN(a2.id) FROM {ns}.a a2 WHERE a2.k = a.k) GROUP BY a.s"
     )
     seen = []

@@ -19,7 +19,7 @@ import pytest
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import parse_query
-from airflow_provider_ct.ivm.plan.keyed import KeyedRead, keyed_shape, place_keyed
+from airflow_provider_ct.ivm.plan.keyed import Bridge, KeyedRead, keyed_shape, place_keyed
 from airflow_provider_ct.ivm.plan.planner import plan_query
 
 COLUMNS = {"s.a": ["id", "k", "v", "s"], "s.b": ["k", "w", "name"]}
@@ -102,8 +102,12 @@ def test_a_changed_table_must_hold_the_key() -> None:
     sql = "SELECT a.id FROM s.a a JOIN s.b b ON a.v = b.k WHERE a.k IN (SELECT k FROM s.b)"
     placed = _placed(sql)
     assert isinstance(placed, KeyedRead)
-    assert placed.unkeyed({"s.a"}, ("s.a", "s.b")) is None
-    why = placed.unkeyed({"s.b"}, ("s.a", "s.b"))
+    assert placed.unkeyed({"s.a", "s.b"}, ("s.a", "s.b")) is None  # b is bridged by a.v
+    assert placed.bridges == (Bridge("s.b", "k", "s.a", "v", "k"),)
+    theta = _placed(sql.replace("a.v = b.k", "a.v < b.k"))
+    assert isinstance(theta, KeyedRead) and not theta.bridges
+    assert theta.unkeyed({"s.a"}, ("s.a", "s.b")) is None
+    why = theta.unkeyed({"s.b"}, ("s.a", "s.b"))
     assert why is not None and "holds no column equal" in why
     untied = _placed(
         "SELECT a.id FROM s.a a WHERE EXISTS (SELECT 1 FROM s.b b, s.a x WHERE b.k = a.k"
@@ -122,7 +126,11 @@ PROPERTY = [
     " OR a.v IS NULL",
     "SELECT a1.id, a1.s FROM s.a a1 WHERE EXISTS (SELECT 1 FROM s.a a2 WHERE a2.k = a1.k AND"
     " a2.id <> a1.id) AND NOT EXISTS (SELECT 1 FROM s.b b WHERE b.k = a1.k AND b.w > 2)",
+    # b holds no key: bridged by a.v = b.k, its change's keys are those of the a rows it joins.
+    "SELECT a.id, b.name FROM s.a a JOIN s.b b ON a.v = b.w WHERE a.id > (SELECT MIN(a2.id)"
+    " FROM s.a a2 WHERE a2.k = a.k)",
 ]
+BRIDGED = {len(PROPERTY) - 1}
 
 A = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.int64()), ("s", pa.string())])
 B = pa.schema([("k", pa.int64()), ("w", pa.int64()), ("name", pa.string())])
@@ -185,7 +193,11 @@ def test_the_restricted_reads_at_both_snapshots_are_the_change(index: int) -> No
         a_new, b_new = _changed(rng, a_old, a_fresh), _changed(rng, b_old, b_fresh)
         changed_a = set(Counter(a_new) - Counter(a_old)) | set(Counter(a_old) - Counter(a_new))
         changed_b = set(Counter(b_new) - Counter(b_old)) | set(Counter(b_old) - Counter(b_new))
-        keys = {r[1] for r in changed_a} | {r[0] for r in changed_b}
+        if index in BRIDGED:  # the keys of a's rows (as they are) that b's changed w join
+            joined = {r[1] for r in changed_b}
+            keys = {r[1] for r in changed_a} | {r[1] for r in a_new if r[2] in joined}
+        else:
+            keys = {r[1] for r in changed_a} | {r[0] for r in changed_b}
         expected = _delta(_run(sql, a_new, b_new), _run(sql, a_old, b_old))
         got = _delta(_run(restricted, a_new, b_new, keys), _run(restricted, a_old, b_old, keys))
         assert got == expected, (case, sql, keys)

@@ -59,6 +59,26 @@ class _Tie:
 
 
 @dataclass(frozen=True)
+class Bridge:
+    """A block input without the key, joined by an equality to an input that holds it.
+
+    A row below the aggregation that a change of ``input`` adds or removes
+    joins a row of ``via`` whose ``via_column`` equals the changed row's
+    ``column``; its key is that row's ``via_key``. So the keys of the
+    change are ``via``'s keys of the rows the changed values join, read
+    from ``via`` as it is (a row of ``via`` that changed too brings its
+    keys itself). TPC-H q18's ``customer``, joined to ``orders`` by
+    ``c_custkey = o_custkey``, changes on every tick of the bench.
+    """
+
+    input: str
+    column: str
+    via: str
+    via_column: str
+    via_key: str
+
+
+@dataclass(frozen=True)
 class KeyedRead:
     """A block whose subqueries are all tied to one key, placed with the tables' columns."""
 
@@ -75,6 +95,8 @@ class KeyedRead:
     subquery_inputs: frozenset[str]
     #: Inputs of the block each of whose reads there has a member column.
     keyed_block_inputs: frozenset[str] = frozenset()
+    #: Block inputs without the key whose changes' keys are read through a join.
+    bridges: tuple[Bridge, ...] = ()
 
     def key_columns(self, name: str) -> list[str]:
         """The columns of input ``name`` that hold the key (block and subquery sides)."""
@@ -86,8 +108,12 @@ class KeyedRead:
         for name in sorted(changed):
             if name in self.subquery_inputs and name not in self.tied_inputs:
                 return f"{name} changed and is read in a subquery that it does not tie by the key"
-            if name in block_inputs and name not in self.keyed_block_inputs:
-                return f"{name} changed and holds no column equal to the subqueries' key"
+            bridged = any(b.input == name for b in self.bridges)
+            if name in block_inputs and name not in self.keyed_block_inputs and not bridged:
+                return (
+                    f"{name} changed and holds no column equal to the subqueries' key, nor "
+                    "joins a table that holds it by an equality"
+                )
         return None
 
     def restrict(self, select: Any, keys: Any) -> Any:
@@ -146,11 +172,13 @@ def place_keyed(
     lower = {name: {c.lower() for c in cols} for name, cols in columns.items()}
     outer = _scope(select, catalog_name)
     classes = _Classes()
+    pairs = []
     for conjunct in _block_equalities(select):
         left = _resolve(conjunct.this, [outer], lower)
         right = _resolve(conjunct.expression, [outer], lower)
         if left is not None and right is not None:
             classes.union(left[2:], right[2:])
+            pairs.append((left[1:], right[1:]))
     ties: list[_Tie] = []
     for sub in _subqueries(select):
         tie = _tie(sub, outer, _scope(sub, catalog_name), lower, classes)
@@ -161,6 +189,11 @@ def place_keyed(
     if any(classes.find(t.outer) != root for t in ties):
         return "the subqueries are tied to different keys of the block"
     members = tuple(sorted((outer[a], a, c) for a, c in classes.members(root) if a in outer))
+    keyed_inputs = frozenset(
+        name
+        for name in set(outer.values())
+        if all(any(m[1] == a for m in members) for a, n in outer.items() if n == name)
+    )
     return KeyedRead(
         members=members,
         inner_sql=tuple(t.inner.sql(dialect="spark") for t in ties),
@@ -169,12 +202,27 @@ def place_keyed(
         subquery_inputs=frozenset(
             name for sub in _subqueries(select) for name in _scope(sub, catalog_name).values()
         ),
-        keyed_block_inputs=frozenset(
-            name
-            for name in set(outer.values())
-            if all(any(m[1] == a for m in members) for a, n in outer.items() if n == name)
-        ),
+        keyed_block_inputs=keyed_inputs,
+        bridges=_bridges(pairs, members, keyed_inputs, list(outer.values())),
     )
+
+
+def _bridges(
+    pairs: list[tuple[Member, Member]],
+    members: tuple[Member, ...],
+    keyed_inputs: frozenset[str],
+    reads: list[str],
+) -> tuple[Bridge, ...]:
+    """The first equality joining each block input without the key (read once) to a read
+    that holds it."""
+    key_of = {alias: column for _, alias, column in members}
+    found: dict[str, Bridge] = {}
+    for left, right in pairs:
+        for (name, _, column), (via, alias, via_column) in ((left, right), (right, left)):
+            if name in keyed_inputs or reads.count(name) != 1 or alias not in key_of:
+                continue
+            found.setdefault(name, Bridge(name, column, via, via_column, key_of[alias]))
+    return tuple(found.values())
 
 
 def _tied_inputs(select: Any, ties: list[_Tie], catalog_name: str) -> frozenset[str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from airflow_provider_ct.exceptions import KeyedReadError
-from airflow_provider_ct.ivm.plan.keyed import place_keyed
+from airflow_provider_ct.ivm.plan.keyed import KeyedRead, place_keyed
 from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.ivm.bindings import NEW, OLD
 
@@ -65,7 +65,7 @@ def keyed_blocks(
         if why is not None:
             raise KeyedReadError(why)
         view = KEYS_VIEW.format(index)
-        keys = _keys(bindings, placed.key_columns).cache()
+        keys = _keys(bindings, placed).cache()
         keys.createOrReplaceTempView(view)
         restricted = placed.restrict(block.tree, exp.select("__ct_k0").from_(view))
         found = KeyedBlock(restricted, {}, [keys])
@@ -118,14 +118,25 @@ def _restricted_views(
     return names, [restricted]
 
 
-def _keys(bindings: Bindings, key_columns: Any) -> DataFrame:
-    """The distinct key values in the changed rows of every changed input."""
+def _keys(bindings: Bindings, placed: KeyedRead) -> DataFrame:
+    """The distinct key values the changes hold: in the changed rows of every changed input
+    that holds the key, and in the rows of ``via`` that a bridged input's changed rows join."""
+    from pyspark.sql import functions as F
+
     parts: list[DataFrame] = []
     for name in sorted(bindings.changed):
         change = bindings.changes[name]
-        for column in key_columns(name):
-            for side in (change.plus, change.minus):
-                parts.append(side.select(side[f"`{_named(side, column)}`"].alias("__ct_k0")))
+        sides = (change.plus, change.minus)
+        for column in placed.key_columns(name):
+            parts.extend(s.select(s[f"`{_named(s, column)}`"].alias("__ct_k0")) for s in sides)
+        for bridge in (b for b in placed.bridges if b.input == name):
+            joined = [s.select(s[f"`{_named(s, bridge.column)}`"].alias("__ct_j")) for s in sides]
+            values = joined[0].union(joined[1]).distinct()
+            via = values.sparkSession.table(bindings.views[bridge.via][NEW])
+            matched = via.join(
+                F.broadcast(values), via[f"`{_named(via, bridge.via_column)}`"] == values["__ct_j"]
+            )
+            parts.append(matched.select(via[f"`{_named(via, bridge.via_key)}`"].alias("__ct_k0")))
     if not parts:
         raise KeyedReadError("no changed table holds the subqueries' key")
     frame = parts[0]
