@@ -349,8 +349,8 @@ def test_semi_and_anti_joins_are_kept_in_place(
     spark: Any, spark_catalog_config: CatalogConfig, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ticks that change ``a`` and the subquery's ``b`` run in place on the driver; with the
-    driver's routes off, Spark recomputes the keys the changes hold where the subquery is
-    keyed, else the tick gives way to a full one; every tick equals DuckDB's."""
+    driver's routes off, Spark recomputes the keys the changes hold (the subqueries are
+    keyed); every tick equals DuckDB's."""
     ns = f"incr_{name}"
     catalog = spark_catalog_config.load()
     inputs = Inputs(catalog, ns, seed=sum(map(ord, name)))
@@ -370,12 +370,9 @@ def test_semi_and_anti_joins_are_kept_in_place(
         got = rows_of(catalog.load_table(target))
         assert _normalized(got) == _normalized(inputs.oracle(sql)), (name, n, report)
     in_place = ("aggregate", "driver")
-    assert seen[1:4] == [in_place] * 3, seen
-    if name == "semi_in_joined":  # b joins the block by k, the IN ties v: not keyed
-        assert seen[4][0] == "full", seen
-        assert seen[5][0] in ("aggregate", "full"), seen  # the state is rebuilt after a full tick
-    else:
-        assert seen[4] == ("aggregate", "spark") and seen[5] == in_place, seen
+    # semi_in_joined: b joins the block by k while the IN ties v; b's change is bridged.
+    assert seen[1:4] == [in_place] * 3 and seen[4] == ("aggregate", "spark"), seen
+    assert seen[5] == in_place, seen
 
 
 #: Views whose subqueries are tied to the block by a key (TPC-H q17, q18, q21, q2's

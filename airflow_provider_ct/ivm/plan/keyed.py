@@ -86,6 +86,8 @@ class KeyedRead:
     members: tuple[Member, ...]
     #: Per subquery (in :func:`_subqueries` order), its tied side's SQL in its own scope.
     inner_sql: tuple[str, ...]
+    #: Per subquery, the input whose column its tied side is (None: an expression).
+    inner_inputs: tuple[str | None, ...]
     #: The subqueries' tied columns, where they are table columns.
     inner_members: tuple[Member, ...]
     #: Per input read in a subquery, whether every subquery that reads it is tied by
@@ -116,21 +118,44 @@ class KeyedRead:
                 )
         return None
 
-    def restrict(self, select: Any, keys: Any) -> Any:
+    def restricted_columns(self, name: str, block_inputs: Collection[str]) -> list[str]:
+        """The key columns input ``name`` may be read restricted by, or none.
+
+        Only when every read of it holds the key: each of its reads in the
+        block is a member, and each subquery that reads it ties it. A read
+        that does not (TPC-H q18's ``customer``, bridged) needs its rows of
+        every key.
+        """
+        in_block = name in block_inputs
+        if in_block and name not in self.keyed_block_inputs:
+            return []
+        if name in self.subquery_inputs and name not in self.tied_inputs:
+            return []
+        return self.key_columns(name)
+
+    def restrict(self, select: Any, keys: Any, restricted: Collection[str] = frozenset()) -> Any:
         """A copy of ``select`` keeping only rows whose key is in ``keys`` (a one-column query).
 
-        Outside the subqueries every member column is restricted (Spark then
-        filters each input before the join); inside, each tied side is, so a
-        subquery that aggregates aggregates only the keys' rows.
+        Outside the subqueries every member column is restricted; inside,
+        each tied side is, so a subquery that aggregates aggregates only the
+        keys' rows.
+
+        :param restricted: inputs the tick reads already restricted to ``keys``
+            on their :meth:`restricted_columns`
+            (:mod:`airflow_provider_ct.spark.ivm.keyed`): their members and ties
+            need no condition here (a row of such an input whose key columns
+            are equal has its key in ``keys``).
         """
         tree = select.copy()
         subs = _subqueries(tree)  # before the keys' own subqueries join the tree
-        for _, alias, column in self.members:
-            ref = exp.column(column, table=alias, quoted=True)
-            tree.where(_null_safe_in(ref, keys), copy=False)
-        for sub, inner in zip(subs, self.inner_sql, strict=True):
-            ref = exp.maybe_parse(inner, dialect="spark")
-            sub.where(exp.In(this=ref, query=exp.Subquery(this=keys.copy())), copy=False)
+        for name, alias, column in self.members:
+            if name not in restricted:
+                ref = exp.column(column, table=alias, quoted=True)
+                tree.where(_null_safe_in(ref, keys), copy=False)
+        for sub, inner, owner in zip(subs, self.inner_sql, self.inner_inputs, strict=True):
+            if owner is None or owner not in restricted:
+                ref = exp.maybe_parse(inner, dialect="spark")
+                sub.where(exp.In(this=ref, query=exp.Subquery(this=keys.copy())), copy=False)
         return tree
 
 
@@ -197,6 +222,7 @@ def place_keyed(
     return KeyedRead(
         members=members,
         inner_sql=tuple(t.inner.sql(dialect="spark") for t in ties),
+        inner_inputs=tuple(None if t.member is None else t.member[0] for t in ties),
         inner_members=tuple(t.member for t in ties if t.member is not None),
         tied_inputs=_tied_inputs(select, ties, catalog_name),
         subquery_inputs=frozenset(

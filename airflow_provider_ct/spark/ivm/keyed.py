@@ -27,7 +27,7 @@ from airflow_provider_ct.spark.ivm.bindings import NEW, OLD
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from airflow_provider_ct.spark.ivm.input_changes import Bindings
+    from airflow_provider_ct.spark.ivm.input_changes import Bindings, InputChange
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +65,17 @@ def keyed_blocks(
         if why is not None:
             raise KeyedReadError(why)
         view = KEYS_VIEW.format(index)
-        keys = _keys(bindings, placed).cache()
+        keys = _keys(bindings, placed)
         keys.createOrReplaceTempView(view)
-        restricted = placed.restrict(block.tree, exp.select("__ct_k0").from_(view))
-        found = KeyedBlock(restricted, {}, [keys])
+        found = KeyedBlock(None, {})
         for name in sorted(set(block.inputs) | set(block.fixed)):
-            views, cached = _restricted_views(bindings, name, placed.key_columns(name), keys)
+            columns = placed.restricted_columns(name, block.inputs)
+            views, cached = _restricted_views(bindings, name, columns, keys)
             found.views[name] = views
             found.cached.extend(cached)
+        restricted = {n for n in found.views if placed.restricted_columns(n, block.inputs)}
+        query = exp.select("__ct_k0").from_(view)
+        found.tree = placed.restrict(block.tree, query, restricted)
         out[index] = found
         log.info(
             "block %d: %s changed under keyed subqueries; the rows of the keys the changes "
@@ -118,31 +121,70 @@ def _restricted_views(
     return names, [restricted]
 
 
-def _keys(bindings: Bindings, placed: KeyedRead) -> DataFrame:
-    """The distinct key values the changes hold: in the changed rows of every changed input
-    that holds the key, and in the rows of ``via`` that a bridged input's changed rows join."""
-    from pyspark.sql import functions as F
+#: Most keys a keyed tick gathers on the driver; more runs the tick in full (a change that
+#: touches that many keys reads about what the full query reads).
+MAX_KEYS = 1_000_000
 
-    parts: list[DataFrame] = []
+
+def _keys(bindings: Bindings, placed: KeyedRead) -> DataFrame:
+    """The distinct key values the changes hold, gathered on the driver: in the changed rows
+    of every changed input that holds the key (their Arrow tables, no Spark job), and in
+    the rows of ``via`` that a bridged input's changed rows join (one job each).
+
+    A frame of rows made on the driver: broadcast to the semi-joins that restrict the
+    inputs without a shuffle or a file of its own.
+    """
+    values: list[Any] = []
+    key_type = None
     for name in sorted(bindings.changed):
         change = bindings.changes[name]
-        sides = (change.plus, change.minus)
         for column in placed.key_columns(name):
-            parts.extend(s.select(s[f"`{_named(s, column)}`"].alias("__ct_k0")) for s in sides)
+            field_ = change.plus.schema[_named(change.plus, column)]
+            key_type = key_type or field_.dataType
+            values.extend(_change_values(change, field_.name))
         for bridge in (b for b in placed.bridges if b.input == name):
-            joined = [s.select(s[f"`{_named(s, bridge.column)}`"].alias("__ct_j")) for s in sides]
-            values = joined[0].union(joined[1]).distinct()
-            via = values.sparkSession.table(bindings.views[bridge.via][NEW])
-            matched = via.join(
-                F.broadcast(values), via[f"`{_named(via, bridge.via_column)}`"] == values["__ct_j"]
-            )
-            parts.append(matched.select(via[f"`{_named(via, bridge.via_key)}`"].alias("__ct_k0")))
-    if not parts:
-        raise KeyedReadError("no changed table holds the subqueries' key")
-    frame = parts[0]
-    for part in parts[1:]:
-        frame = frame.union(part)
-    return frame.distinct()
+            values.extend(_bridged_values(bindings, change, bridge))
+        if len(values) > 4 * MAX_KEYS:
+            break
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) > MAX_KEYS:
+        raise KeyedReadError(f"the changes hold more than {MAX_KEYS:,} keys")
+    if key_type is None:  # only bridged inputs changed: the via table's key type
+        bridge = placed.bridges[0]
+        via = bindings.changes[bridge.input].plus.sparkSession.table(
+            bindings.views[bridge.via][NEW]
+        )
+        key_type = via.schema[_named(via, bridge.via_key)].dataType
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("__ct_k0", key_type, True)])
+    spark = next(iter(bindings.changes.values())).plus.sparkSession
+    return spark.createDataFrame([(v,) for v in distinct], schema)
+
+
+def _change_values(change: InputChange, column: str) -> list[Any]:
+    """A column of the change's rows, from its Arrow tables when the driver holds them."""
+    if change.arrow is not None:
+        return [v for table in change.arrow for v in table.column(column).to_pylist()]
+    sides = (change.plus, change.minus)
+    return [r[0] for side in sides for r in side.select(f"`{column}`").collect()]
+
+
+def _bridged_values(bindings: Bindings, change: InputChange, bridge: Any) -> list[Any]:
+    """The keys of ``via``'s rows (as they are) that the changed values of a bridged input join."""
+    from pyspark.sql import functions as F
+
+    column = _named(change.plus, bridge.column)
+    joined = list(dict.fromkeys(v for v in _change_values(change, column) if v is not None))
+    if not joined:
+        return []
+    via = change.plus.sparkSession.table(bindings.views[bridge.via][NEW])
+    on = via[f"`{_named(via, bridge.via_column)}`"]
+    key = via[f"`{_named(via, bridge.via_key)}`"]
+    values = change.plus.select(change.plus[f"`{column}`"].alias("__ct_j")).limit(0)
+    values = values.sparkSession.createDataFrame([(v,) for v in joined], values.schema)
+    matched = via.join(F.broadcast(values), on == values["__ct_j"], "left_semi")
+    return [r[0] for r in matched.select(key).distinct().collect()]
 
 
 def _named(frame: DataFrame, column: str) -> str:
