@@ -24,7 +24,7 @@ from airflow_provider_ct.ivm.plan.planner import plan_query
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.spark.write_job import run_write
 from tests.conftest import SPARK_CATALOG_CONN as CONN
-from tests.helpers import advance, mint_view_tick, replace_contents, rows_of
+from tests.helpers import advance, mint_view_tick, replace_contents, rows_of, stamp
 
 A = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.int64()), ("s", pa.string())])
 B = pa.schema([("k", pa.int64()), ("name", pa.string())])
@@ -685,3 +685,50 @@ def test_in_place_views_verify_every_nth_tick_through_their_fallback(
         ("full", False),  # the state, not kept by the verified tick, is rebuilt
         ("aggregate", False),
     ], seen
+
+
+def test_keyed_reads_are_priced_by_the_files_their_keys_reach(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``auto`` with the read estimate on, a keyed tick whose keys lie in few files (one
+    file per key here) runs incrementally; one whose keys reach every file runs in full,
+    saying why. Every tick equals DuckDB's over the rows the test appended."""
+    import duckdb
+
+    monkeypatch.setenv("CT_FULL_ABOVE_READ_SHARE", "0.5")
+    ns = "incr_keyed_priced"
+    catalog = spark_catalog_config.load()
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    table = create_managed_table(catalog, f"{ns}.p", schema)
+    rng = random.Random(5)
+    rows: list[tuple[int, int]] = []
+
+    def append(keys: list[int], time: int) -> None:
+        batch = [(k, rng.randint(0, 50)) for k in keys for _ in range(20)]
+        rows.extend(batch)
+        table.append(pa.Table.from_pylist([{"k": k, "v": v} for k, v in batch], schema))
+        stamp(table, time)
+
+    for k in range(1, 9):  # one file per key: its statistics hold that key alone
+        append([k], 100 * k)
+    advance(table, 1_000)
+    sql = (
+        f"SELECT p.k, SUM(p.v) AS t, COUNT(*) AS n FROM {ns}.p p WHERE p.v >= (SELECT AVG(q.v)"
+        f" FROM {ns}.p q WHERE q.k = p.k) GROUP BY p.k"
+    )
+    seen = []
+    for n, keys in enumerate(([], [3], list(range(1, 9))), start=1):
+        if keys:
+            append(keys, 1_000 * n - 500)
+        advance(table, 1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        seen.append((report["strategy"], report.get("reason", "")))
+        con = duckdb.connect()
+        con.register("p_rows", pa.Table.from_pylist([{"k": k, "v": v} for k, v in rows], schema))
+        expected = Counter(
+            tuple(r) for r in con.execute(sql.replace(f"{ns}.p", "p_rows")).fetchall()
+        )
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(expected), (n, report)
+    assert seen[1][0] == "aggregate", seen
+    assert seen[2][0] == "full" and "keyed subqueries' reads" in seen[2][1], seen

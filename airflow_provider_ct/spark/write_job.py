@@ -412,9 +412,17 @@ def _incremental(tick: Tick, target: Target, decision: TickDecision) -> Computed
         decision.base,
     )
     assert target.persisted is not None and base is not None
+    check_reads = read_check(tick.pinned(), target.table, desc.base_snapshot_id)
     try:
         bindings = bind_inputs(
-            spark, config, plan, tick.inputs(), base.before, desc.inputs, tick.scratch
+            spark,
+            config,
+            plan,
+            tick.inputs(),
+            base.before,
+            desc.inputs,
+            tick.scratch,
+            check_reads=check_reads,
         )
         tick.clock.lap("changes")
         incr = incremental_correction(
@@ -425,7 +433,7 @@ def _incremental(tick: Tick, target: Target, decision: TickDecision) -> Computed
             target.persisted,
             target.columns,
             on_driver=not decision.verify,  # the verification compares two Spark corrections
-            check_reads=read_check(tick.pinned(), target.table, desc.base_snapshot_id),
+            check_reads=check_reads,
         )
     except (IncrementalMismatchError, ChangesUnavailableError) as exc:
         return Fallback(Discovery.NOT_POSSIBLE, str(exc))

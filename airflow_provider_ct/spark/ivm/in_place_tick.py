@@ -44,6 +44,7 @@ from airflow_provider_ct.ivm.driver.driver_join import NEW, OLD
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.decision import Action, Discovery, Fallback, TickDecision
 from airflow_provider_ct.ivm.plan.refresh import join_reads_reason
+from airflow_provider_ct.ivm.plan.sizes import read_check
 from airflow_provider_ct.ivm.state.table import read_state, write_state
 from airflow_provider_ct.spark.ivm.analysis_cache import analysis_key
 from airflow_provider_ct.spark.ivm.in_place import (
@@ -194,6 +195,7 @@ def _incremental(
         costly = _join_reads(tick, before)
         if costly is not None:
             return costly
+    check = read_check(tick.pinned(), target.table, tick.desc.base_snapshot_id)
     bindings = bind_inputs(
         tick.spark,
         tick.config,
@@ -203,6 +205,7 @@ def _incremental(
         tick.desc.inputs,
         tick.scratch,
         known,
+        check_reads=check,
     )
     try:
         tick.clock.lap("changes")

@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from airflow_provider_ct.exceptions import KeyedReadError
 from airflow_provider_ct.ivm.changes.table_changes import TableChanges, table_changes
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.planner import Plan
+from airflow_provider_ct.ivm.plan.sizes import ReadCheck
 from airflow_provider_ct.spark.frames import changes_to_spark
 from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
 from airflow_provider_ct.spark.ivm.keyed import KeyedBlock, keyed_blocks
@@ -181,11 +183,13 @@ def bind_inputs(
     after: Mapping[str, int | None],
     scratch: Scratch,
     known: Mapping[str, TableChanges] | None = None,
+    check_reads: ReadCheck | None = None,
 ) -> Bindings:
     """Register every input's views; compute the changes of those that moved.
 
     :param tables: the inputs as PyIceberg loaded them for the history check.
     :param known: changes already read (on the columns the plan reads), by input.
+    :param check_reads: prices a keyed block's restricted reads (:mod:`.keyed`).
     """
     views: dict[str, dict[str, str]] = {}
     changed: set[str] = set()
@@ -216,5 +220,9 @@ def bind_inputs(
                 changed.add(name)
         views[name] = names
     bindings = Bindings(views, changed, changes)
-    bindings.keyed = keyed_blocks(plan, bindings, schemas, config.name)
+    try:
+        bindings.keyed = keyed_blocks(plan, bindings, schemas, config.name, check_reads)
+    except KeyedReadError:
+        bindings.release_arrow()
+        raise
     return bindings

@@ -22,7 +22,10 @@ from sqlglot import exp
 from airflow_provider_ct.exceptions import KeyedReadError
 from airflow_provider_ct.ivm.plan.keyed import KeyedRead, place_keyed
 from airflow_provider_ct.ivm.plan.planner import Plan
+from airflow_provider_ct.ivm.plan.read_estimate import Restriction
+from airflow_provider_ct.ivm.plan.sizes import ReadCheck
 from airflow_provider_ct.spark.ivm.bindings import NEW, OLD
+from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -48,11 +51,16 @@ class KeyedBlock:
 
 
 def keyed_blocks(
-    plan: Plan, bindings: Bindings, schemas: Mapping[str, list[str]], catalog_name: str
+    plan: Plan,
+    bindings: Bindings,
+    schemas: Mapping[str, list[str]],
+    catalog_name: str,
+    check_reads: ReadCheck | None = None,
 ) -> dict[int, KeyedBlock]:
     """Block index -> the block restricted to the keys the changes hold, for every block
     one of whose subqueries reads a changed table; raises :class:`KeyedReadError` when
-    the tie does not hold for this tick's changes."""
+    the tie does not hold for this tick's changes, or, with ``check_reads``
+    (``refresh="auto"``), when the restricted reads cost what the full query's do."""
     out: dict[int, KeyedBlock] = {}
     for index, block in enumerate(plan.blocks):
         moved = sorted(set(block.fixed) & bindings.changed)
@@ -64,16 +72,19 @@ def keyed_blocks(
         why = placed.unkeyed(bindings.changed, block.inputs)
         if why is not None:
             raise KeyedReadError(why)
+        values, key_type = _keys(bindings, placed)
+        names = sorted(set(block.inputs) | set(block.fixed))
+        columns = {name: placed.restricted_columns(name, block.inputs) for name in names}
+        _price(check_reads, columns, values)
         view = KEYS_VIEW.format(index)
-        keys = _keys(bindings, placed)
+        keys = _frame(bindings, values, key_type)
         keys.createOrReplaceTempView(view)
         found = KeyedBlock(None, {})
-        for name in sorted(set(block.inputs) | set(block.fixed)):
-            columns = placed.restricted_columns(name, block.inputs)
-            views, cached = _restricted_views(bindings, name, columns, keys)
+        for name in names:
+            views, cached = _restricted_views(bindings, name, columns[name], keys, values)
             found.views[name] = views
             found.cached.extend(cached)
-        restricted = {n for n in found.views if placed.restricted_columns(n, block.inputs)}
+        restricted = {n for n in names if columns[n]}
         query = exp.select("__ct_k0").from_(view)
         found.tree = placed.restrict(block.tree, query, restricted)
         out[index] = found
@@ -86,8 +97,31 @@ def keyed_blocks(
     return out
 
 
+def _price(
+    check_reads: ReadCheck | None, columns: Mapping[str, list[str]], values: list[Any]
+) -> None:
+    """Raise :class:`KeyedReadError` when Iceberg's scan planning keeps about every file.
+
+    The restricted reads reach the scan as ``IN`` literals (a few keys, one
+    column per input) and are priced as such; any other input is read whole.
+    TPC-H's changes touch keys spread over every file of ``lineitem``, and
+    the tick then reads what the full query reads, plus its own jobs.
+    """
+    if check_reads is None:
+        return
+    restrictions: dict[str, list[Restriction]] = {}
+    if len(values) <= INLINE_KEYS:
+        kept = tuple(v for v in values if v is not None)
+        for name, found in columns.items():
+            if len(found) == 1:
+                restrictions[name] = [Restriction(found[0], kept, has_null=None in values)]
+    fallback = check_reads(restrictions)
+    if fallback is not None:
+        raise KeyedReadError(f"keyed subqueries' reads: {fallback.reason}")
+
+
 def _restricted_views(
-    bindings: Bindings, name: str, columns: list[str], keys: DataFrame
+    bindings: Bindings, name: str, columns: list[str], keys: DataFrame, values: list[Any]
 ) -> tuple[dict[str, str], list[DataFrame]]:
     """The views of input ``name`` at both snapshots, restricted to ``keys`` if it holds them.
 
@@ -107,11 +141,16 @@ def _restricted_views(
     change = bindings.changes.get(name)
     if change is not None:  # the change's columns: those the plan reads
         frame = frame.select(*[f"`{c}`" for c in change.plus.columns])
-    condition = None
-    for column in columns:
-        clause = frame[f"`{_named(frame, column)}`"].eqNullSafe(keys["__ct_k0"])
-        condition = clause if condition is None else condition | clause
-    restricted = frame.join(F.broadcast(keys), condition, "left_semi").cache()
+    if len(columns) == 1 and len(values) <= INLINE_KEYS:  # literals: Iceberg prunes files
+        ref = frame[f"`{_named(frame, columns[0])}`"]
+        kept = ref.isin([v for v in values if v is not None])
+        restricted = frame.filter(kept | ref.isNull() if None in values else kept).cache()
+    else:
+        condition = None
+        for column in columns:
+            clause = frame[f"`{_named(frame, column)}`"].eqNullSafe(keys["__ct_k0"])
+            condition = clause if condition is None else condition | clause
+        restricted = frame.join(F.broadcast(keys), condition, "left_semi").cache()
     names = {NEW: f"{new}_keyed", OLD: f"{views[OLD]}_keyed"}
     restricted.createOrReplaceTempView(names[NEW])
     if name not in bindings.changed or change is None:
@@ -126,14 +165,11 @@ def _restricted_views(
 MAX_KEYS = 1_000_000
 
 
-def _keys(bindings: Bindings, placed: KeyedRead) -> DataFrame:
-    """The distinct key values the changes hold, gathered on the driver: in the changed rows
-    of every changed input that holds the key (their Arrow tables, no Spark job), and in
-    the rows of ``via`` that a bridged input's changed rows join (one job each).
-
-    A frame of rows made on the driver: broadcast to the semi-joins that restrict the
-    inputs without a shuffle or a file of its own.
-    """
+def _keys(bindings: Bindings, placed: KeyedRead) -> tuple[list[Any], Any]:
+    """The distinct key values the changes hold, and their Spark type, gathered on the
+    driver: in the changed rows of every changed input that holds the key (their Arrow
+    tables, no Spark job), and in the rows of ``via`` that a bridged input's changed
+    rows join (one job each)."""
     values: list[Any] = []
     key_type = None
     for name in sorted(bindings.changed):
@@ -143,23 +179,25 @@ def _keys(bindings: Bindings, placed: KeyedRead) -> DataFrame:
             key_type = key_type or field_.dataType
             values.extend(_change_values(change, field_.name))
         for bridge in (b for b in placed.bridges if b.input == name):
-            values.extend(_bridged_values(bindings, change, bridge))
+            found, via_type = _bridged_values(bindings, change, bridge)
+            key_type = key_type or via_type
+            values.extend(found)
         if len(values) > 4 * MAX_KEYS:
             break
     distinct = list(dict.fromkeys(values))
     if len(distinct) > MAX_KEYS:
         raise KeyedReadError(f"the changes hold more than {MAX_KEYS:,} keys")
-    if key_type is None:  # only bridged inputs changed: the via table's key type
-        bridge = placed.bridges[0]
-        via = bindings.changes[bridge.input].plus.sparkSession.table(
-            bindings.views[bridge.via][NEW]
-        )
-        key_type = via.schema[_named(via, bridge.via_key)].dataType
+    return distinct, key_type
+
+
+def _frame(bindings: Bindings, values: list[Any], key_type: Any) -> DataFrame:
+    """The keys as a frame made on the driver: broadcast to the semi-joins that restrict
+    the inputs without a shuffle or a file of its own."""
     from pyspark.sql import types as T
 
-    schema = T.StructType([T.StructField("__ct_k0", key_type, True)])
+    schema = T.StructType([T.StructField("__ct_k0", key_type or T.LongType(), True)])
     spark = next(iter(bindings.changes.values())).plus.sparkSession
-    return spark.createDataFrame([(v,) for v in distinct], schema)
+    return spark.createDataFrame([(v,) for v in values], schema)
 
 
 def _change_values(change: InputChange, column: str) -> list[Any]:
@@ -170,21 +208,23 @@ def _change_values(change: InputChange, column: str) -> list[Any]:
     return [r[0] for side in sides for r in side.select(f"`{column}`").collect()]
 
 
-def _bridged_values(bindings: Bindings, change: InputChange, bridge: Any) -> list[Any]:
-    """The keys of ``via``'s rows (as they are) that the changed values of a bridged input join."""
+def _bridged_values(bindings: Bindings, change: InputChange, bridge: Any) -> tuple[list[Any], Any]:
+    """The keys of ``via``'s rows (as they are) that the changed values of a bridged input
+    join, and the key's type."""
     from pyspark.sql import functions as F
 
-    column = _named(change.plus, bridge.column)
-    joined = list(dict.fromkeys(v for v in _change_values(change, column) if v is not None))
-    if not joined:
-        return []
     via = change.plus.sparkSession.table(bindings.views[bridge.via][NEW])
     on = via[f"`{_named(via, bridge.via_column)}`"]
     key = via[f"`{_named(via, bridge.via_key)}`"]
+    key_type = via.schema[_named(via, bridge.via_key)].dataType
+    column = _named(change.plus, bridge.column)
+    joined = list(dict.fromkeys(v for v in _change_values(change, column) if v is not None))
+    if not joined:
+        return [], key_type
     values = change.plus.select(change.plus[f"`{column}`"].alias("__ct_j")).limit(0)
     values = values.sparkSession.createDataFrame([(v,) for v in joined], values.schema)
     matched = via.join(F.broadcast(values), on == values["__ct_j"], "left_semi")
-    return [r[0] for r in matched.select(key).distinct().collect()]
+    return [r[0] for r in matched.select(key).distinct().collect()], key_type
 
 
 def _named(frame: DataFrame, column: str) -> str:
