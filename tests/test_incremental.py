@@ -195,6 +195,13 @@ class Inputs:
         return Counter(tuple(r) for r in con.execute(duck).fetchall())
 
 
+def _inputs_of(config: CatalogConfig, name: str) -> tuple[str, Any, Inputs]:
+    """A view test's namespace, catalog and inputs, seeded by the view's name."""
+    ns = f"incr_{name}"
+    catalog = config.load()
+    return ns, catalog, Inputs(catalog, ns, seed=sum(map(ord, name)))
+
+
 def _arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema)
 
@@ -221,9 +228,7 @@ def test_incremental_ticks_equal_oracle(
     spark: Any, spark_catalog_config: CatalogConfig, name: str
 ) -> None:
     strategy, template = QUERIES[name]
-    ns = f"incr_{name}"
-    catalog = spark_catalog_config.load()
-    inputs = Inputs(catalog, ns, seed=sum(map(ord, name)))
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, name)
     sql = template.format(ns=ns)
     assert plan_query(parse_query(sql)).strategy == strategy
     target = f"{ns}.view"
@@ -298,9 +303,7 @@ def test_subqueries_over_unchanged_tables_are_fixed_filters(
     """Ticks that change only ``a`` run the plan's strategy; the tick that changes ``b``
     (read in a subquery) runs in full, with the reason; every tick equals DuckDB's."""
     strategy, template = FIXED_SUBQUERIES[name]
-    ns = f"incr_{name}"
-    catalog = spark_catalog_config.load()
-    inputs = Inputs(catalog, ns, seed=sum(map(ord, name)))
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, name)
     sql = template.format(ns=ns)
     plan = plan_query(parse_query(sql))
     assert plan.fixed_inputs == {f"{ns}.b"} and not plan.keyed_inputs
@@ -351,9 +354,7 @@ def test_semi_and_anti_joins_are_kept_in_place(
     """Ticks that change ``a`` and the subquery's ``b`` run in place on the driver; with the
     driver's routes off, Spark recomputes the keys the changes hold (the subqueries are
     keyed); every tick equals DuckDB's."""
-    ns = f"incr_{name}"
-    catalog = spark_catalog_config.load()
-    inputs = Inputs(catalog, ns, seed=sum(map(ord, name)))
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, name)
     sql = SEMI_JOINS[name].format(ns=ns)
     plan = plan_query(parse_query(sql))
     assert (plan.strategy, plan.semi_inputs) == ("aggregate", {f"{ns}.b"})
@@ -420,9 +421,7 @@ def test_keyed_subqueries_recompute_the_keys_a_change_holds(
     """Every tick after the first runs the plan's strategy though the subqueries' tables
     change, and equals DuckDB's."""
     strategy, template = KEYED[name]
-    ns = f"incr_{name}"
-    catalog = spark_catalog_config.load()
-    inputs = Inputs(catalog, ns, seed=sum(map(ord, name)))
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, name)
     sql = template.format(ns=ns)
     plan = plan_query(parse_query(sql))
     assert plan.strategy == strategy and plan.keyed_inputs, plan

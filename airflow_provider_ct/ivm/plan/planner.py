@@ -500,8 +500,8 @@ def _block_step(index: int, block: Block, maintained: tuple[str, ...] = ()) -> s
         step += (
             f"; its subqueries read {', '.join(fixed)}, tied to the block by a key: a tick "
             "that changes them recomputes the rows of the keys the changes hold, from both "
-            "snapshots restricted to those keys (a tie the tables' columns do not confirm "
-            "runs in full)"
+            "snapshots restricted to those keys; in full when the tables' columns do not "
+            "confirm the tie or (refresh='auto') the keys reach about every file"
         )
     elif fixed:
         step += (

@@ -189,23 +189,36 @@ def _incremental(
             "driver maintains, and the driver did not take this tick"
         )
         return Fallback(Discovery.NOT_IN_PLACE, why)
+    return _on_spark(tick, target, agg, before, kept, reader, known)
+
+
+def _on_spark(
+    tick: Tick,
+    target: Target,
+    agg: Aggregation,
+    before: Mapping[str, int | None],
+    kept: Any,
+    reader: ExtremaReader,
+    known: Mapping[str, TableChanges] | None,
+) -> tuple[InPlaceResult, dict[str, Any]] | Fallback:
+    """The change's state from Spark's delta-rule terms (or a keyed block's two terms)."""
     # Keyed subqueries' tables changed: the block is read restricted to the keys, not
-    # joined with the inputs read whole, so the join-reads rule does not price it.
+    # joined with the inputs read whole, so the join-reads rule does not price it
+    # (the keyed reads are priced by the files their keys reach, in bind_inputs).
     if not agg.plan.keyed_inputs & _moved(tick, before):
         costly = _join_reads(tick, before)
         if costly is not None:
             return costly
-    check = read_check(tick.pinned(), target.table, tick.desc.base_snapshot_id)
     bindings = bind_inputs(
         tick.spark,
         tick.config,
         agg.plan,
-        inputs,
+        dict(agg.inputs or tick.inputs()),
         dict(before),
         tick.desc.inputs,
         tick.scratch,
         known,
-        check_reads=check,
+        check_reads=read_check(tick.pinned(), target.table, tick.desc.base_snapshot_id),
     )
     try:
         tick.clock.lap("changes")
