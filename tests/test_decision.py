@@ -200,6 +200,18 @@ def test_rule_3_a_keyed_subquery_may_change() -> None:
         sql = f"SELECT a.id, a.v FROM s.a a WHERE {condition}"
         decision = decide(_facts(sql, base=moved))
         assert decision.action is action, (condition, decision)
+    # Computing found the keyed rule unfit for this tick: the subquery is a fixed filter
+    # again, so the tick runs in full (an in-place plan gives way first), saying why.
+    priced = Fallback(Discovery.NOT_KEYED, "keyed subqueries' reads: every file")
+    for sql in (
+        "SELECT a.id FROM s.a a WHERE a.v < (SELECT AVG(b.v) FROM s.b b WHERE b.k = a.k)",
+        "SELECT a.k, SUM(a.v) AS t FROM s.a a WHERE EXISTS (SELECT 1 FROM s.b b WHERE"
+        " b.k = a.k) GROUP BY a.k",
+    ):
+        decision = decide(_facts(sql, base=moved, found=(priced,)))
+        assert decision.action is Action.FULL, decision
+        expected = "s.b changed and is read in a subquery: keyed subqueries' reads: every file"
+        assert decision.reason == expected, decision.reason
 
 
 def test_rule_4_the_size_rules_and_what_computing_found_send_it_full() -> None:

@@ -67,6 +67,7 @@ from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
     CTError,
     IncrementalMismatchError,
+    KeyedReadError,
 )
 from airflow_provider_ct.ivm.plan.decision import (
     Action,
@@ -435,6 +436,8 @@ def _incremental(tick: Tick, target: Target, decision: TickDecision) -> Computed
             on_driver=not decision.verify,  # the verification compares two Spark corrections
             check_reads=check_reads,
         )
+    except KeyedReadError as exc:
+        return Fallback(Discovery.NOT_KEYED, str(exc))
     except (IncrementalMismatchError, ChangesUnavailableError) as exc:
         return Fallback(Discovery.NOT_POSSIBLE, str(exc))
     if isinstance(incr, Fallback):

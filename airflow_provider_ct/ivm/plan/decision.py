@@ -24,8 +24,10 @@ module is the one place that turns those into a decision:
    incremental tick (drift, rollback, expired snapshots, another query),
    the full correction runs, with the history's reason; so does a tick
    that changes a table the query reads only in a subquery (the subquery
-   is a fixed filter of the delta rules, not maintained itself), and an
-   in-place plan then runs full without keeping a state (no rebuild).
+   is a fixed filter of the delta rules, not maintained itself) unless
+   the subquery is keyed (:mod:`.keyed`) and computing did not find the
+   keyed rule unfit for this tick (``not keyed``), and an in-place plan
+   then runs full without keeping a state (no rebuild).
 4. The refresh rules (``refresh="auto"`` only, :mod:`.refresh`) may send
    the tick full; so may what computing found (reads not cheaper, the
    correction not possible).
@@ -118,6 +120,10 @@ class Discovery(StrEnum):
     #: The incremental correction cannot be computed exactly (changes
     #: unavailable, a retraction not found in the head).
     NOT_POSSIBLE = "not possible"
+    #: A keyed subquery's table changed and the keyed rule does not serve this
+    #: tick (the tie not confirmed, a changed table without the key, reads that
+    #: reach every file): its tables are read in a subquery like any other's.
+    NOT_KEYED = "not keyed"
 
 
 @dataclass(frozen=True)
@@ -190,7 +196,7 @@ def decide(facts: TickFacts) -> TickDecision:
     """The tick's decision from ``facts`` (see the module docstring for the rules, in order)."""
     plan, considered = facts.plan, tuple(f.describe() for f in facts.found)
     for found in facts.found:
-        if found.discovery is Discovery.NOT_IN_PLACE:
+        if found.discovery in (Discovery.NOT_IN_PLACE, Discovery.NOT_KEYED):
             plan = plan.fallback(found.reason)
     moved = _subquery_moved(facts, plan)
     if moved and plan.strategy == AGGREGATE:
@@ -212,12 +218,17 @@ def _subquery_moved(facts: TickFacts, plan: Plan) -> str | None:
     """Why a tick that changed a table read only in a subquery runs in full (rule 3), or None."""
     if facts.base is None:
         return None
-    fixed = plan.fixed_inputs - plan.keyed_inputs  # keyed: the tick recomputes their keys
+    not_keyed = [f for f in facts.found if f.discovery is Discovery.NOT_KEYED]
+    fixed = plan.fixed_inputs
+    if not not_keyed:  # keyed: the tick recomputes the keys their changes hold
+        fixed -= plan.keyed_inputs
     if plan.strategy == AGGREGATE:  # its semi-joins' changes are maintained in place
         fixed -= plan.semi_inputs
     moved = sorted(fixed & facts.base.changed)
     if not moved:
         return None
+    if not_keyed:
+        return f"{', '.join(moved)} changed and is read in a subquery: {not_keyed[-1].reason}"
     return f"{', '.join(moved)} changed and is read in a subquery, which is not maintained"
 
 

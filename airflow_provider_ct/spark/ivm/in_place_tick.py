@@ -119,8 +119,8 @@ def _kept(
         kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), before)
         moved = agg.plan.semi_inputs & decision.base.changed
         outcome = _incremental(tick, target, agg, before, kept, moved)
-    except KeyedReadError as exc:  # the tie does not hold this tick: not a state problem
-        return Fallback(Discovery.NOT_IN_PLACE, str(exc))
+    except KeyedReadError as exc:  # the keyed rule does not serve this tick: not the state
+        return Fallback(Discovery.NOT_KEYED, str(exc))
     except (StateMismatchError, ChangesUnavailableError, IncrementalMismatchError) as exc:
         return Fallback(Discovery.STATE_UNUSABLE, str(exc))
     if isinstance(outcome, Fallback):
