@@ -42,6 +42,8 @@ the returned result.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CTError(Exception):
     """Base class of every error raised by airflow-provider-ct."""
@@ -182,6 +184,11 @@ class KeyedReadError(IncrementalMismatchError):
 
     The tick runs without that rule (in full, with the message as its reason).
     """
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        #: Numbers for the report and the batch (the read estimate that priced it out).
+        self.details = details or {}
 
 
 class StateMismatchError(CTError):

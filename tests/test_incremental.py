@@ -691,7 +691,8 @@ def test_keyed_reads_are_priced_by_the_files_their_keys_reach(
 ) -> None:
     """Under ``auto`` with the read estimate on, a keyed tick whose keys lie in few files (one
     file per key here) runs incrementally; one whose keys reach every file runs in full,
-    saying why. Every tick equals DuckDB's over the rows the test appended."""
+    saying why, and so does the next one, on that batch's recorded share. Every tick
+    equals DuckDB's over the rows the test appended."""
     import duckdb
 
     monkeypatch.setenv("CT_FULL_ABOVE_READ_SHARE", "0.5")
@@ -716,7 +717,7 @@ def test_keyed_reads_are_priced_by_the_files_their_keys_reach(
         f" FROM {ns}.p q WHERE q.k = p.k) GROUP BY p.k"
     )
     seen = []
-    for n, keys in enumerate(([], [3], list(range(1, 9))), start=1):
+    for n, keys in enumerate(([], [3], list(range(1, 9)), [2, 5]), start=1):
         if keys:
             append(keys, 1_000 * n - 500)
         advance(table, 1_000 * n)
@@ -731,3 +732,6 @@ def test_keyed_reads_are_priced_by_the_files_their_keys_reach(
         assert _normalized(got) == _normalized(expected), (n, report)
     assert seen[1][0] == "aggregate", seen
     assert seen[2][0] == "full" and "keyed subqueries' reads" in seen[2][1], seen
+    # The next tick goes full at once on the share its predecessor recorded (its changes
+    # are not read to price the keys again until CT_RETRY_INCREMENTAL_AFTER such batches).
+    assert seen[3][0] == "full" and "the last 1 batch(es) of this view went full" in seen[3][1]

@@ -82,7 +82,7 @@ from airflow_provider_ct.ivm.plan.history import incremental_base
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.planner import FULL, choose_plan
 from airflow_provider_ct.ivm.plan.refresh import full_diff_on_driver
-from airflow_provider_ct.ivm.plan.sizes import read_check, size_rules
+from airflow_provider_ct.ivm.plan.sizes import keyed_read_history, read_check, size_rules
 from airflow_provider_ct.spark.correction import check_schema, correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -391,7 +391,11 @@ def _facts(tick: Tick, target: Target) -> TickFacts:
             target.table, tick.desc, sql=tick.sql, inputs=tick.inputs()
         )
     rules = size_rules(tick.pinned(), target.table, base.before if base is not None else {})
-    return TickFacts(tick.plan, target.has_rows, base, why_not, tick.settings, rules)
+    carried = None
+    if base is not None:  # before reading the changes to price keyed reads again
+        carried = keyed_read_history(tick.pinned(), tick.plan, target.table, base.changed)
+    found = (carried,) if carried is not None else ()
+    return TickFacts(tick.plan, target.has_rows, base, why_not, tick.settings, rules, found)
 
 
 def _carry_out(tick: Tick, target: Target, decision: TickDecision) -> Computed | Fallback:
@@ -437,7 +441,7 @@ def _incremental(tick: Tick, target: Target, decision: TickDecision) -> Computed
             check_reads=check_reads,
         )
     except KeyedReadError as exc:
-        return Fallback(Discovery.NOT_KEYED, str(exc))
+        return Fallback(Discovery.NOT_KEYED, str(exc), exc.details)
     except (IncrementalMismatchError, ChangesUnavailableError) as exc:
         return Fallback(Discovery.NOT_POSSIBLE, str(exc))
     if isinstance(incr, Fallback):

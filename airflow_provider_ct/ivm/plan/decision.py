@@ -248,8 +248,9 @@ def _sent_full(facts: TickFacts, plan: Plan) -> tuple[str, Mapping[str, Any]] | 
     if facts.base is None:
         return facts.no_base_reason, {}
     moved = _subquery_moved(facts, plan)
-    if moved:
-        return moved, {}
+    if moved:  # with the read estimate that found the keyed rule unfit, if that was why
+        not_keyed = [f for f in facts.found if f.discovery is Discovery.NOT_KEYED]
+        return moved, dict(not_keyed[-1].details) if not_keyed else {}
     why, details = facts.size_rules(plan)
     return (why, details) if why else None
 

@@ -12,7 +12,7 @@ Spark job: the job gathers the facts with one call into this floor.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +87,30 @@ def recent_read_estimates(pinned: Pinned, plan: Plan, table: Any) -> tuple[str, 
         return "", {}
     reason, share = found
     return reason, {"read_estimate": {"share": share, "carried": True}}
+
+
+def keyed_read_history(
+    pinned: Pinned, plan: Plan, table: Any, changed: Collection[str]
+) -> Fallback | None:
+    """A ``not keyed`` fallback, found before any change is read, when this tick changes a
+    keyed subquery's table and the view's last batches went full because their keyed reads
+    reached about every file (``ct.read-share``); None otherwise.
+
+    Why: pricing keyed reads needs the keys, so the changes are read first;
+    a view whose keys always spread over every file (TPC-H's) would pay that
+    on every tick for nothing. The share is carried, and estimated again
+    every ``CT_RETRY_INCREMENTAL_AFTER`` batches, as for grouped ticks.
+    """
+    settings = pinned.settings
+    if settings.read_share <= 0 or not plan.keyed_inputs & set(changed):
+        return None
+    retry = settings.retry_after or RETRY_INCREMENTAL_AFTER
+    found = read_history_reason(view_history(table, pinned.digest), settings.read_share, retry)
+    if found is None:
+        return None
+    reason, share = found
+    details = {"read_estimate": {"share": share, "carried": True}}
+    return Fallback(Discovery.NOT_KEYED, f"keyed subqueries' reads: {reason}", details)
 
 
 def read_check(pinned: Pinned, table: Any, base_snapshot_id: int | None) -> ReadCheck | None:

@@ -120,7 +120,7 @@ def _kept(
         moved = agg.plan.semi_inputs & decision.base.changed
         outcome = _incremental(tick, target, agg, before, kept, moved)
     except KeyedReadError as exc:  # the keyed rule does not serve this tick: not the state
-        return Fallback(Discovery.NOT_KEYED, str(exc))
+        return Fallback(Discovery.NOT_KEYED, str(exc), exc.details)
     except (StateMismatchError, ChangesUnavailableError, IncrementalMismatchError) as exc:
         return Fallback(Discovery.STATE_UNUSABLE, str(exc))
     if isinstance(outcome, Fallback):

@@ -117,7 +117,7 @@ def _price(
                 restrictions[name] = [Restriction(found[0], kept, has_null=None in values)]
     fallback = check_reads(restrictions)
     if fallback is not None:
-        raise KeyedReadError(f"keyed subqueries' reads: {fallback.reason}")
+        raise KeyedReadError(f"keyed subqueries' reads: {fallback.reason}", dict(fallback.details))
 
 
 def _restricted_views(
