@@ -3,11 +3,14 @@
 When a table read in a keyed subquery changes (:mod:`airflow_provider_ct.ivm.plan.keyed`),
 the block's change below any aggregation is ``P_new|K - P_old|K``: ``K`` is
 every value of the key in the changed rows of every changed input (each
-holds a column equal to the key), and the block is restricted to ``K``
-outside and inside its subqueries. The delta terms (:mod:`.terms`) then
-read the restricted block once over the inputs as they are and once as
-they were; every strategy (linear, grouped, in place) sums those terms as
-it sums the delta rules'.
+holds a column equal to the key, or joins one that does: a bridge),
+gathered on the driver. Each input whose every read holds the key is
+scanned once, restricted to ``K`` and cached, and its rows as they were
+derived from the change; the block's own conditions restrict the rest.
+The delta terms (:mod:`.terms`) then read the block once over the inputs
+as they are and once as they were; every strategy (linear, grouped, in
+place) sums those terms as it sums the delta rules'. Under
+``refresh="auto"`` the restricted reads are priced first.
 """
 
 from __future__ import annotations
