@@ -212,6 +212,14 @@ def test_rule_3_a_keyed_subquery_may_change() -> None:
         assert decision.action is Action.FULL, decision
         expected = "s.b changed and is read in a subquery: keyed subqueries' reads: every file"
         assert decision.reason == expected, decision.reason
+    # An in-place plan whose fallback is full keeps the numbers that priced it out (the
+    # batch records the share, and the next tick goes full without pricing again).
+    share = {"read_estimate": {"share": 1.0}}
+    priced = Fallback(Discovery.NOT_KEYED, "keyed subqueries' reads: every file", share)
+    one_group = "SELECT SUM(a.v) AS t FROM s.a a WHERE a.v < (SELECT AVG(b.v) FROM s.b b"
+    one_group += " WHERE b.k = a.k)"
+    decision = decide(_facts(one_group, base=moved, found=(priced,)))
+    assert decision.action is Action.FULL and dict(decision.details) == share, decision
 
 
 def test_rule_4_the_size_rules_and_what_computing_found_send_it_full() -> None:

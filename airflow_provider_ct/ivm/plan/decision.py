@@ -249,10 +249,16 @@ def _sent_full(facts: TickFacts, plan: Plan) -> tuple[str, Mapping[str, Any]] | 
         return facts.no_base_reason, {}
     moved = _subquery_moved(facts, plan)
     if moved:  # with the read estimate that found the keyed rule unfit, if that was why
-        not_keyed = [f for f in facts.found if f.discovery is Discovery.NOT_KEYED]
-        return moved, dict(not_keyed[-1].details) if not_keyed else {}
+        return moved, _not_keyed_details(facts)
     why, details = facts.size_rules(plan)
     return (why, details) if why else None
+
+
+def _not_keyed_details(facts: TickFacts) -> dict[str, Any]:
+    """The numbers of the last ``not keyed`` discovery (the read estimate the batch then
+    records, so the next tick goes full without pricing again), or none."""
+    found = [f for f in facts.found if f.discovery is Discovery.NOT_KEYED]
+    return dict(found[-1].details) if found else {}
 
 
 def _in_place(facts: TickFacts, plan: Plan) -> TickDecision:
@@ -272,8 +278,8 @@ def _rebuild(plan: Plan, reason: str, details: Mapping[str, Any] | None = None) 
 
 def _incremental_or_full(facts: TickFacts, plan: Plan) -> TickDecision:
     """Rules 2-5 for a plan without in-place aggregates."""
-    if not plan.incremental:
-        return _full(plan, plan.reason)
+    if not plan.incremental:  # an in-place plan's full fallback keeps what priced it out
+        return _full(plan, plan.reason, _not_keyed_details(facts))
     sent = _sent_full(facts, plan)
     if sent is not None:
         return _full(plan, *sent)
