@@ -133,6 +133,25 @@ QUERIES = {
         "linear",
         "SELECT x, s FROM (SELECT id AS x, s, v FROM {ns}.a WHERE v > 1) t WHERE s IS NOT NULL",
     ),
+    # An aggregate kept in place under a query recomputed over its groups' rows:
+    # a CTE read twice (TPC-H q15), a derived table with renamed columns under
+    # another aggregate (q13's shape), and the top groups (ORDER BY ... LIMIT).
+    "nested_cte": (
+        "aggregate",
+        "WITH rev AS (SELECT k, SUM(v) AS total, COUNT(*) AS n FROM {ns}.a GROUP BY k)"
+        " SELECT b.name, rev.k, rev.total, rev.n FROM {ns}.b b JOIN rev ON b.k = rev.k"
+        " WHERE rev.total = (SELECT MAX(total) FROM rev) OR rev.n > 3",
+    ),
+    "nested_derived": (
+        "aggregate",
+        "SELECT t.cnt, COUNT(*) AS dist, SUM(t.kk) AS ks FROM (SELECT a.k, COUNT(a.v)"
+        " FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k GROUP BY a.k) AS t(kk, cnt) GROUP BY t.cnt",
+    ),
+    "nested_top_k": (
+        "aggregate",
+        "SELECT a.k, a.s, SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a GROUP BY a.k, a.s"
+        " ORDER BY t DESC NULLS LAST, a.k NULLS FIRST, a.s NULLS FIRST LIMIT 3",
+    ),
 }
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

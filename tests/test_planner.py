@@ -13,6 +13,7 @@ from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.in_place import in_place_shape
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.nested import INNER_VIEW
 from airflow_provider_ct.ivm.plan.planner import GROUP, choose_plan, plan_query
 from airflow_provider_ct.ivm.plan.rewrites import (
     InlineKeys,
@@ -97,7 +98,27 @@ CASES = [
     ),
     ("SELECT id FROM s.a WHERE v > (SELECT AVG(v) FROM s.b)", "linear", "projection and filter"),
     ("SELECT COUNT(*) FROM s.a WHERE v > (SELECT AVG(v) FROM s.b)", "aggregate", "one group"),
-    ("WITH x AS (SELECT id FROM s.a) SELECT id FROM x", "full", "CTE"),
+    ("WITH x AS (SELECT id FROM s.a) SELECT id FROM x", "full", "WITH x is recomputed in full"),
+    ("WITH x AS (SELECT k, SUM(v) AS t FROM s.a GROUP BY k) SELECT * FROM x", "aggregate", "x"),
+    (
+        "WITH x AS (SELECT k, SUM(v) AS t FROM s.a GROUP BY k), y AS (SELECT 1 AS o)"
+        " SELECT * FROM x, y",
+        "full",
+        "2 CTEs",
+    ),
+    (
+        "WITH x AS (SELECT k, COUNT(DISTINCT v) AS t FROM s.a GROUP BY k) SELECT * FROM x",
+        "full",
+        "unless its aggregates are kept in place: GROUP BY k: groups",
+    ),
+    ("WITH x AS (SELECT k FROM s.a) SELECT 1 AS o FROM s.b", "full", "never read"),
+    (
+        "SELECT k, SUM(v) AS t FROM s.a GROUP BY k ORDER BY t DESC LIMIT 3",
+        "aggregate",
+        "the top rows",
+    ),
+    ("SELECT k, SUM(v) AS t FROM s.a GROUP BY k ORDER BY COUNT(*) LIMIT 3", "full", "ORDER BY"),
+    ("SELECT k, SUM(v) AS t FROM s.a GROUP BY k LIMIT 3 OFFSET 1", "full", "OFFSET"),
     ("SELECT id FROM s.a LIMIT 5", "full", "LIMIT"),
     ("SELECT k FROM s.a UNION SELECT k FROM s.b", "full", "UNION (without ALL)"),
     ("SELECT a.id FROM s.a a JOIN s.a b ON a.k = b.k", "linear", "inner join of 2"),
@@ -107,7 +128,17 @@ CASES = [
         "aggregate",
         "SUM kept in place",
     ),
-    ("SELECT k FROM (SELECT k, SUM(v) AS t FROM s.a GROUP BY k) t WHERE t > 1", "full", "derived"),
+    (
+        "SELECT k FROM (SELECT k, SUM(v) AS t FROM s.a GROUP BY k) t WHERE t > 1",
+        "aggregate",
+        "derived table t kept in place",
+    ),
+    (
+        "SELECT x.k FROM (SELECT k, SUM(v) AS t FROM s.a GROUP BY k) x, (SELECT k, MAX(v) AS m"
+        " FROM s.b GROUP BY k) y WHERE x.k = y.k",
+        "full",
+        "more than one derived table",
+    ),
     ("SELECT t.k FROM (SELECT k FROM s.a) t JOIN s.b b ON t.k = b.k", "full", "derived table"),
     ("SELECT a.id FROM s.a a FULL OUTER JOIN s.b b ON a.k = b.k", "full", "outer joins"),
     ("SELECT a.id FROM s.a a LEFT JOIN s.b b ON a.k > b.k", "full", "not a conjunction"),
@@ -138,6 +169,41 @@ def test_a_derived_table_is_merged_into_its_reader() -> None:
     names = [e.alias_or_name for e in block.tree.expressions]
     assert names == ["y", "total"]
     assert "(a.v * b.n) > 0" in block.tree.sql(dialect="spark")
+
+
+def test_a_nested_plan_keeps_the_inner_aggregate_and_recomputes_the_rest_over_it() -> None:
+    """TPC-H q15's shape: the CTE's groups kept in place, read twice by the outer query as
+    one view, the outer's own inputs named; a fallback drops the nesting and runs in full."""
+    plan = plan_query(
+        parse_query(
+            "WITH rev AS (SELECT l_suppkey AS no, SUM(l_price) AS total FROM s.l"
+            " WHERE l_day >= 3 GROUP BY no) SELECT s_key, s_name, total FROM s.supplier, rev"
+            " WHERE s_key = no AND total = (SELECT MAX(total) FROM rev) ORDER BY s_key"
+        )
+    )
+    assert plan.strategy == "aggregate" and plan.nested is not None
+    (block,) = plan.blocks
+    assert block.inputs == ("s.l",) and plan.key_sql == ("l_suppkey",)
+    assert plan.nested.outer_inputs == ("s.supplier",)
+    outer = plan.nested.outer_sql
+    assert outer.count(f"{INNER_VIEW} AS rev") == 2 and "s.l" not in outer, outer
+    assert "recompute the rest of the query over those rows" in plan.explain()[-1]
+    fallback = plan.fallback("inexact types")
+    assert (fallback.strategy, fallback.nested) == ("full", None)
+
+
+def test_top_k_orders_the_kept_groups_by_their_positions() -> None:
+    plan = plan_query(
+        parse_query(
+            "SELECT a.k, SUM(a.v) AS t, a.s FROM s.a a GROUP BY a.k, a.s"
+            " ORDER BY t DESC, a.s NULLS LAST, 1 LIMIT 5"
+        )
+    )
+    assert plan.nested is not None and plan.nested.outer_inputs == ()
+    assert plan.nested.outer_sql == (
+        f"SELECT * FROM {INNER_VIEW} ORDER BY 2 DESC, 3 NULLS LAST, 1 LIMIT 5"
+    )
+    assert "ORDER" not in plan.blocks[0].tree.sql() and "LIMIT" not in plan.blocks[0].tree.sql()
 
 
 def test_windows_are_kept_by_the_keys_every_one_partitions_by() -> None:

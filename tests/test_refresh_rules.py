@@ -27,6 +27,7 @@ from airflow_provider_ct.ivm.plan.refresh import (
     history_reason,
     join_reads_reason,
     large_change_reason,
+    outer_reads_reason,
     small_inputs_reason,
 )
 
@@ -245,3 +246,26 @@ def test_join_reads_of_in_place_aggregates(
     else:
         assert reason is not None and expected in reason, reason
     assert join_reads_reason(sizes, changed, 0.0) is None  # the rule is off
+
+
+@pytest.mark.parametrize(
+    ("sizes", "outer", "expected"),
+    [
+        ({"l": 900, "s": 100}, ["s"], None),  # q15: the outer reads supplier, 10%
+        ({"l": 500, "s": 500}, ["s"], "reads s whole"),  # exactly at the share
+        ({"l": 400, "s": 600}, ["s", "s"], "60%"),  # a table read twice counts once
+        ({"l": 100, "s": 300, "p": 600}, ["s", "p"], "p, s"),
+        ({"l": 900}, [], None),  # an outer over the kept rows alone
+        ({"l": 0, "s": 0}, ["s"], None),
+        ({"l": UNKNOWN_ROWS, "s": 100}, ["s"], None),
+    ],
+)
+def test_outer_reads_of_nested_plans(
+    sizes: dict[str, int], outer: list[str], expected: str | None
+) -> None:
+    reason = outer_reads_reason(sizes, outer, 0.5)
+    if expected is None:
+        assert reason is None
+    else:
+        assert reason is not None and expected in reason, reason
+    assert outer_reads_reason(sizes, outer, 0.0) is None  # the rule is off

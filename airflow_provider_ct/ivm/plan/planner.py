@@ -74,6 +74,14 @@ from airflow_provider_ct.ivm.plan.group_keys import (
 from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
 from airflow_provider_ct.ivm.plan.keyed import keyed_shape
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.nested import Nested, split_nested
+from airflow_provider_ct.ivm.plan.steps import (
+    block_step,
+    in_place_reason,
+    in_place_steps,
+    linear_reason,
+    nested_steps,
+)
 from airflow_provider_ct.ivm.plan.subqueries import fixed_subquery_tables, semi_tables
 from airflow_provider_ct.ivm.plan.windows import own_windows, window_keys, windowed
 
@@ -172,6 +180,9 @@ class Plan:
     key_ranges: tuple[KeyRange, ...] = ()
     #: ``aggregate``: the aggregates kept in place, and the plan to fall back to.
     in_place: InPlace | None = None
+    #: ``aggregate`` of a CTE, derived table or top-k: the query over the kept groups'
+    #: rows, recomputed every tick (:mod:`.nested`); the other fields are the inner's.
+    nested: Nested | None = None
 
     @property
     def incremental(self) -> bool:
@@ -209,6 +220,7 @@ class Plan:
             strategy=self.in_place.fallback,
             reason=f"{reason} (not in place: {why})" if reason else f"not in place: {why}",
             in_place=None,
+            nested=None,
         )
 
     def explain(self) -> list[str]:
@@ -235,21 +247,48 @@ def choose_plan(parsed: ParsedQuery, refresh: RefreshMode) -> Plan:
 
 
 def _plan(parsed: ParsedQuery) -> Plan:
-    tree = parsed.expression
+    return _plan_tree(parsed.expression, parsed.catalog_name)
+
+
+def _plan_tree(tree: Any, catalog_name: str) -> Plan:
     calls = nondeterministic_calls(tree)
     if calls:
         raise NotIncremental(f"the query calls nondeterministic functions {calls}")
-    if tree.find(exp.With) or tree.find(exp.CTE):
-        raise NotIncremental("a WITH clause (CTE) is recomputed in full")
     tree = flatten_derived_tables(tree)
+    split = split_nested(tree, catalog_name)
+    if split is not None:
+        return _nested_plan(split, catalog_name)
+    if tree.find(exp.With) or tree.find(exp.CTE):
+        raise NotIncremental("a WITH clause (CTE) inside the query is recomputed in full")
     if isinstance(tree, exp.Select):
-        return _plan_select(tree, parsed.catalog_name)
+        return _plan_select(tree, catalog_name)
     leaves = _union_all_leaves(tree)
-    blocks = tuple(_block(leaf, parsed.catalog_name) for leaf in leaves)
+    blocks = tuple(_block(leaf, catalog_name) for leaf in leaves)
     for leaf in leaves:
         _check_linear_select(leaf)
-    steps = tuple(_block_step(i, b) for i, b in enumerate(blocks))
+    steps = tuple(block_step(i, b) for i, b in enumerate(blocks))
     return Plan(LINEAR, f"UNION ALL of {len(blocks)} linear blocks", blocks, steps=steps)
+
+
+def _nested_plan(split: tuple[Any, Nested] | str, catalog_name: str) -> Plan:
+    """The inner select's in-place plan, with the outer query over its rows (:mod:`.nested`)."""
+    if isinstance(split, str):
+        raise NotIncremental(split)
+    inner, nested = split
+    plan = _plan_tree(inner, catalog_name)
+    if plan.strategy != AGGREGATE or plan.in_place is None:
+        raise NotIncremental(
+            f"{nested.what} is recomputed in full unless its aggregates are kept in place: "
+            f"{plan.reason}"
+        )
+    fallback = f"{nested.what} is recomputed in full without its aggregates kept in place"
+    return replace(
+        plan,
+        reason=f"{nested.what} kept in place ({plan.reason}); the rest recomputed over its rows",
+        steps=nested_steps(plan.steps, nested),
+        in_place=replace(plan.in_place, fallback=FULL, fallback_reason=fallback),
+        nested=nested,
+    )
 
 
 def _union_all_leaves(tree: Any) -> list[Any]:
@@ -276,7 +315,7 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
         if has_own_aggregate(select):
             return _scalar_in_place(select, block)
         _check_linear_select(select)
-        return Plan(LINEAR, _linear_reason(block), (block,), steps=(_block_step(0, block),))
+        return Plan(LINEAR, linear_reason(block), (block,), steps=(block_step(0, block),))
     _check_grouped_select(select, group, distinct)
     items = list(select.expressions)
     if distinct:
@@ -293,8 +332,8 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
     return replace(
         plan,
         strategy=AGGREGATE,
-        reason=f"GROUP BY {', '.join(keys)}: {_in_place_reason(shape)}",
-        steps=_in_place_steps(block, shape),
+        reason=f"GROUP BY {', '.join(keys)}: {in_place_reason(shape)}",
+        steps=in_place_steps(block, shape),
         in_place=replace(shape, fallback=plan.strategy, fallback_reason=plan.reason),
     )
 
@@ -348,7 +387,7 @@ def _grouped_plan(
     if block.repeated:
         columns, ranges = _single_reads(columns, ranges, block.repeated)
     steps = (
-        _block_step(0, block),
+        block_step(0, block),
         *affected_keys_steps(keys, columns, ranges),
         "recompute those groups over the new inputs; correct only their rows of the target",
     )
@@ -393,48 +432,11 @@ def _scalar_in_place(select: Any, block: Block) -> Plan:
     fallback = "an aggregate without GROUP BY (one group) is recomputed in full"
     return Plan(
         AGGREGATE,
-        f"one group (no GROUP BY): {_in_place_reason(shape)}",
+        f"one group (no GROUP BY): {in_place_reason(shape)}",
         (block,),
-        steps=_in_place_steps(block, shape),
+        steps=in_place_steps(block, shape),
         in_place=replace(shape, fallback=FULL, fallback_reason=fallback),
     )
-
-
-def _in_place_reason(shape: InPlace) -> str:
-    if shape.extrema:
-        return (
-            f"{shape.functions()} kept in place: each affected group's state plus the aggregate "
-            "of the signed change; only groups whose MIN/MAX a deletion removed are read again"
-        )
-    return (
-        f"{shape.functions()} kept in place: each affected group's state plus the aggregate "
-        "of the signed change, no group recomputed"
-    )
-
-
-def _in_place_steps(block: Block, shape: InPlace) -> tuple[str, ...]:
-    steps = [
-        _block_step(0, block, block.semi),
-        "aggregate the signed change per group: row count, and per argument its sum and "
-        "non-NULL count",
-        "add it to the groups' kept state; compute their rows; correct only their rows",
-    ]
-    if block.semi:
-        steps.insert(
-            1,
-            f"semi-joins over {', '.join(block.semi)}: their changes are kept by key on the "
-            "driver (the keys entering or leaving the subquery, read at both snapshots); a "
-            "tick the driver does not take runs in full",
-        )
-    if shape.extrema:
-        steps[-2] += "; per MIN/MAX, the extremum of the inserted and of the deleted values"
-        steps.insert(
-            len(steps) - 1,
-            "a group whose deleted extremum reaches its kept one (or an inserted one) is read "
-            "again from the new inputs, restricted to those groups' keys (by key on the "
-            "driver, else one Spark job)",
-        )
-    return tuple(steps)
 
 
 def has_own_aggregate(select: Any) -> bool:
@@ -481,34 +483,6 @@ def _group_keys(select: Any, items: list[Any]) -> tuple[tuple[int, ...], tuple[s
     if not positions:
         raise NotIncremental("GROUP BY without keys is recomputed in full")
     return tuple(positions), tuple(keys)
-
-
-def _linear_reason(block: Block) -> str:
-    if block.left_join is not None:
-        return "a LEFT JOIN of two tables: delta rules with the changed join keys"
-    if len(block.inputs) > 1:
-        return f"an inner join of {len(block.inputs)} tables: delta rules"
-    return "a projection and filter: the view's change is the query over the input's change"
-
-
-def _block_step(index: int, block: Block, maintained: tuple[str, ...] = ()) -> str:
-    """The block's line of the plan; ``maintained``: subquery tables kept in place."""
-    rule = "left-join delta rule" if block.left_join else "delta rule per input"
-    step = f"block {index}: reads {', '.join(block.inputs)}; {rule}"
-    fixed = [n for n in block.fixed if n not in maintained]
-    if fixed and block.keyed:
-        step += (
-            f"; its subqueries read {', '.join(fixed)}, tied to the block by a key: a tick "
-            "that changes them recomputes the rows of the keys the changes hold, from both "
-            "snapshots restricted to those keys; in full when the tables' columns do not "
-            "confirm the tie or (refresh='auto') the keys reach about every file"
-        )
-    elif fixed:
-        step += (
-            f"; its subqueries read {', '.join(fixed)}: fixed filters while those do "
-            "not change, a tick that changes one runs in full"
-        )
-    return step
 
 
 def _check_linear_select(select: Any) -> None:

@@ -109,6 +109,32 @@ def join_reads_reason(
     )
 
 
+def outer_reads_reason(
+    sizes: Mapping[str, int], outer_inputs: Collection[str], share: float
+) -> str | None:
+    """Why a nested plan's outer query would read about what the full correction reads.
+
+    The outer query of a CTE or derived table kept in place
+    (:mod:`.nested`) is recomputed every tick over the kept groups' rows
+    *and* the inputs it reads itself, whole; the tick saves only the inner
+    select's reads. When the outer's own inputs are most of the bytes,
+    that saves little and the tick runs in full.
+
+    :param sizes: input -> bytes of its pinned snapshot (summaries).
+    :param share: :func:`~airflow_provider_ct.core.settings.full_read_share` (0: off).
+    """
+    total = sum(sizes.values())
+    if share <= 0 or total <= 0 or total >= UNKNOWN_ROWS:
+        return None
+    read = sum(sizes.get(name, 0) for name in set(outer_inputs))
+    if read < share * total:
+        return None
+    return (
+        f"the query around the kept aggregate reads {', '.join(sorted(set(outer_inputs)))} "
+        f"whole on every tick: {read / total:.0%} of the inputs' bytes (at least {share:.0%})"
+    )
+
+
 def full_diff_on_driver(rows: int, limit: int) -> bool:
     """Whether a full correction over sides of about ``rows`` rows diffs on the driver.
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.settings import RETRY_INCREMENTAL_AFTER, SMALL_RESULT_ROWS
-from airflow_provider_ct.core.tables import live_rows
+from airflow_provider_ct.core.tables import live_bytes, live_rows
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.ivm.changes.table_changes import estimated_change_rows
 from airflow_provider_ct.ivm.plan.decision import Discovery, Fallback, RefreshSettings, SizeRules
@@ -32,6 +32,7 @@ from airflow_provider_ct.ivm.plan.refresh import (
     PastTick,
     history_reason,
     large_change_reason,
+    outer_reads_reason,
     read_history_reason,
     small_inputs_reason,
 )
@@ -162,6 +163,11 @@ def auto_full_reason(
     large = large_change_reason(plan.strategy, rows, changed, settings.large_change)
     if large is not None or plan.strategy == FULL:
         return large or ""
+    if plan.nested is not None and plan.nested.outer_inputs:
+        sizes = {name: live_bytes(inputs[name], snap) for name, snap in pins.items()}
+        outer = outer_reads_reason(sizes, plan.nested.outer_inputs, settings.read_share)
+        if outer is not None:
+            return outer
     past = view_history(table, pinned.digest)
     return history_reason(past, rows, settings.retry_after) or ""
 

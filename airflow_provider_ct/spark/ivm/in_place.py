@@ -79,6 +79,7 @@ from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
 from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
 from airflow_provider_ct.spark.ivm.in_place_derived import derived_values
 from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
+from airflow_provider_ct.spark.ivm.nested import outer_correction
 from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
 
 if TYPE_CHECKING:
@@ -120,6 +121,9 @@ class Aggregation:
     #: extrema on the driver (:mod:`.in_place_rescan`); None: only Spark reads them.
     inputs: Mapping[str, Any] | None = None
     pins: Mapping[str, int | None] | None = None
+    #: A nested plan's (:attr:`Plan.nested`): the target's columns, which the outer
+    #: query computes; ``schema`` and ``columns`` are then the inner select's.
+    target_columns: list[str] | None = None
 
     @property
     def in_place(self) -> InPlace:
@@ -355,6 +359,12 @@ def correct(
     state, affected = combine(
         kept, change, keys, arguments, scalar=agg.scalar, extrema=extrema, rescan=rescan
     )
+    if agg.target_columns is not None:  # nested: the outer query over every group's row
+        _, every = combine(None, state, keys, arguments, scalar=agg.scalar, extrema=extrema)
+        rows = _output(agg, every)
+        outer = outer_correction(agg, rows, persisted, agg.target_columns)
+        outer.notes["affected_groups"] = len(affected)
+        return InPlaceResult(outer, state, state.num_rows)
     correction = _driver_correction(agg, affected, rebuild=kept is None)
     if correction is None:
         desired = _desired(agg, affected)

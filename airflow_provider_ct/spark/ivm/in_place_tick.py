@@ -60,6 +60,7 @@ from airflow_provider_ct.spark.ivm.in_place_join import joined_change, joined_ch
 from airflow_provider_ct.spark.ivm.in_place_join import report as joined_report
 from airflow_provider_ct.spark.ivm.in_place_rescan import ExtremaReader
 from airflow_provider_ct.spark.ivm.input_changes import bind_inputs
+from airflow_provider_ct.spark.ivm.nested import inner_schema
 from airflow_provider_ct.spark.tick import Computed, Target, Tick
 
 log = logging.getLogger("airflow_provider_ct.write_job")
@@ -93,19 +94,25 @@ def _aggregation(tick: Tick, target: Target, decision: TickDecision) -> Aggregat
     inputs, key = tick.input_tables, tick.analysis_key  # as the job loaded them
     if inputs is None or key is None or set(inputs) != set(tick.desc.inputs):
         key = analysis_key(tick.spark, tick.sql, tick.inputs(), tick.desc.inputs)
+    plan, views = decision.plan, tick.input_views
+    schema, columns, table = target.query_schema, target.columns, target.table
+    if plan.nested is not None:  # the state is the inner select's; the outer reads its rows
+        schema = inner_schema(tick.spark, plan, views, tick.config.name, key)
+        columns, table = [f.name for f in schema.fields], None
     return Aggregation(
         tick.spark,
-        decision.plan,
+        plan,
         tick.config.name,
-        tick.input_views,
-        target.query_schema,
-        target.columns,
+        views,
+        schema,
+        columns,
         tick.scratch,
         state_groups_on_driver(),
         driver_rows=rows_on_driver(),
-        table=target.table if target.schema_change is None else None,
+        table=table if target.schema_change is None else None,
         base_snapshot_id=tick.desc.base_snapshot_id,
         analysis_key=key,
+        target_columns=target.columns if plan.nested is not None else None,
     )
 
 

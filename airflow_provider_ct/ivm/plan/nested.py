@@ -1,0 +1,206 @@
+"""A query over one aggregate kept in place: the aggregate's state, the rest over its rows.
+
+TPC-H q15 reads ``WITH revenue AS (SELECT l_suppkey, SUM(...) FROM lineitem
+... GROUP BY l_suppkey)`` twice: joined with ``supplier`` and under
+``MAX``. Nothing of the outer query has a cheap delta rule (a change of one
+supplier's revenue may move the maximum, and with it every row), but the
+outer query is cheap *given* the aggregate's rows: a few thousand groups
+against the millions of line items they sum. So the aggregate is kept in
+place, as a view's own aggregates are (its state, the signed change added
+per group), and each tick recomputes the outer query in full over the
+groups' rows, which are computed from the state, never from the fact
+table, and over the other tables it reads. The result is diffed with the
+target like any full correction.
+
+Three shapes split that way, each into an *inner* select (planned on its
+own: it must keep its aggregates in place) and an *outer* query that reads
+the inner's rows as the view :data:`INNER_VIEW`:
+
+* one ``WITH`` clause of one CTE that aggregates (q15), read any number of
+  times;
+* one derived table in ``FROM`` or a join that aggregates (``FROM (SELECT
+  k, COUNT(*) AS n ... GROUP BY k) AS t(k, n) JOIN ...``);
+* ``ORDER BY ... LIMIT n`` over a grouped select (top-k of groups): the
+  outer is ``SELECT * FROM inner ORDER BY <positions> LIMIT n``.
+
+Why recompute the outer and not give it delta rules of its own: its input
+is the state, already on the driver and small (the driver holds it whole,
+``CT_STATE_GROUPS``), so the outer costs what it costs over a small table,
+however its shape; a delta rule per outer shape would be many rules for a
+part of the tick that is not where the time goes. What this does not make
+cheaper: an outer query that reads large tables itself (the refresh rules
+price it: :func:`outer_share`), and a state too large for the driver (the
+tick runs in full, as for any in-place view).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+
+#: The view the outer query reads the inner select's rows as (a tick's own view).
+INNER_VIEW = "__ct_nested"
+
+
+@dataclass(frozen=True)
+class Nested:
+    """How a view splits into an inner aggregate kept in place and an outer query."""
+
+    #: What the inner is, for reasons and explain (``WITH revenue``, ``derived table t``...).
+    what: str
+    #: Spark SQL of the outer query, reading the inner's rows as :data:`INNER_VIEW`.
+    outer_sql: str
+    #: The inputs the outer query reads itself (besides the inner's rows), normalized.
+    outer_inputs: tuple[str, ...]
+
+
+def split_nested(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str | None:
+    """``(inner select, Nested)`` for a query of one of the module's shapes.
+
+    A string: the query has a CTE or an aggregating derived table this does
+    not split (the reason). ``None``: neither (a plain query).
+    """
+    if _with(tree) is not None:
+        return _from_cte(tree, catalog_name)
+    if not isinstance(tree, exp.Select):
+        return None
+    derived = [s for s in _sources(tree) if isinstance(s, exp.Subquery)]
+    if derived:
+        return _from_derived(tree, derived, catalog_name)
+    if tree.args.get("limit") is not None and tree.args.get("group") is not None:
+        return _from_top_k(tree, catalog_name)
+    return None
+
+
+def _from_cte(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str:
+    with_ = _with(tree)
+    ctes = list(with_.expressions)
+    if with_.args.get("recursive"):
+        return "a recursive WITH clause is recomputed in full"
+    if len(ctes) != 1:
+        return f"a WITH clause of {len(ctes)} CTEs is recomputed in full (one is kept in place)"
+    cte = ctes[0]
+    name = cte.alias_or_name
+    inner = cte.this
+    if not isinstance(inner, exp.Select):
+        return f"the CTE {name} is not one SELECT: recomputed in full"
+    outer = tree.copy()
+    outer.set(_WITH_ARG if _WITH_ARG in outer.args else "with", None)
+    reads = [t for t in outer.find_all(exp.Table) if _names(t, name)]
+    if not reads:
+        return f"the CTE {name} is never read: recomputed in full"
+    for table in reads:
+        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+        table.replace(exp.Table(this=exp.to_identifier(INNER_VIEW), alias=alias))
+    return inner, _nested(f"WITH {name}", outer, catalog_name)
+
+
+def _from_derived(tree: Any, derived: list[Any], catalog_name: str) -> tuple[Any, Nested] | str:
+    if len(derived) != 1:
+        return "more than one derived table (subqueries in FROM) is recomputed in full"
+    source = derived[0]
+    inner = source.this
+    name = source.alias_or_name or "(unnamed)"
+    if not isinstance(inner, exp.Select) or not _aggregates(inner):
+        return (
+            f"the derived table {name} is recomputed in full: a derived table (a subquery in "
+            "FROM) is kept when it aggregates, or when it only projects and filters and is "
+            "the query's only source"
+        )
+    outer = tree.copy()
+    copied = next(s for s in _sources(outer) if isinstance(s, exp.Subquery))
+    alias = copied.args.get("alias")
+    copied.replace(exp.Table(this=exp.to_identifier(INNER_VIEW), alias=alias))
+    return inner, _nested(f"derived table {name}", outer, catalog_name)
+
+
+def _from_top_k(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str:
+    """``... GROUP BY ... ORDER BY ... LIMIT n``: the grouped select, then its top rows."""
+    if tree.args.get("offset") is not None:
+        return "LIMIT with OFFSET is recomputed in full"
+    order = tree.args.get("order")
+    items = list(tree.expressions)
+    positions = [] if order is None else [_position(o.this, items) for o in order.expressions]
+    if any(p is None for p in positions):
+        return "an ORDER BY term that is not an output column: LIMIT is recomputed in full"
+    inner = tree.copy()
+    for arg in ("order", "limit"):
+        inner.set(arg, None)
+    outer = exp.select("*").from_(exp.Table(this=exp.to_identifier(INNER_VIEW)))
+    if order is not None:
+        terms = []
+        for term, position in zip(order.expressions, positions, strict=True):
+            ordered = term.copy()
+            ordered.set("this", exp.Literal.number(position))
+            terms.append(ordered)
+        outer.set("order", exp.Order(expressions=terms))
+    outer.set("limit", tree.args["limit"].copy())
+    return inner, _nested("the top rows (ORDER BY ... LIMIT)", outer, catalog_name)
+
+
+def _position(term: Any, items: list[Any]) -> int | None:
+    """The 1-based select-list position ``term`` orders by: an ordinal, an output alias or
+    column, or an item's own expression; None when it orders by anything else."""
+    if isinstance(term, exp.Literal) and term.is_int:
+        n = int(term.name)
+        return n if 1 <= n <= len(items) else None
+    text = term.sql(dialect="spark")
+    for n, item in enumerate(items, start=1):
+        if item.unalias().sql(dialect="spark") == text:
+            return n
+    if isinstance(term, exp.Column) and not term.table:
+        for n, item in enumerate(items, start=1):
+            if item.alias_or_name.lower() == term.name.lower():
+                return n
+    return None
+
+
+def _nested(what: str, outer: Any, catalog_name: str) -> Nested:
+    tables = [t for t in outer.find_all(exp.Table) if t.name != INNER_VIEW or t.db]
+    inputs = tuple(
+        dict.fromkeys(normalize_table_name(qualified_table_name(t), catalog_name) for t in tables)
+    )
+    return Nested(what, outer.sql(dialect="spark"), inputs)
+
+
+#: sqlglot's argument name for a query's ``WITH`` (``with_`` since it renamed
+#: its keyword-named arguments, as ``from_``).
+_WITH_ARG = "with_"
+
+
+def _with(tree: Any) -> Any:
+    return tree.args.get(_WITH_ARG) or tree.args.get("with")
+
+
+def _names(table: Any, name: str) -> bool:
+    """Whether the table node reads the CTE ``name`` (unqualified, case-insensitive)."""
+    return not table.db and not table.catalog and table.name.lower() == name.lower()
+
+
+def _sources(select: Any) -> list[Any]:
+    """The FROM source and every joined one."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    first = [from_.this] if from_ is not None else []
+    return [*first, *(j.this for j in select.args.get("joins") or [])]
+
+
+def _aggregates(select: Any) -> bool:
+    """Whether ``select`` groups or has an aggregate call of its own."""
+    if select.args.get("group") is not None:
+        return True
+    return any(c.find_ancestor(exp.Select) is select for c in select.find_all(exp.AggFunc))
+
+
+def outer_share(nested: Nested, sizes: dict[str, int]) -> float:
+    """The share of the inputs' bytes that the outer query reads itself (0 to 1).
+
+    :param sizes: input name -> its live bytes at the pinned snapshot.
+    """
+    total = sum(sizes.values())
+    if total <= 0:
+        return 0.0
+    return sum(sizes.get(n, 0) for n in nested.outer_inputs) / total
