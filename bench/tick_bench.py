@@ -386,7 +386,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--overwrite", action="store_true", help="add plain Spark INSERT OVERWRITE as a column"
     )
-    parser.add_argument("--views", default="", help="query numbers, e.g. 1,3,6 (default all 22)")
+    parser.add_argument(
+        "--views",
+        default="",
+        help="query numbers, e.g. 1,3,6 (default all 22; 23: top customers, 24: a window)",
+    )
     parser.add_argument(
         "--rf-share", type=float, default=0.001, help="share of orders RF2 deletes, RF1 inserts"
     )

@@ -11,7 +11,8 @@ trusted) on their own.
   ``part``, ``partsupp``) are merge-on-read, so Spark's ``UPDATE`` and
   ``DELETE`` write position deletes, as an upstream job would.
 * **Queries** are the extension's own 22 (``tpch_queries()``), with ``ORDER
-  BY`` and ``LIMIT`` dropped (a view is a multiset) by sqlglot, then
+  BY`` and ``LIMIT`` dropped (a view is a multiset) by sqlglot (and, by
+  number, two more: :data:`EXTRA`), then
   translated from DuckDB to Spark SQL by sqlglot, tables qualified with the
   namespace. The oracle runs the DuckDB text (same drops, no translation).
 * **Changes** per busy tick, TPC-H's refresh streams as upstream jobs would
@@ -141,13 +142,27 @@ def _unordered(sql: str) -> exp.Expr:
     return tree
 
 
+#: Two views beside TPC-H's 22, over its tables, chosen by number with ``--views``: the
+#: ten customers who spent most (top groups: the ``ORDER BY ... LIMIT`` is the view and
+#: is kept, the last key makes the order total) and a running total per customer (a
+#: window per key, over an order that is total too).
+EXTRA = {
+    23: "SELECT o_custkey, sum(o_totalprice) AS spent, count(*) AS orders FROM orders"
+    " GROUP BY o_custkey ORDER BY spent DESC, o_custkey LIMIT 10",
+    24: "SELECT o_custkey, o_orderkey, o_totalprice, sum(o_totalprice) OVER (PARTITION BY"
+    " o_custkey ORDER BY o_orderdate, o_orderkey) AS running FROM orders",
+}
+
+
 def tpch_queries(texts: dict[str, str], numbers: list[int] | None = None) -> list[TpchQuery]:
-    """The queries (``numbers``, default all 22) as views over ``tpch.<table>``."""
+    """The queries (``numbers``, default all 22; :data:`EXTRA` by number) as views over
+    ``tpch.<table>``."""
     out = []
-    for key, text in sorted(texts.items(), key=lambda kv: int(kv[0])):
+    chosen = {**texts, **{str(n): t for n, t in EXTRA.items() if numbers and n in numbers}}
+    for key, text in sorted(chosen.items(), key=lambda kv: int(kv[0])):
         if numbers and int(key) not in numbers:
             continue
-        duck = _unordered(text)
+        duck = sqlglot.parse_one(text, read="duckdb") if int(key) in EXTRA else _unordered(text)
         spark = duck.copy()
         for table in spark.find_all(exp.Table):
             if table.name in TABLES and not table.args.get("db"):

@@ -84,9 +84,27 @@ QUERIES = {
         " COUNT(*) + SUM(v) AS m, AVG(v) * 2 AS av2"
         " FROM {ns}.a GROUP BY k",
     ),
+    # HAVING: in place, its aggregates hidden columns of the kept state, the filter
+    # over the groups' rows; with COUNT(DISTINCT), the affected groups recomputed.
     "having": (
+        "aggregate",
+        "SELECT k, SUM(v) AS total FROM {ns}.a GROUP BY k HAVING COUNT(*) > 1 AND"
+        " (total > 2 OR k IS NULL OR MIN(s) < 'm')",
+    ),
+    # TPC-H q11: HAVING compares each group with a scalar over the same rows, which
+    # is then an aggregate of the kept groups (a sum of sums, cast back to its type).
+    "having_same_rows": (
+        "aggregate",
+        "SELECT a.k, SUM(CAST(a.v AS DECIMAL(10, 2))) AS t FROM {ns}.a a, {ns}.b b"
+        " WHERE a.k = b.k AND b.name IS NOT NULL GROUP BY a.k"
+        " HAVING SUM(CAST(a.v AS DECIMAL(10, 2))) > (SELECT SUM(CAST(a.v AS DECIMAL(10, 2)))"
+        " * 0.15 FROM {ns}.a a, {ns}.b b WHERE a.k = b.k AND b.name IS NOT NULL)"
+        " OR COUNT(*) * 4 > (SELECT COUNT(*) FROM {ns}.a a, {ns}.b b WHERE a.k = b.k"
+        " AND b.name IS NOT NULL)",
+    ),
+    "having_group": (
         "group",
-        "SELECT k, SUM(v) AS total FROM {ns}.a GROUP BY k HAVING COUNT(*) > 1",
+        "SELECT k, COUNT(DISTINCT v) AS dv FROM {ns}.a GROUP BY k HAVING COUNT(*) > 1",
     ),
     "distinct": ("group", "SELECT DISTINCT k, s FROM {ns}.a"),
     # A derived table that projects and filters (TPC-H q7, q8, q9's shape) is

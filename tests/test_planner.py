@@ -11,9 +11,9 @@ import sqlglot
 from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
+from airflow_provider_ct.ivm.plan.having import INNER_VIEW, typed_outer
 from airflow_provider_ct.ivm.plan.in_place import in_place_shape
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
-from airflow_provider_ct.ivm.plan.nested import INNER_VIEW
 from airflow_provider_ct.ivm.plan.planner import GROUP, choose_plan, plan_query
 from airflow_provider_ct.ivm.plan.rewrites import (
     InlineKeys,
@@ -29,7 +29,13 @@ CASES = [
     ("SELECT a.id FROM s.a a, s.b b WHERE a.k = b.k", "linear", "inner join of 2"),
     ("SELECT a.id, b.n FROM s.a a LEFT JOIN s.b b ON a.k = b.k AND a.j = b.j", "linear", "LEFT"),
     ("SELECT k FROM s.a UNION ALL SELECT k FROM s.b", "linear", "UNION ALL of 2"),
-    ("SELECT k, SUM(v) AS t, MAX(v) FROM s.a GROUP BY k HAVING COUNT(*) > 2", "group", "k"),
+    (
+        "SELECT k, SUM(v) AS t, MAX(v) FROM s.a GROUP BY k HAVING COUNT(*) > 2",
+        "aggregate",
+        "HAVING over an aggregate kept in place",
+    ),
+    ("SELECT k, COUNT(DISTINCT v) FROM s.a GROUP BY k HAVING COUNT(*) > 2", "group", "k"),
+    ("SELECT k + 1, SUM(v) FROM s.a GROUP BY k + 1 HAVING k + 1 > 2", "group", "k"),
     ("SELECT UPPER(s) AS u, COUNT(DISTINCT v) FROM s.a GROUP BY u", "group", "UPPER(s)"),
     ("SELECT k, MAX(v) FROM s.a GROUP BY 1", "aggregate", "MAX kept in place"),
     ("SELECT k, MIN(s), MAX(v) FROM s.a GROUP BY 1", "aggregate", "MIN/MAX a deletion removed"),
@@ -115,7 +121,7 @@ CASES = [
     (
         "SELECT k, SUM(v) AS t FROM s.a GROUP BY k ORDER BY t DESC LIMIT 3",
         "aggregate",
-        "the top rows",
+        "ORDER BY ... LIMIT over an aggregate kept in place",
     ),
     ("SELECT k, SUM(v) AS t FROM s.a GROUP BY k ORDER BY COUNT(*) LIMIT 3", "full", "ORDER BY"),
     ("SELECT k, SUM(v) AS t FROM s.a GROUP BY k LIMIT 3 OFFSET 1", "full", "OFFSET"),
@@ -131,7 +137,7 @@ CASES = [
     (
         "SELECT k FROM (SELECT k, SUM(v) AS t FROM s.a GROUP BY k) t WHERE t > 1",
         "aggregate",
-        "derived table t kept in place",
+        "derived table t over an aggregate kept in place",
     ),
     (
         "SELECT x.k FROM (SELECT k, SUM(v) AS t FROM s.a GROUP BY k) x, (SELECT k, MAX(v) AS m"
@@ -190,6 +196,30 @@ def test_a_nested_plan_keeps_the_inner_aggregate_and_recomputes_the_rest_over_it
     assert "recompute the rest of the query over those rows" in plan.explain()[-1]
     fallback = plan.fallback("inexact types")
     assert (fallback.strategy, fallback.nested) == ("full", None)
+
+
+def test_having_over_the_same_rows_reads_the_kept_groups() -> None:
+    """TPC-H q11: the HAVING subquery aggregates the block's own rows, so it becomes a
+    typed re-aggregate of the hidden per-group column; over other rows, it runs in full."""
+    rows = "FROM s.ps, s.su WHERE ps_suppkey = s_suppkey AND s_nation = 'DE'"
+    sql = (
+        f"SELECT ps_partkey, SUM(ps_cost * ps_qty) AS value {rows} GROUP BY ps_partkey"
+        f" HAVING SUM(ps_cost * ps_qty) > (SELECT SUM(ps_cost * ps_qty) * 0.0001 {rows})"
+    )
+    plan = plan_query(parse_query(sql))
+    assert plan.strategy == "aggregate" and plan.nested is not None
+    assert plan.nested.outer_inputs == ()  # the subquery reads the kept rows, not s.ps
+    assert "__ct_h0" in plan.blocks[0].tree.sql()
+    outer = sqlglot.parse_one(plan.nested.outer_sql, dialect="spark")
+    typed = typed_outer(outer, {"__ct_h0": "decimal(38,2)"}).sql(dialect="spark")
+    assert typed == (
+        f"SELECT * FROM {INNER_VIEW} WHERE __ct_h0 > (SELECT CAST(SUM(__ct_h0) AS"
+        f" DECIMAL(38, 2)) * 0.0001 FROM {INNER_VIEW})"
+    )
+    other = sql.replace(
+        "* 0.0001 FROM s.ps, s.su WHERE", "* 0.0001 FROM s.ps, s.su WHERE 1 = 1 AND"
+    )
+    assert plan_query(parse_query(other)).strategy == "full"  # a subquery outside WHERE
 
 
 def test_top_k_orders_the_kept_groups_by_their_positions() -> None:

@@ -367,6 +367,11 @@ def live_positions(
     return live
 
 
+#: Most files of a target the driver reads to diff, after Iceberg's pruning by the
+#: affected keys (each is read whole, one by one; past this, Spark's scan).
+DRIVER_READ_FILES = 64
+
+
 def rows_with_positions(
     table: Table,
     snapshot_id: int,

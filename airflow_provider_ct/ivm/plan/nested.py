@@ -20,8 +20,11 @@ the inner's rows as the view :data:`INNER_VIEW`:
   times;
 * one derived table in ``FROM`` or a join that aggregates (``FROM (SELECT
   k, COUNT(*) AS n ... GROUP BY k) AS t(k, n) JOIN ...``);
-* ``ORDER BY ... LIMIT n`` over a grouped select (top-k of groups): the
-  outer is ``SELECT * FROM inner ORDER BY <positions> LIMIT n``.
+* ``HAVING`` and ``ORDER BY ... LIMIT n`` over a grouped select (the
+  groups a predicate keeps, the top groups): the outer is ``SELECT * FROM
+  inner WHERE <having> ORDER BY <positions> LIMIT n``, ``HAVING``'s
+  aggregate calls being hidden columns of the inner (``__ct_h<i>``),
+  which the target does not get.
 
 Why recompute the outer and not give it delta rules of its own: its input
 is the state, already on the driver and small (the driver holds it whole,
@@ -41,9 +44,7 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
-
-#: The view the outer query reads the inner select's rows as (a tick's own view).
-INNER_VIEW = "__ct_nested"
+from airflow_provider_ct.ivm.plan.having import INNER_VIEW, having_over_rows, output_position
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class Nested:
     outer_sql: str
     #: The inputs the outer query reads itself (besides the inner's rows), normalized.
     outer_inputs: tuple[str, ...]
+    #: Whether the query has a plan of its own when the inner does not keep its
+    #: aggregates in place (``HAVING``: the grouped plan recomputes affected groups).
+    optional: bool = False
 
 
 def split_nested(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str | None:
@@ -71,8 +75,9 @@ def split_nested(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str | Non
     derived = [s for s in _sources(tree) if isinstance(s, exp.Subquery)]
     if derived:
         return _from_derived(tree, derived, catalog_name)
-    if tree.args.get("limit") is not None and tree.args.get("group") is not None:
-        return _from_top_k(tree, catalog_name)
+    grouped = tree.args.get("group") is not None
+    if grouped and (tree.args.get("limit") is not None or tree.args.get("having") is not None):
+        return _from_grouped(tree, catalog_name)
     return None
 
 
@@ -118,53 +123,57 @@ def _from_derived(tree: Any, derived: list[Any], catalog_name: str) -> tuple[Any
     return inner, _nested(f"derived table {name}", outer, catalog_name)
 
 
-def _from_top_k(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str:
-    """``... GROUP BY ... ORDER BY ... LIMIT n``: the grouped select, then its top rows."""
+def _from_grouped(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str | None:
+    """``GROUP BY ... [HAVING p] [ORDER BY ... LIMIT n]``: the grouped select, then its
+    rows that pass ``p``, then its top rows; None: a ``HAVING`` this does not split."""
     if tree.args.get("offset") is not None:
         return "LIMIT with OFFSET is recomputed in full"
-    order = tree.args.get("order")
     items = list(tree.expressions)
-    positions = [] if order is None else [_position(o.this, items) for o in order.expressions]
-    if any(p is None for p in positions):
-        return "an ORDER BY term that is not an output column: LIMIT is recomputed in full"
     inner = tree.copy()
-    for arg in ("order", "limit"):
+    for arg in ("having", "limit"):
         inner.set(arg, None)
     outer = exp.select("*").from_(exp.Table(this=exp.to_identifier(INNER_VIEW)))
-    if order is not None:
-        terms = []
-        for term, position in zip(order.expressions, positions, strict=True):
-            ordered = term.copy()
-            ordered.set("this", exp.Literal.number(position))
-            terms.append(ordered)
-        outer.set("order", exp.Order(expressions=terms))
-    outer.set("limit", tree.args["limit"].copy())
-    return inner, _nested("the top rows (ORDER BY ... LIMIT)", outer, catalog_name)
+    having = tree.args.get("having")
+    if having is not None:
+        predicate = having_over_rows(having.this, items, inner, tree)
+        if predicate is None:
+            return None  # the grouped plan recomputes the affected groups, HAVING and all
+        outer = outer.where(predicate)
+    limit = tree.args.get("limit")
+    if limit is not None:
+        inner.set("order", None)
+        order = _order_by_positions(tree.args.get("order"), items)
+        if isinstance(order, str):
+            return order
+        if order is not None:
+            outer.set("order", order)
+        outer.set("limit", limit.copy())
+    what = "ORDER BY ... LIMIT" if limit is not None else "HAVING"
+    return inner, _nested(what, outer, catalog_name, optional=limit is None)
 
 
-def _position(term: Any, items: list[Any]) -> int | None:
-    """The 1-based select-list position ``term`` orders by: an ordinal, an output alias or
-    column, or an item's own expression; None when it orders by anything else."""
-    if isinstance(term, exp.Literal) and term.is_int:
-        n = int(term.name)
-        return n if 1 <= n <= len(items) else None
-    text = term.sql(dialect="spark")
-    for n, item in enumerate(items, start=1):
-        if item.unalias().sql(dialect="spark") == text:
-            return n
-    if isinstance(term, exp.Column) and not term.table:
-        for n, item in enumerate(items, start=1):
-            if item.alias_or_name.lower() == term.name.lower():
-                return n
-    return None
+def _order_by_positions(order: Any, items: list[Any]) -> Any:
+    """``ORDER BY`` with each term its 1-based output position; a reason when a term is no
+    output column; None without ``ORDER BY``."""
+    if order is None:
+        return None
+    terms = []
+    for term in order.expressions:
+        position = output_position(term.this, items)
+        if position is None:
+            return "an ORDER BY term that is not an output column: LIMIT is recomputed in full"
+        ordered = term.copy()
+        ordered.set("this", exp.Literal.number(position))
+        terms.append(ordered)
+    return exp.Order(expressions=terms)
 
 
-def _nested(what: str, outer: Any, catalog_name: str) -> Nested:
+def _nested(what: str, outer: Any, catalog_name: str, *, optional: bool = False) -> Nested:
     tables = [t for t in outer.find_all(exp.Table) if t.name != INNER_VIEW or t.db]
     inputs = tuple(
         dict.fromkeys(normalize_table_name(qualified_table_name(t), catalog_name) for t in tables)
     )
-    return Nested(what, outer.sql(dialect="spark"), inputs)
+    return Nested(what, outer.sql(dialect="spark"), inputs, optional)
 
 
 #: sqlglot's argument name for a query's ``WITH`` (``with_`` since it renamed

@@ -256,8 +256,9 @@ def _plan_tree(tree: Any, catalog_name: str) -> Plan:
         raise NotIncremental(f"the query calls nondeterministic functions {calls}")
     tree = flatten_derived_tables(tree)
     split = split_nested(tree, catalog_name)
-    if split is not None:
-        return _nested_plan(split, catalog_name)
+    nested = None if split is None else _nested_plan(split, catalog_name)
+    if nested is not None:
+        return nested
     if tree.find(exp.With) or tree.find(exp.CTE):
         raise NotIncremental("a WITH clause (CTE) inside the query is recomputed in full")
     if isinstance(tree, exp.Select):
@@ -270,12 +271,20 @@ def _plan_tree(tree: Any, catalog_name: str) -> Plan:
     return Plan(LINEAR, f"UNION ALL of {len(blocks)} linear blocks", blocks, steps=steps)
 
 
-def _nested_plan(split: tuple[Any, Nested] | str, catalog_name: str) -> Plan:
-    """The inner select's in-place plan, with the outer query over its rows (:mod:`.nested`)."""
+def _nested_plan(split: tuple[Any, Nested] | str, catalog_name: str) -> Plan | None:
+    """The inner select's in-place plan, with the outer query over its rows (:mod:`.nested`);
+    None when the query is planned as it is (an optional split whose inner is not kept)."""
     if isinstance(split, str):
         raise NotIncremental(split)
     inner, nested = split
-    plan = _plan_tree(inner, catalog_name)
+    try:
+        plan = _plan_tree(inner, catalog_name)
+    except NotIncremental:
+        if nested.optional:
+            return None
+        raise
+    if nested.optional and plan.strategy != AGGREGATE:
+        return None
     if plan.strategy != AGGREGATE or plan.in_place is None:
         raise NotIncremental(
             f"{nested.what} is recomputed in full unless its aggregates are kept in place: "
@@ -284,7 +293,8 @@ def _nested_plan(split: tuple[Any, Nested] | str, catalog_name: str) -> Plan:
     fallback = f"{nested.what} is recomputed in full without its aggregates kept in place"
     return replace(
         plan,
-        reason=f"{nested.what} kept in place ({plan.reason}); the rest recomputed over its rows",
+        reason=f"{nested.what} over an aggregate kept in place: {plan.reason}; the query "
+        "around it recomputed over the groups' rows",
         steps=nested_steps(plan.steps, nested),
         in_place=replace(plan.in_place, fallback=FULL, fallback_reason=fallback),
         nested=nested,

@@ -84,7 +84,7 @@ def nested_steps(inner: tuple[str, ...], nested: Nested) -> tuple[str, ...]:
     """An in-place inner select's steps, then the outer query's over its rows."""
     outer = ", ".join(nested.outer_inputs) or "nothing else"
     return (
-        f"{nested.what}: its aggregates kept in place",
+        f"{nested.what} over an aggregate kept in place:",
         *inner[:-1],
         "add it to the groups' kept state; compute every group's row from the state",
         f"recompute the rest of the query over those rows (it also reads {outer}); correct "

@@ -45,7 +45,7 @@ import pyarrow as pa
 from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
 from airflow_provider_ct.ivm.changes.row_match import matching_rows
-from airflow_provider_ct.ivm.changes.snapshot_files import rows_with_positions
+from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES, rows_with_positions
 from airflow_provider_ct.ivm.driver.arrow_eval import (
     ArrowEvaluator,
     NotOnDriver,
@@ -88,9 +88,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SIGN = "__ct_sign"
-#: Most files of the target the driver reads to diff, after Iceberg's pruning by the
-#: affected keys (each is read whole, one by one; past this, Spark's scan).
-DRIVER_READ_FILES = 64
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def _aggregation(tick: Tick, target: Target, decision: TickDecision) -> Aggregat
     schema, columns, table = target.query_schema, target.columns, target.table
     if plan.nested is not None:  # the state is the inner select's; the outer reads its rows
         schema = inner_schema(tick.spark, plan, views, tick.config.name, key)
-        columns, table = [f.name for f in schema.fields], None
+        columns = [f.name for f in schema.fields]
     return Aggregation(
         tick.spark,
         plan,

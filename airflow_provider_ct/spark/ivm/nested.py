@@ -23,7 +23,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import sqlglot
 
-from airflow_provider_ct.ivm.plan.nested import INNER_VIEW
+from airflow_provider_ct.core.tables import live_rows
+from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES, rows_with_positions
+from airflow_provider_ct.ivm.driver.in_place_driver import diff_rows
+from airflow_provider_ct.ivm.plan.having import INNER_VIEW, typed_outer
 from airflow_provider_ct.ivm.plan.rewrites import bind_tables
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -63,9 +66,33 @@ def outer_correction(
     nested = agg.plan.nested
     assert nested is not None
     agg.scratch.frame(agg.spark, rows, agg.schema).createOrReplaceTempView(INNER_VIEW)
-    tree = sqlglot.parse_one(nested.outer_sql, dialect="spark")
+    types = {f.name.lower(): f.dataType.simpleString() for f in agg.schema.fields}
+    tree = typed_outer(sqlglot.parse_one(nested.outer_sql, dialect="spark"), types)
     sql = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
     desired = agg.spark.sql(sql).select(*[f"`{c}`" for c in target_columns])
-    correction = compute_correction(desired, persisted(), target_columns, on_driver=True)
+    correction = _driver_diff(agg, desired, target_columns)
+    if correction is None:
+        correction = compute_correction(desired, persisted(), target_columns, on_driver=True)
     correction.notes["nested_rows"] = rows.num_rows
     return correction
+
+
+def _driver_diff(agg: Aggregation, desired: DataFrame, columns: list[str]) -> Correction | None:
+    """The outer's rows diffed on the driver with the target's, read by PyIceberg with their
+    positions (no Spark job for the target); None when either side is too large for it."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    table, base, limit = agg.table, agg.base_snapshot_id, agg.driver_rows
+    if table is None or base is None or limit <= 0 or live_rows(table, base) > limit:
+        return None
+    have = rows_with_positions(table, base, columns, None, DRIVER_READ_FILES)
+    if have is None:
+        return None
+    batches = desired.limit(limit + 1)._collect_as_arrow()
+    schema = to_arrow_schema(desired.schema)
+    want = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+    if want.num_rows > limit:
+        return None
+    diff = diff_rows(want, have, columns)
+    inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
+    return Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
