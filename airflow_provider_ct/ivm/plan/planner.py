@@ -29,8 +29,13 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
   the signed change (:mod:`.in_place`); no group is recomputed. The plan
   keeps the ``group``/``partition`` (or ``full``) plan it falls back to when
   the write job finds inexact argument types.
+* ``aggregate`` under the rest of the query (:mod:`.nested`): a CTE, an
+  aggregating derived table, ``HAVING`` or ``ORDER BY ... LIMIT`` over a
+  select that keeps its aggregates in place; the plan's blocks and
+  aggregates are that select's, and :attr:`Plan.nested` is the query
+  recomputed over its groups' rows every tick.
 * ``full``: anything else (windows, subqueries outside ``WHERE``, derived
-  tables that aggregate, CTEs, ``LIMIT``, ``UNION``
+  tables and CTEs other than those, ``LIMIT`` over rows not grouped, ``UNION``
   without ``ALL``, outer joins other than one ``LEFT JOIN`` of two different
   tables, aggregates without ``GROUP BY`` that are not kept in place,
   nondeterministic calls), with the reason.
