@@ -14,12 +14,13 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
-from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, SUM, Aggregate, InPlace
+from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, MAX, MIN, SUM, Aggregate, InPlace
 from airflow_provider_ct.ivm.state.aggregate_state import (
     combine,
     output_rows,
     spark_decimal_average,
 )
+from airflow_provider_ct.ivm.state.state_rows import every_row
 
 STATE = pa.schema(
     [
@@ -135,3 +136,95 @@ def test_an_empty_change_of_one_group_still_names_the_group() -> None:
     parts = Expressions(where=None, keys=(), arguments=(None,), summed=frozenset({0}))
     state = change_state([], parts, schema)
     assert state.to_pylist() == [{"__ct_rows": 0, "__ct_s0": None, "__ct_n0": 0}]
+
+
+#: A state with a MIN and a MAX, for the column-wise rows below.
+EXTREMA_STATE = pa.schema(
+    [
+        ("__ct_k0", pa.int64()),
+        ("__ct_k1", pa.string()),
+        ("__ct_rows", pa.int64()),
+        ("__ct_s0", pa.decimal128(25, 2)),
+        ("__ct_n0", pa.int64()),
+        ("__ct_s1", pa.int64()),
+        ("__ct_n1", pa.int64()),
+        ("__ct_x0", pa.string()),
+        ("__ct_x1", pa.decimal128(25, 2)),
+    ]
+)
+EXTREMA_VIEW = pa.schema(
+    [
+        ("total", pa.decimal128(25, 2)),
+        ("k", pa.int64()),
+        ("n", pa.int64()),
+        ("lo", pa.string()),
+        ("s", pa.string()),
+        ("hi", pa.decimal128(12, 2)),
+        ("nv", pa.int64()),
+    ]
+)
+EXTREMA_IN_PLACE = InPlace(
+    ("v", "w"),
+    (
+        Aggregate(0, SUM, 0),
+        Aggregate(2, COUNT, None),
+        Aggregate(3, MIN, 1),
+        Aggregate(5, MAX, 0),
+        Aggregate(6, COUNT, 1),
+    ),
+)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("scalar", [False, True])
+def test_every_row_column_wise_equals_the_per_group_rows(seed: int, scalar: bool) -> None:
+    """A nested plan's rows of every group, built from the state's columns, are the rows
+    the per-group arithmetic gives: NULL sums and extrema at a zero count, empty groups
+    left out (but a scalar's one group), keys out of order in the select list."""
+    rng = random.Random(seed)
+    rows = []
+    for index in range(1 if scalar else rng.randint(0, 30)):
+        count = rng.choice([0, 0, 1, 3])
+        n0, n1 = min(count, rng.randint(0, 3)), min(count, rng.randint(0, 3))
+        rows.append(
+            {
+                "__ct_k0": None if index == 3 else index,
+                "__ct_k1": rng.choice([None, "x", "é"]),
+                "__ct_rows": count,
+                "__ct_s0": Decimal(rng.randint(-999, 999)).scaleb(-2) if n0 else None,
+                "__ct_n0": n0,
+                "__ct_s1": rng.randint(-5, 5) if n1 else None,
+                "__ct_n1": n1,
+                "__ct_x0": rng.choice(["a", "zz", "m"]) if n1 else None,
+                "__ct_x1": Decimal(rng.randint(0, 99)) if n0 else None,
+            }
+        )
+    state = pa.Table.from_pylist(rows, EXTREMA_STATE)
+    keys = (1, 4)
+    _, every = combine(None, state, 2, 2, scalar=scalar, extrema=EXTREMA_IN_PLACE.extrema)
+    want = output_rows(every, EXTREMA_IN_PLACE, keys, EXTREMA_VIEW, scalar=scalar)
+    got = every_row(state, EXTREMA_IN_PLACE, keys, EXTREMA_VIEW, scalar=scalar)
+    assert got is not None
+    assert sorted(got.to_pylist(), key=repr) == sorted(want.to_pylist(), key=repr)
+
+
+def test_every_row_leaves_averages_and_overflows_to_the_per_group_rows() -> None:
+    assert every_row(_state([("a", 1, Decimal(1), 1)]), IN_PLACE, (0,), VIEW, scalar=False) is None
+    big = pa.Table.from_pylist(
+        [
+            {
+                "__ct_k0": 1,
+                "__ct_k1": "x",
+                "__ct_rows": 1,
+                "__ct_s0": Decimal("1e20"),
+                "__ct_n0": 1,
+                "__ct_s1": 1,
+                "__ct_n1": 1,
+                "__ct_x0": "a",
+                "__ct_x1": Decimal("1e20"),
+            }
+        ],
+        EXTREMA_STATE,
+    )
+    with pytest.raises(NotInPlaceError, match="a sum past its type"):
+        every_row(big, EXTREMA_IN_PLACE, (1, 4), EXTREMA_VIEW, scalar=False)

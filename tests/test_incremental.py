@@ -647,7 +647,7 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
 ) -> None:
     """The driver decides from the changes' Arrow tables what Spark's keys frame would decide."""
     from airflow_provider_ct.ivm.plan.rewrites import InlineKeys
-    from airflow_provider_ct.spark.ivm.incremental import _inline_from_arrow, _inline_keys
+    from airflow_provider_ct.spark.ivm.affected_keys import inline_from_arrow, inline_keys
 
     frame = spark.createDataFrame([(v,) for v in plus + minus], f"k {spark_type}")
     data_type = frame.schema.fields[0].dataType
@@ -655,12 +655,12 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
         spark_type, pa.date32() if spark_type == "date" else pa.float64()
     )
     columns = [pa.chunked_array([pa.array(side, arrow_type)]) for side in (plus, minus)]
-    on_driver = _inline_from_arrow(columns, data_type)
+    on_driver = inline_from_arrow(columns, data_type)
     if expected[0] == "view":
         assert on_driver is None
     else:
         assert on_driver == InlineKeys(expected[1], has_null=expected[2])
-    assert on_driver == _inline_keys(frame.distinct())
+    assert on_driver == inline_keys(frame.distinct())
 
 
 @pytest.mark.parametrize(

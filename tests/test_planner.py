@@ -35,6 +35,12 @@ CASES = [
         "HAVING over an aggregate kept in place",
     ),
     ("SELECT k, COUNT(DISTINCT v) FROM s.a GROUP BY k HAVING COUNT(*) > 2", "group", "k"),
+    ("SELECT k, COUNT(*) FROM s.a GROUP BY k HAVING MAX(b)", "aggregate", "HAVING over"),
+    (
+        "SELECT k, COUNT(*) FROM s.a GROUP BY k HAVING SUM(v) > (SELECT SUM(v) FROM s.a)",
+        "aggregate",
+        "HAVING over",
+    ),
     ("SELECT k + 1, SUM(v) FROM s.a GROUP BY k + 1 HAVING k + 1 > 2", "group", "k"),
     ("SELECT UPPER(s) AS u, COUNT(DISTINCT v) FROM s.a GROUP BY u", "group", "UPPER(s)"),
     ("SELECT k, MAX(v) FROM s.a GROUP BY 1", "aggregate", "MAX kept in place"),

@@ -41,23 +41,23 @@ def having_over_rows(predicate: Any, items: list[Any], inner: Any, block: Any) -
     Adds the hidden columns to ``inner``'s select list. None: a subquery
     other than a same-rows scalar, or a column that is no named output column.
     """
-    copy = predicate.copy()
+    holder = exp.Paren(this=predicate.copy())  # a root node replaced stays in the tree
     hidden: dict[str, str] = {}
-    for node in [n for n in copy.find_all(exp.Subquery, exp.Exists) if _outermost(n)]:
+    for node in [n for n in holder.find_all(exp.Subquery, exp.Exists) if _outermost(n)]:
         scalar = _over_rows(node, block, inner, hidden)
         if scalar is None:
             return None
         node.replace(scalar)
-    for call in _calls(copy):
+    for call in _calls(holder):
         call.replace(exp.column(_hidden(call, inner, hidden)))
-    for column in list(copy.find_all(exp.Column)):
+    for column in list(holder.find_all(exp.Column)):
         if _is_view_column(column, hidden):
             continue
         position = output_position(column, items)
         if position is None or not _named(items[position - 1]):
             return None
         column.replace(exp.column(items[position - 1].alias_or_name, quoted=True))
-    return copy
+    return holder.this
 
 
 def _over_rows(node: Any, block: Any, inner: Any, hidden: dict[str, str]) -> Any:
@@ -67,9 +67,9 @@ def _over_rows(node: Any, block: Any, inner: Any, hidden: dict[str, str]) -> Any
         return None
     if _rows_of(select) != _rows_of(block) or select.args.get("group") is not None:
         return None
-    value = select.expressions[0].unalias().copy()
-    calls = _calls(value)
-    if not calls or value.find(exp.Subquery, exp.Exists, exp.Window) is not None:
+    holder = exp.Paren(this=select.expressions[0].unalias().copy())
+    calls = _calls(holder)
+    if not calls or holder.find(exp.Subquery, exp.Exists, exp.Window) is not None:
         return None
     for call in calls:
         kind = _RE_AGGREGATE.get(type(call))
@@ -80,9 +80,9 @@ def _over_rows(node: Any, block: Any, inner: Any, hidden: dict[str, str]) -> Any
         if isinstance(call, exp.Count):
             again = exp.func("COALESCE", again, exp.Literal.number(0))
         call.replace(exp.Anonymous(this=f"{TYPED_PREFIX}{column}", expressions=[again]))
-    if any(not _is_view_column(c, hidden) for c in value.find_all(exp.Column)):
+    if any(not _is_view_column(c, hidden) for c in holder.find_all(exp.Column)):
         return None
-    return exp.select(value).from_(exp.Table(this=exp.to_identifier(INNER_VIEW))).subquery()
+    return exp.select(holder.this).from_(exp.Table(this=exp.to_identifier(INNER_VIEW))).subquery()
 
 
 def _rows_of(select: Any) -> str:

@@ -73,6 +73,7 @@ from airflow_provider_ct.ivm.state.extrema import (
     missing_columns,
     removed_column,
 )
+from airflow_provider_ct.ivm.state.state_rows import every_row
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
@@ -357,9 +358,7 @@ def correct(
         kept, change, keys, arguments, scalar=agg.scalar, extrema=extrema, rescan=rescan
     )
     if agg.target_columns is not None:  # nested: the outer query over every group's row
-        _, every = combine(None, state, keys, arguments, scalar=agg.scalar, extrema=extrema)
-        rows = _output(agg, every)
-        outer = outer_correction(agg, rows, persisted, agg.target_columns)
+        outer = outer_correction(agg, _every_row(agg, state), persisted, agg.target_columns)
         outer.notes["affected_groups"] = len(affected)
         return InPlaceResult(outer, state, state.num_rows)
     correction = _driver_correction(agg, affected, rebuild=kept is None)
@@ -459,6 +458,22 @@ def _output(agg: Aggregation, affected: list[GroupState]) -> pa.Table:
         scalar=agg.scalar,
         derived=derived_values(agg, affected),
     )
+
+
+def _every_row(agg: Aggregation, state: pa.Table) -> pa.Table:
+    """Every group's row of the view (a nested plan's inner): column-wise from the state,
+    or group by group when a column needs the per-group arithmetic."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(agg.schema)
+    keys = agg.plan.key_positions
+    rows = every_row(state, agg.in_place, keys, schema, scalar=agg.scalar)
+    if rows is not None:
+        return rows
+    extrema, arguments = agg.in_place.extrema, len(agg.in_place.arguments)
+    scalar, key_count = agg.scalar, len(agg.plan.key_sql)
+    _, every = combine(None, state, key_count, arguments, scalar=scalar, extrema=extrema)
+    return _output(agg, every)
 
 
 def _desired(agg: Aggregation, affected: list[GroupState]) -> DataFrame:

@@ -22,38 +22,39 @@ as in the full correction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from airflow_provider_ct.ivm.plan.decision import Fallback
-from airflow_provider_ct.ivm.plan.planner import GROUP, Block, KeyColumns, KeyRange, Plan
+from airflow_provider_ct.ivm.plan.planner import GROUP, Block, KeyRange, Plan
 from airflow_provider_ct.ivm.plan.read_estimate import Restriction
 from airflow_provider_ct.ivm.plan.rewrites import (
     DAY_BOUND_TYPES,
     InlineKeys,
     bind_tables,
     day_ranges,
-    key_select,
     restrict_columns_to_keys,
     restrict_to_keys,
 )
 from airflow_provider_ct.ivm.plan.sizes import ReadCheck
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.ivm.affected_keys import (
+    affected_rows,
+    inline_from_arrow,
+    inline_keys,
+    keys_from_changes,
+    keys_from_terms,
+)
 from airflow_provider_ct.spark.ivm.bindings import NEW
 from airflow_provider_ct.spark.ivm.days import (
-    INLINE_KEYS,
     Days,
     arrow_days,
     days_report,
     only_days,
     restrict_days,
 )
-from airflow_provider_ct.spark.ivm.input_changes import Bindings, InputChange
+from airflow_provider_ct.spark.ivm.input_changes import Bindings
 from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def _signed_frames(
 
 
 @dataclass(frozen=True)
-class _Delta:
+class Delta:
     """One incremental tick's query, inputs and target columns."""
 
     spark: SparkSession
@@ -105,7 +106,7 @@ def _same(tree: Any) -> Any:
     return tree
 
 
-def _linear(delta: _Delta, persisted: DataFrame) -> Correction:
+def _linear(delta: Delta, persisted: DataFrame) -> Correction:
     """The view's change as inserts and located retractions (strategy ``linear``)."""
     columns = delta.columns
     empty = persisted.select(*[f"`{c}`" for c in columns]).limit(0)
@@ -123,25 +124,7 @@ def _linear(delta: _Delta, persisted: DataFrame) -> Correction:
     )
 
 
-@dataclass(frozen=True)
-class _AffectedKeys:
-    """The keys of the groups to recompute, and how the query and the target are restricted."""
-
-    #: Columns ``__ct_k0...``: one per restricted key.
-    frame: DataFrame
-    #: The restricted keys' SQL (block scope) and positions in the target's columns.
-    key_sql: tuple[str, ...]
-    positions: tuple[int, ...]
-    #: Further ``alias.column`` filtered by ``IN`` the keys (inputs filtered before the join).
-    also: tuple[str, ...] = ()
-    #: The key's columns in the changes' Arrow tables, when all are on the
-    #: driver: the literals are then decided there, not by a Spark job.
-    on_driver: tuple[pa.ChunkedArray, ...] | None = None
-    #: ``(input, column)`` of every input column equal to the key (read from the changes).
-    members: tuple[tuple[str, str], ...] = ()
-
-
-def _group(delta: _Delta, persisted: DataFrame) -> Correction | Fallback:
+def _group(delta: Delta, persisted: DataFrame) -> Correction | Fallback:
     """Recompute the groups whose keys occur in the change; correct only their rows."""
     whole_days = _days_from_changes(delta)
     if whole_days is not None:
@@ -156,15 +139,15 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction | Fallback:
     # Days need every key: a key read from the changes alone spans all days.
     # A keyed block's subqueries move groups no key column of the block tells: its terms do.
     direct = not (plan.key_ranges or delta.bindings.keyed)
-    found = (_keys_from_changes(delta) if direct else None) or _keys_from_terms(delta)
+    found = (keys_from_changes(delta) if direct else None) or keys_from_terms(delta)
     keys = found.frame.distinct().cache()
     keys.createOrReplaceTempView(KEYS_VIEW)
     if len(found.key_sql) != 1:
         inline = None
     elif found.on_driver is not None:
-        inline = _inline_from_arrow(found.on_driver, keys.schema.fields[0].dataType)
+        inline = inline_from_arrow(found.on_driver, keys.schema.fields[0].dataType)
     else:
-        inline = _inline_keys(keys)
+        inline = inline_keys(keys)
     days = _affected_days(delta, keys, inline)
     if delta.check_reads is not None:
         costly = delta.check_reads(_restrictions(found.members, inline, days))
@@ -181,7 +164,7 @@ def _group(delta: _Delta, persisted: DataFrame) -> Correction | Fallback:
     desired = delta.frame(block, new_views, columns, restrict).cache()
     # Cached too: the diff reads the target's affected rows, and the
     # retractions are picked from them again (else a second target scan).
-    affected = _affected_rows(persisted, columns, found, keys, inline)
+    affected = affected_rows(persisted, columns, found, keys, inline)
     affected = only_days(affected, columns, plan, days).cache()
     correction = _correct_releasing(
         lambda: compute_correction(desired, affected, columns, on_driver=delta.on_driver),
@@ -216,7 +199,7 @@ def _restrictions(
     return out
 
 
-def _whole_days(delta: _Delta, persisted: DataFrame, days: Days) -> Correction | Fallback:
+def _whole_days(delta: Delta, persisted: DataFrame, days: Days) -> Correction | Fallback:
     """Recompute every group of the changed days: no keys to find, no Spark job to find them.
 
     When the input holding the day column is the only one that changed, a
@@ -248,7 +231,7 @@ def _whole_days(delta: _Delta, persisted: DataFrame, days: Days) -> Correction |
     return correction
 
 
-def _days_from_changes(delta: _Delta) -> Days | None:
+def _days_from_changes(delta: Delta) -> Days | None:
     """The changed rows' days, read on the driver, when they bound every affected group.
 
     Only when the one input that changed holds the day key's column (a
@@ -277,14 +260,14 @@ def _days_from_changes(delta: _Delta) -> Days | None:
     return None
 
 
-def _column_type(delta: _Delta, key_range: KeyRange) -> str | None:
+def _column_type(delta: Delta, key_range: KeyRange) -> str | None:
     """The Spark type (``simpleString``) of a day key's column in its input, if it has one."""
     schema = delta.spark.table(delta.bindings.views[key_range.input][NEW]).schema
     types = [f.dataType.simpleString() for f in schema.fields if f.name.lower() == key_range.column]
     return types[0] if len(types) == 1 else None
 
 
-def _affected_days(delta: _Delta, keys: DataFrame, inline: InlineKeys | None) -> Days:
+def _affected_days(delta: Delta, keys: DataFrame, inline: InlineKeys | None) -> Days:
     """The affected days of each day key whose column a range can bound (few enough to inline).
 
     Read from the keys already computed (inlined literals, or one small job
@@ -300,157 +283,10 @@ def _affected_days(delta: _Delta, keys: DataFrame, inline: InlineKeys | None) ->
         if inline is not None and len(delta.plan.key_sql) == 1:
             values: InlineKeys | None = inline
         else:
-            values = _inline_keys(keys.select(f"__ct_k{key_range.index}").distinct())
+            values = inline_keys(keys.select(f"__ct_k{key_range.index}").distinct())
         if values is not None:
             out[(key_range, str(column_type))] = values
     return out
-
-
-def _inlinable(data_type: Any) -> bool:
-    """Whether SQL writes a value of this Spark type exactly as a literal."""
-    from pyspark.sql import types as T
-
-    simple = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.BooleanType)
-    return isinstance(data_type, (*simple, T.DateType))
-
-
-def _as_inline(values: list[Any]) -> InlineKeys:
-    present = tuple(sorted(v for v in values if v is not None))
-    log.info("%d affected keys inlined as literals", len(values))
-    return InlineKeys(present, has_null=len(present) != len(values))
-
-
-def _inline_keys(keys: DataFrame) -> InlineKeys | None:
-    """The affected keys as literals, when there are few and of a type SQL writes exactly."""
-    if not _inlinable(keys.schema.fields[0].dataType):
-        return None
-    rows = keys.limit(INLINE_KEYS + 1).collect()
-    if len(rows) > INLINE_KEYS:
-        return None
-    return _as_inline([row[0] for row in rows])
-
-
-def _inline_from_arrow(columns: Sequence[pa.ChunkedArray], data_type: Any) -> InlineKeys | None:
-    """:func:`_inline_keys` over the changes' key columns on the driver: no Spark job.
-
-    The changes are Arrow tables before Spark reads them, so their distinct
-    keys are counted here; asking Spark costs three small jobs per tick.
-    """
-    if not _inlinable(data_type):
-        return None
-    found: set[Any] = set()
-    for column in columns:
-        found.update(pc.unique(column).to_pylist())
-        if len(found) > INLINE_KEYS:
-            return None
-    return _as_inline(list(found))
-
-
-def _affected_rows(
-    persisted: DataFrame,
-    columns: list[str],
-    found: _AffectedKeys,
-    keys: DataFrame,
-    inline: InlineKeys | None,
-) -> DataFrame:
-    """The target's rows in the affected groups (``<=>`` on every restricted key)."""
-    from pyspark.sql import functions as F
-
-    if inline is not None:
-        column = persisted[f"`{columns[found.positions[0]]}`"]
-        kept = column.isin(list(inline.values)) if inline.values else F.lit(False)
-        if inline.has_null:
-            kept = kept | column.isNull()
-        return persisted.where(kept)
-    condition = None
-    for i, position in enumerate(found.positions):
-        clause = persisted[f"`{columns[position]}`"].eqNullSafe(keys[f"__ct_k{i}"])
-        condition = clause if condition is None else condition & clause
-    return persisted.join(F.broadcast(keys), condition, "left_semi")
-
-
-def _keys_from_terms(delta: _Delta) -> _AffectedKeys:
-    """Every grouping key of the rows the delta terms add or remove (joins evaluated)."""
-    plan = delta.plan
-    key_names = [f"__ct_k{i}" for i in range(len(plan.key_sql))]
-    block = plan.blocks[0]
-
-    def keys_of(tree: Any) -> Any:
-        return key_select(tree, plan.key_sql)
-
-    new_views = {name: names[NEW] for name, names in delta.bindings.views.items()}
-    frames = [
-        delta.frame(block, term.views, key_names, keys_of) for term in terms(plan, delta.bindings)
-    ] or [delta.frame(block, new_views, key_names, keys_of).limit(0)]
-    keys = frames[0]
-    for frame in frames[1:]:
-        keys = keys.union(frame)
-    return _AffectedKeys(keys, plan.key_sql, plan.key_positions)
-
-
-def _keys_from_changes(delta: _Delta) -> _AffectedKeys | None:
-    """One key read straight from the changed rows, when every changed input holds it.
-
-    A changed row of input ``T`` reaches the aggregation only joined by the
-    block's equalities, so its group's key equals ``T``'s column in the
-    key's equality class: the values of that column in ``T``'s change are a
-    superset of the affected groups' keys (filters and unmatched rows only
-    make it larger, which costs a few groups recomputed, never a wrong one).
-    No input is scanned to find them. ``None`` when no key qualifies.
-    """
-    changed = sorted(delta.bindings.changed)
-    if not changed:
-        return None
-    for found in delta.plan.key_columns:
-        if not all(found.columns_of(name) for name in changed):
-            continue
-        if not _same_types(delta, found):
-            continue
-        parts = []
-        arrow: list[pa.ChunkedArray] | None = []
-        for name in changed:
-            column = found.columns_of(name)[0].split(".", 1)[1]
-            change = delta.bindings.changes[name]
-            for side in (change.plus, change.minus):
-                parts.append(side.select(side[f"`{column}`"].alias("__ct_k0")))
-            arrow = _arrow_columns(arrow, change, column)
-        frame = parts[0]
-        for part in parts[1:]:
-            frame = frame.union(part)
-        also = tuple(f"{a}.{c}" for _, a, c in found.members) if len(found.members) > 1 else ()
-        key_sql = (delta.plan.key_sql[found.index],)
-        positions = (delta.plan.key_positions[found.index],)
-        on_driver = None if arrow is None else tuple(arrow)
-        members = tuple((n, c) for n, _, c in found.members)
-        return _AffectedKeys(frame, key_sql, positions, also, on_driver, members)
-    return None
-
-
-def _arrow_columns(
-    found: list[pa.ChunkedArray] | None, change: InputChange, column: str
-) -> list[pa.ChunkedArray] | None:
-    """``found`` plus ``column`` of the change's Arrow tables (``None``: not all on the driver)."""
-    if found is None or change.arrow is None:
-        return None
-    out = list(found)
-    for table in change.arrow:
-        names = [n for n in table.column_names if n.lower() == column.lower()]
-        if len(names) != 1:
-            return None
-        out.append(table.column(names[0]))
-    return out
-
-
-def _same_types(delta: _Delta, found: KeyColumns) -> bool:
-    """The class's columns share one type, so equal values compare as the join compared them."""
-    types: list[str] = []
-    for name, _, column in found.members:
-        schema = delta.spark.table(delta.bindings.views[name][NEW]).schema
-        matches = [f.dataType.simpleString() for f in schema.fields if f.name.lower() == column]
-        if len(matches) != 1:
-            return False
-        types.extend(matches)
-    return len(set(types)) == 1
 
 
 def _correct_releasing(compute: Any, *cached: DataFrame) -> Correction:
@@ -491,10 +327,10 @@ def incremental_correction(
 
     :param persisted: the target's head with ``_file`` and ``_pos``.
     :param on_driver: diff small sides on the driver (see ``.driver_diff``).
-    :param check_reads: see :attr:`_Delta.check_reads`.
+    :param check_reads: see :attr:`Delta.check_reads`.
     """
     register_left_join_restrictions(spark, plan, bindings)
-    delta = _Delta(spark, plan, bindings, catalog_name, columns, on_driver, check_reads)
+    delta = Delta(spark, plan, bindings, catalog_name, columns, on_driver, check_reads)
     try:
         if plan.grouped:
             return _group(delta, persisted)
