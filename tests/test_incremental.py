@@ -156,7 +156,7 @@ QUERIES = {
     # another aggregate (q13's shape), and the top groups (ORDER BY ... LIMIT).
     "nested_cte": (
         "aggregate",
-        "WITH rev AS (SELECT k, SUM(v) AS total, COUNT(*) AS n FROM {ns}.a GROUP BY k)"
+        "WITH rev(k, total, n) AS (SELECT k, SUM(v), COUNT(*) FROM {ns}.a GROUP BY k)"
         " SELECT b.name, rev.k, rev.total, rev.n FROM {ns}.b b JOIN rev ON b.k = rev.k"
         " WHERE rev.total = (SELECT MAX(total) FROM rev) OR rev.n > 3",
     ),

@@ -125,6 +125,11 @@ CASES = [
     ),
     ("WITH x AS (SELECT k FROM s.a) SELECT 1 AS o FROM s.b", "full", "never read"),
     (
+        "WITH x(kk, t) AS (SELECT k, SUM(v) FROM s.a GROUP BY k) SELECT kk FROM x WHERE t > 1",
+        "aggregate",
+        "WITH x over",
+    ),
+    (
         "SELECT k, SUM(v) AS t FROM s.a GROUP BY k ORDER BY t DESC LIMIT 3",
         "aggregate",
         "ORDER BY ... LIMIT over an aggregate kept in place",
@@ -226,6 +231,18 @@ def test_having_over_the_same_rows_reads_the_kept_groups() -> None:
         "* 0.0001 FROM s.ps, s.su WHERE", "* 0.0001 FROM s.ps, s.su WHERE 1 = 1 AND"
     )
     assert plan_query(parse_query(other)).strategy == "full"  # a subquery outside WHERE
+
+
+def test_a_cte_with_column_names_keeps_them_at_every_read() -> None:
+    plan = plan_query(
+        parse_query(
+            "WITH x(kk, t) AS (SELECT k, SUM(v) FROM s.a GROUP BY k)"
+            " SELECT y.kk FROM x AS y WHERE y.t = (SELECT MAX(t) FROM x)"
+        )
+    )
+    assert plan.nested is not None
+    outer = plan.nested.outer_sql
+    assert f"{INNER_VIEW} AS y(kk, t)" in outer and f"{INNER_VIEW} AS x(kk, t)" in outer, outer
 
 
 def test_top_k_orders_the_kept_groups_by_their_positions() -> None:

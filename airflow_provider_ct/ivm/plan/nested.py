@@ -98,8 +98,11 @@ def _from_cte(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str:
     reads = [t for t in outer.find_all(exp.Table) if _names(t, name)]
     if not reads:
         return f"the CTE {name} is never read: recomputed in full"
+    renamed = cte.args["alias"].args.get("columns")  # WITH r(a, b) AS (...)
     for table in reads:
         alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+        if renamed and not alias.args.get("columns"):
+            alias = exp.TableAlias(this=alias.this, columns=[c.copy() for c in renamed])
         table.replace(exp.Table(this=exp.to_identifier(INNER_VIEW), alias=alias))
     return inner, _nested(f"WITH {name}", outer, catalog_name)
 
