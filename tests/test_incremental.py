@@ -723,6 +723,29 @@ def test_in_place_views_verify_every_nth_tick_through_their_fallback(
     ], seen
 
 
+def test_a_nested_view_whose_outer_reads_most_bytes_runs_in_full(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``auto`` with the read share on, the query around the kept aggregate reads
+    ``b`` whole on every tick: past the share the tick runs in full, saying so; under it
+    (the share set higher than ``b``'s part of the bytes) it runs in place. Every tick
+    equals DuckDB's."""
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, "nested_priced")
+    sql = QUERIES["nested_cte"][1].format(ns=ns)
+    seen = []
+    for n, share in enumerate(("0", "0.01", "0.999"), start=1):
+        monkeypatch.setenv("CT_FULL_ABOVE_READ_SHARE", share)
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        seen.append((report["strategy"], report.get("reason", "")))
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+    assert seen[1][0] == "full" and seen[2][0] == "aggregate", seen
+    reason = seen[1][1]
+    assert f"the query around the kept aggregate reads {ns}.b whole on every tick" in reason
+
+
 def test_keyed_reads_are_priced_by_the_files_their_keys_reach(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
