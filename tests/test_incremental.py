@@ -253,6 +253,21 @@ def _tick(
     return report
 
 
+def _checked_tick(
+    spark: Any, config: CatalogConfig, inputs: Inputs, sql: str, n: int, **mutate: Any
+) -> tuple[str, str]:
+    """Tick ``n`` (at ``1_000 * n``) after a change of the inputs: its strategy and reason.
+
+    The view (``<ns>.view``) must then equal DuckDB's over the rows the test wrote.
+    """
+    inputs.mutate(1_000 * n - 500, **mutate)
+    inputs.seal(1_000 * n)
+    report = _tick(spark, config, f"{inputs.ns}.view", sql, 1_000 * n)
+    got = rows_of(config.load().load_table(f"{inputs.ns}.view"))
+    assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+    return report["strategy"], report.get("reason", "")
+
+
 def _normalized(rows: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
     """AVG's float: DuckDB and Spark may differ in the last bits."""
     return Counter(
@@ -487,14 +502,10 @@ def test_a_changed_table_without_the_key_runs_the_tick_in_full(
         f"SELECT a.s, COUNT(*) AS n, SUM(a.id) AS t FROM {ns}.a a JOIN {ns}.b b ON a.v < b.k"
         f" WHERE a.id > (SELECT MIN(a2.id) FROM {ns}.a a2 WHERE a2.k = a.k) GROUP BY a.s"
     )
-    seen = []
-    for n, change_b in enumerate((True, False, True), start=1):
-        inputs.mutate(1_000 * n - 500, change_b=change_b, rewrite_b=False)
-        inputs.seal(1_000 * n)
-        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
-        seen.append((report["strategy"], report.get("reason", "")))
-        got = rows_of(catalog.load_table(f"{ns}.view"))
-        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+    seen = [
+        _checked_tick(spark, spark_catalog_config, inputs, sql, n, change_b=b, rewrite_b=False)
+        for n, b in enumerate((True, False, True), start=1)
+    ]
     assert seen[1][0] == "aggregate" and seen[2][0] == "full", seen
     assert "holds no column equal to the subqueries' key" in seen[2][1], seen
 
@@ -730,17 +741,12 @@ def test_a_nested_view_whose_outer_reads_most_bytes_runs_in_full(
     ``b`` whole on every tick: past the share the tick runs in full, saying so; under it
     (the share set higher than ``b``'s part of the bytes) it runs in place. Every tick
     equals DuckDB's."""
-    ns, catalog, inputs = _inputs_of(spark_catalog_config, "nested_priced")
+    ns, _, inputs = _inputs_of(spark_catalog_config, "nested_priced")
     sql = QUERIES["nested_cte"][1].format(ns=ns)
     seen = []
     for n, share in enumerate(("0", "0.01", "0.999"), start=1):
         monkeypatch.setenv("CT_FULL_ABOVE_READ_SHARE", share)
-        inputs.mutate(1_000 * n - 500)
-        inputs.seal(1_000 * n)
-        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
-        seen.append((report["strategy"], report.get("reason", "")))
-        got = rows_of(catalog.load_table(f"{ns}.view"))
-        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+        seen.append(_checked_tick(spark, spark_catalog_config, inputs, sql, n))
     assert seen[1][0] == "full" and seen[2][0] == "aggregate", seen
     reason = seen[1][1]
     assert f"the query around the kept aggregate reads {ns}.b whole on every tick" in reason
