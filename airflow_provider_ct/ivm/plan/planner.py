@@ -78,8 +78,10 @@ from airflow_provider_ct.ivm.plan.group_keys import (
 )
 from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
 from airflow_provider_ct.ivm.plan.keyed import keyed_shape
+from airflow_provider_ct.ivm.plan.left_join import LeftJoin, left_join
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.nested import Nested, split_nested
+from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 from airflow_provider_ct.ivm.plan.steps import (
     block_step,
     in_place_reason,
@@ -97,21 +99,6 @@ AGGREGATE = "aggregate"
 FULL = "full"
 #: Strategies that recompute the groups a change affects.
 GROUPED = (GROUP, PARTITION)
-
-
-class NotIncremental(Exception):
-    """The query's shape has no incremental strategy; the message says why."""
-
-
-@dataclass(frozen=True)
-class LeftJoin:
-    """``preserved LEFT JOIN optional ON preserved.a = optional.b AND ...``."""
-
-    preserved: str
-    optional: str
-    #: Column names of the preserved / optional side, pairwise equal in ``ON``.
-    preserved_keys: tuple[str, ...]
-    optional_keys: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -526,7 +513,7 @@ def _block(select: Any, catalog_name: str) -> Block:
     if any(t.args.get("joins") or t.find(exp.Lateral) for t in tables):
         raise NotIncremental("LATERAL views are recomputed in full")
     names = [normalize_table_name(qualified_name(t), catalog_name) for t in tables]
-    left = _left_join(select, joins, tables, names)
+    left = left_join(select, joins, tables, names)
     if left is not None and len(set(names)) != len(names):
         raise NotIncremental("a LEFT JOIN of a table with itself is recomputed in full")
     if left is not None and fixed:
@@ -547,49 +534,6 @@ def block_tables(select: Any) -> list[Any]:
     if from_ is None or not isinstance(from_.this, exp.Table):
         raise NotIncremental("the FROM clause is not a table")
     return [from_.this, *(j.this for j in select.args.get("joins") or [])]
-
-
-def _left_join(select: Any, joins: list[Any], tables: list[Any], names: list[str]) -> Any:
-    """The block's one LEFT JOIN, if any; inner and cross joins need nothing more."""
-    sides = [(j.side or "").upper() for j in joins]
-    for join, side in zip(joins, sides, strict=True):
-        kind = (join.kind or "").upper()
-        if kind in {"SEMI", "ANTI"} or join.args.get("using"):
-            raise NotIncremental(f"{kind or 'USING'} joins are recomputed in full")
-        if side and join.args.get("on") is None:
-            raise NotIncremental(f"a {side} JOIN without ON is recomputed in full")
-    if not any(sides):
-        return None
-    if len(joins) != 1 or sides[0] != "LEFT":
-        raise NotIncremental(
-            "outer joins other than one LEFT JOIN of two tables are recomputed in full"
-        )
-    preserved_alias = tables[0].alias_or_name.lower()
-    optional_alias = tables[1].alias_or_name.lower()
-    pairs = _equalities(joins[0].args["on"], preserved_alias, optional_alias)
-    return LeftJoin(
-        preserved=names[0],
-        optional=names[1],
-        preserved_keys=tuple(p for p, _ in pairs),
-        optional_keys=tuple(o for _, o in pairs),
-    )
-
-
-def _equalities(on: Any, preserved: str, optional: str) -> list[tuple[str, str]]:
-    """``a.x = b.y AND ...`` as (preserved column, optional column) pairs."""
-    conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on]
-    pairs: list[tuple[str, str]] = []
-    for c in conjuncts:
-        if not isinstance(c, exp.EQ):
-            raise NotIncremental("a LEFT JOIN whose ON is not a conjunction of equalities")
-        left, right = c.this, c.expression
-        if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
-            raise NotIncremental("a LEFT JOIN whose ON compares expressions, not columns")
-        sides = {left.table.lower(): left.name, right.table.lower(): right.name}
-        if set(sides) != {preserved, optional}:
-            raise NotIncremental("a LEFT JOIN whose ON columns are not qualified by both tables")
-        pairs.append((sides[preserved], sides[optional]))
-    return pairs
 
 
 def qualified_name(table: Any) -> str:

@@ -1,0 +1,107 @@
+"""The in-place tick's diff on the driver: the affected groups' rows against the target's.
+
+Split from :mod:`.in_place`, which computes the groups' rows: this reads the
+target's rows of those groups with their positions (PyIceberg, pruned by
+the groups' keys where the target's files allow) and diffs them by value,
+so a small target needs no Spark job; None sends the diff to Spark.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_ct.core.tables import live_rows
+from airflow_provider_ct.ivm.changes.row_match import matching_rows
+from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES, rows_with_positions
+from airflow_provider_ct.ivm.driver.in_place_driver import diff_rows
+from airflow_provider_ct.ivm.state.aggregate_state import GroupState
+from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
+
+if TYPE_CHECKING:
+    from airflow_provider_ct.spark.ivm.in_place import Aggregation
+
+log = logging.getLogger(__name__)
+
+
+def driver_correction(
+    agg: Aggregation,
+    affected: list[GroupState],
+    output: Callable[[], pa.Table],
+    *,
+    rebuild: bool,
+) -> Correction | None:
+    """The affected groups' correction diffed on the driver against the target's rows
+    read with their positions; None when the target is too large (or new): Spark diffs."""
+
+    if agg.table is None or agg.base_snapshot_id is None or agg.driver_rows <= 0:
+        return None
+    if live_rows(agg.table, agg.base_snapshot_id) > agg.driver_rows:
+        return None
+    row_filter = None if rebuild or agg.scalar else _groups_filter(agg, affected)
+    have = rows_with_positions(
+        agg.table, agg.base_snapshot_id, agg.columns, row_filter, DRIVER_READ_FILES
+    )
+    if have is None:
+        return None  # more files than the driver reads one by one: Spark's scan
+    files_read = len(set(have.column("_file").to_pylist()))
+    if not rebuild:
+        have = _of_groups(agg, have, affected)
+    rows = output()
+    diff = diff_rows(rows.select(agg.columns), have, agg.columns)
+    inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
+    log.info("in-place rows diffed on the driver: +%d -%d", inserted, retracted)
+    correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
+    correction.notes["target_files_read"] = files_read
+    return correction
+
+
+def _groups_filter(agg: Aggregation, affected: list[GroupState]) -> Any:
+    """A PyIceberg filter holding the affected groups' keys (each key ``IN`` its values):
+    the files it prunes (a target partitioned by a key) are not read. None: no pruning."""
+    from pyiceberg import expressions
+
+    iceberg: Any = expressions  # pydantic models: their constructors confuse mypy
+    out: Any = None
+    for index, position in enumerate(agg.plan.key_positions):
+        values = {group.key[index] for group in affected}
+        present = [v for v in values if v is not None]
+        exact = all(_prunable(v) for v in present)
+        if len(present) > INLINE_KEYS or not exact:
+            continue
+        name = agg.schema.fields[position].name
+        clause = iceberg.In(name, set(present)) if present else iceberg.AlwaysFalse()
+        if None in values:
+            clause = iceberg.Or(clause, iceberg.IsNull(name))
+        out = clause if out is None else iceberg.And(out, clause)
+    return out
+
+
+def _prunable(value: Any) -> bool:
+    """A key value PyIceberg's literals take exactly (not a timestamp: its zone is Spark's)."""
+    plain = isinstance(value, str | int | datetime.date)
+    return plain and not isinstance(value, datetime.datetime)
+
+
+def _of_groups(agg: Aggregation, have: pa.Table, affected: list[GroupState]) -> pa.Table:
+    """The rows of ``have`` in the affected groups (equal keys, NULL matching NULL)."""
+    if agg.scalar:  # one group: all rows, or none when the group is not affected
+        return have if affected else have.slice(0, 0)
+    names = [agg.schema.fields[p].name for p in agg.plan.key_positions]
+    try:  # compared in Arrow: a target of many groups is not turned into Python tuples
+        wanted = pa.table(
+            {
+                n: pa.array([g.key[i] for g in affected], type=have.schema.field(n).type)
+                for i, n in enumerate(names)
+            }
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        keys = zip(*(have.column(n).to_pylist() for n in names), strict=True)
+        chosen = {group.key for group in affected}
+        return have.filter(pa.array([key in chosen for key in keys], pa.bool_()))
+    return have.filter(pa.array(matching_rows(have.select(names), wanted)))
