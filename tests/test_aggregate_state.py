@@ -16,10 +16,11 @@ import pytest
 from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
 from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, MAX, MIN, SUM, Aggregate, InPlace
 from airflow_provider_ct.ivm.state.aggregate_state import (
-    combine,
+    GroupState,
     output_rows,
     spark_decimal_average,
 )
+from airflow_provider_ct.ivm.state.state_add import add_change
 from airflow_provider_ct.ivm.state.state_rows import every_row
 
 STATE = pa.schema(
@@ -50,6 +51,12 @@ IN_PLACE = InPlace(
 )
 
 
+def _combine(*args: Any, **kwargs: Any) -> tuple[pa.Table, list[GroupState]]:
+    """The new state and the affected groups (as objects) of :func:`add_change`."""
+    added = add_change(*args, **kwargs)
+    return added.state, added.groups
+
+
 def _state(rows: list[tuple[Any, ...]]) -> pa.Table:
     return pa.Table.from_pylist([dict(zip(STATE.names, r, strict=True)) for r in rows], STATE)
 
@@ -58,7 +65,7 @@ def test_state_plus_change_is_exact_and_empty_groups_disappear() -> None:
     d = Decimal
     kept = _state([("a", 3, d("10.10"), 2), ("b", 1, d("0.01"), 1), (None, 2, None, 0)])
     change = _state([("a", -1, d("-0.10"), -1), ("b", -1, d("-0.01"), -1), ("c", 2, None, 0)])
-    state, affected = combine(kept, change, 1, 1, scalar=False)
+    state, affected = _combine(kept, change, 1, 1, scalar=False)
     by_key = {r["__ct_k0"]: r for r in state.to_pylist()}
     assert set(by_key) == {"a", None, "c"}  # b lost its last row
     assert by_key["a"]["__ct_rows"] == 2 and by_key["a"]["__ct_s0"] == d("10.00")
@@ -73,7 +80,7 @@ def test_state_plus_change_is_exact_and_empty_groups_disappear() -> None:
 
 def test_a_scalar_aggregate_keeps_its_one_group_when_empty() -> None:
     kept = _state([("", 1, Decimal("2.50"), 1)])
-    state, affected = combine(kept, _state([("", -1, Decimal("-2.50"), -1)]), 1, 1, scalar=True)
+    state, affected = _combine(kept, _state([("", -1, Decimal("-2.50"), -1)]), 1, 1, scalar=True)
     assert state.num_rows == 1
     rows = output_rows(affected, IN_PLACE, (0,), VIEW, scalar=True).to_pylist()
     assert rows == [{"k": "", "n": 0, "total": None, "avg": None, "nv": 0}]
@@ -81,7 +88,8 @@ def test_a_scalar_aggregate_keeps_its_one_group_when_empty() -> None:
 
 def test_a_change_below_zero_means_the_state_was_not_its_base() -> None:
     with pytest.raises(StateMismatchError, match="not the one the change was computed against"):
-        combine(_state([("a", 1, Decimal(1), 1)]), _state([("a", -2, None, 0)]), 1, 1, scalar=False)
+        kept, change = _state([("a", 1, Decimal(1), 1)]), _state([("a", -2, None, 0)])
+        add_change(kept, change, 1, 1, scalar=False)
 
 
 @pytest.mark.spark
@@ -122,7 +130,7 @@ def test_a_sum_past_its_type_leaves_the_view_to_its_fallback() -> None:
     kept = pa.Table.from_pylist([{"__ct_k0": "a", "__ct_rows": 1, "__ct_s0": big, "__ct_n0": 1}])
     change = pa.Table.from_pylist([{"__ct_k0": "a", "__ct_rows": 1, "__ct_s0": 1, "__ct_n0": 1}])
     with pytest.raises(NotInPlaceError, match="a sum past its type"):
-        combine(kept.cast(schema), change.cast(schema), 1, 1, scalar=False)
+        _combine(kept.cast(schema), change.cast(schema), 1, 1, scalar=False)
 
 
 def test_an_empty_change_of_one_group_still_names_the_group() -> None:
@@ -201,7 +209,7 @@ def test_every_row_column_wise_equals_the_per_group_rows(seed: int, scalar: bool
         )
     state = pa.Table.from_pylist(rows, EXTREMA_STATE)
     keys = (1, 4)
-    _, every = combine(None, state, 2, 2, scalar=scalar, extrema=EXTREMA_IN_PLACE.extrema)
+    _, every = _combine(None, state, 2, 2, scalar=scalar, extrema=EXTREMA_IN_PLACE.extrema)
     want = output_rows(every, EXTREMA_IN_PLACE, keys, EXTREMA_VIEW, scalar=scalar)
     got = every_row(state, EXTREMA_IN_PLACE, keys, EXTREMA_VIEW, scalar=scalar)
     assert got is not None

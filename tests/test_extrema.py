@@ -6,7 +6,7 @@ its ties and its last rows, with NULL values and NULL keys), computes the
 change's state with the driver's aggregation
 (:func:`~airflow_provider_ct.ivm.driver.in_place_driver.change_state`) over
 the rows the test chose, adds it to the kept state
-(:func:`~airflow_provider_ct.ivm.state.aggregate_state.combine`) and checks
+(:func:`~airflow_provider_ct.ivm.state.state_add.add_change`) and checks
 every group's extrema, counts and rows against ``min``/``max`` of the
 model's values. The reader of stale groups answers from the model too, and
 the test checks it is asked for exactly the groups where a deleted value
@@ -28,8 +28,9 @@ from airflow_provider_ct.exceptions import StateMismatchError
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, node_key
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, change_state
 from airflow_provider_ct.ivm.plan.in_place import MAX, MIN, Aggregate, InPlace
-from airflow_provider_ct.ivm.state.aggregate_state import combine, output_rows
+from airflow_provider_ct.ivm.state.aggregate_state import GroupState, output_rows
 from airflow_provider_ct.ivm.state.extrema import change_schema
+from airflow_provider_ct.ivm.state.state_add import add_change
 
 Row = tuple[Any, ...]  # (k, v, s, d)
 ROWS = pa.schema([("k", pa.string()), ("v", pa.int64()), ("s", pa.string()), ("d", pa.date32())])
@@ -51,6 +52,12 @@ PARTS = Expressions(
 )
 TYPES = {node_key(exp.column(c)): t for c, t in zip(ROWS.names, ROWS.types, strict=True)}
 DAY = dt.date(2026, 1, 1)
+
+
+def _combine(*args: Any, **kwargs: Any) -> tuple[pa.Table, list[GroupState]]:
+    """The new state and the affected groups (as objects) of :func:`add_change`."""
+    added = add_change(*args, **kwargs)
+    return added.state, added.groups
 
 
 def _rows(rows: Sequence[Row]) -> ArrowEvaluator:
@@ -147,7 +154,7 @@ def _deleted(rng: random.Random, rows: list[Row]) -> list[Row]:
 def test_min_max_state_matches_the_model_over_random_changes(seed: int) -> None:
     rng = random.Random(seed)
     rows = [_new_row(rng) for _ in range(rng.randint(0, 12))]
-    state, _ = combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
+    state, _ = _combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
     assert _state_of(state) == _model(rows)
     read_again = 0
     for _ in range(25):
@@ -159,7 +166,7 @@ def test_min_max_state_matches_the_model_over_random_changes(seed: int) -> None:
         after = remaining + plus
         reader = ModelReader(after)
         kept = state
-        state, affected = combine(
+        state, affected = _combine(
             kept, _change(plus, minus), 1, 3, scalar=False, extrema=EXTREMA, rescan=reader
         )
         assert _state_of(state) == _model(after), (seed, plus, minus)
@@ -172,9 +179,9 @@ def test_min_max_state_matches_the_model_over_random_changes(seed: int) -> None:
 
 def test_a_deleted_tie_reads_the_group_again_and_keeps_the_maximum() -> None:
     rows = [("a", 5, "x", DAY), ("a", 5, "y", DAY), ("a", 1, None, None), ("b", 2, "z", DAY)]
-    state, _ = combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
+    state, _ = _combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
     reader = ModelReader(rows[1:])
-    state, _ = combine(
+    state, _ = _combine(
         state, _change([], rows[:1]), 1, 3, scalar=False, extrema=EXTREMA, rescan=reader
     )
     assert reader.asked == [("a",)]  # b's extrema were untouched: never read
@@ -183,7 +190,7 @@ def test_a_deleted_tie_reads_the_group_again_and_keeps_the_maximum() -> None:
 
 def test_deletes_inside_the_extremum_and_a_groups_last_row_read_nothing() -> None:
     rows = [("a", 5, "x", DAY), ("a", 3, None, None), ("b", 2, "z", DAY), ("c", None, None, None)]
-    state, _ = combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
+    state, _ = _combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
 
     def never(keys: list[tuple[Any, ...]]) -> Mapping[tuple[Any, ...], Sequence[Any]]:
         raise AssertionError(f"read again: {keys}")
@@ -191,7 +198,7 @@ def test_deletes_inside_the_extremum_and_a_groups_last_row_read_nothing() -> Non
     # a's deleted 3 lies inside MAX(v)=5, and the inserted 1 moves MIN(v) below it;
     # b loses its last row: nothing to read for either.
     plus, minus = [("a", 1, "z", DAY)], [("a", 3, None, None), ("b", 2, "z", DAY)]
-    state, affected = combine(
+    state, affected = _combine(
         state, _change(plus, minus), 1, 3, scalar=False, extrema=EXTREMA, rescan=never
     )
     assert _state_of(state) == _model([rows[0], plus[0], rows[3]])
@@ -201,16 +208,16 @@ def test_deletes_inside_the_extremum_and_a_groups_last_row_read_nothing() -> Non
 
 def test_the_last_non_null_value_deleted_gives_null_without_a_read() -> None:
     rows = [("a", 5, "x", DAY), ("a", None, None, None)]
-    state, _ = combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
-    state, _ = combine(state, _change([], rows[:1]), 1, 3, scalar=False, extrema=EXTREMA)
+    state, _ = _combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
+    state, _ = _combine(state, _change([], rows[:1]), 1, 3, scalar=False, extrema=EXTREMA)
     assert _state_of(state)["a"] == [1, None, None, None, None]
 
 
 def test_a_stale_group_missing_from_the_inputs_means_the_state_was_wrong() -> None:
     rows = [("a", 5, "x", DAY), ("a", 4, "x", DAY)]
-    state, _ = combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
+    state, _ = _combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
     with pytest.raises(StateMismatchError, match="none in the inputs"):
-        combine(
+        _combine(
             state,
             _change([], rows[:1]),
             1,
@@ -223,10 +230,10 @@ def test_a_stale_group_missing_from_the_inputs_means_the_state_was_wrong() -> No
 
 def test_a_state_without_the_extremum_columns_is_not_used() -> None:
     rows = [("a", 5, "x", DAY)]
-    state, _ = combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
+    state, _ = _combine(None, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
     older = state.drop_columns(["__ct_x3"])
     with pytest.raises(StateMismatchError, match="__ct_x3"):
-        combine(older, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
+        _combine(older, _change(rows, []), 1, 3, scalar=False, extrema=EXTREMA)
 
 
 def test_output_rows_give_the_extrema_and_null_for_no_value() -> None:
@@ -244,7 +251,7 @@ def test_output_rows_give_the_extrema_and_null_for_no_value() -> None:
     parts = Expressions(None, PARTS.keys, PARTS.arguments, frozenset(), in_place.extrema)
     rows = [("a", 5, "x", DAY), ("a", 7, "é", None), ("b", None, None, None)]
     change = change_state([(1, _rows(rows))], parts, change_schema(schema, 4))
-    _, affected = combine(None, change, 1, 3, scalar=False, extrema=in_place.extrema)
+    _, affected = _combine(None, change, 1, 3, scalar=False, extrema=in_place.extrema)
     view = pa.schema(
         [
             ("k", pa.string()),

@@ -20,7 +20,7 @@ from airflow_provider_ct.core.settings import (
 )
 from airflow_provider_ct.core.tables import UNKNOWN_ROWS
 from airflow_provider_ct.ivm.plan.decision import RefreshMode, RefreshSettings
-from airflow_provider_ct.ivm.plan.planner import FULL, GROUP, LINEAR
+from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, GROUP, LINEAR, PARTITION
 from airflow_provider_ct.ivm.plan.refresh import (
     PastTick,
     full_diff_on_driver,
@@ -55,7 +55,13 @@ def _small(rows: int, limit: int) -> str:
     ],
 )
 def test_small_inputs(rows: int, limit: int, expected: str | None) -> None:
-    assert small_inputs_reason(rows, limit) == expected
+    assert small_inputs_reason(rows, limit, GROUP) == expected
+
+
+@pytest.mark.parametrize("strategy", [LINEAR, GROUP, PARTITION, FULL])
+def test_small_inputs_send_every_strategy_but_aggregates_in_place_full(strategy: str) -> None:
+    assert small_inputs_reason(10, 250_000, strategy) == _small(10, 250_000)
+    assert small_inputs_reason(10, 250_000, AGGREGATE) is None
 
 
 def _settings(refresh: str) -> RefreshSettings:
@@ -64,7 +70,7 @@ def _settings(refresh: str) -> RefreshSettings:
 
 
 def test_small_inputs_message_names_the_numbers_and_the_variable() -> None:
-    reason = small_inputs_reason(1_234, 250_000)
+    reason = small_inputs_reason(1_234, 250_000, GROUP)
     assert reason == _small(1_234, 250_000)
     assert reason is not None and reason.startswith("the inputs hold 1,234 rows, at most 250,000")
     assert f"({SMALL_INPUT_ROWS_ENV})" in reason
@@ -73,14 +79,14 @@ def test_small_inputs_message_names_the_numbers_and_the_variable() -> None:
 def test_small_inputs_follow_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only ``refresh="auto"`` applies the rule; the variable moves or removes the limit."""
     monkeypatch.delenv(SMALL_INPUT_ROWS_ENV, raising=False)
-    assert small_inputs_reason(SMALL_INPUT_ROWS, _settings("auto").small_rows) is not None
-    assert small_inputs_reason(0, _settings("incremental").small_rows) is None
-    assert small_inputs_reason(0, _settings(FULL).small_rows) is None
+    assert small_inputs_reason(SMALL_INPUT_ROWS, _settings("auto").small_rows, GROUP) is not None
+    assert small_inputs_reason(0, _settings("incremental").small_rows, GROUP) is None
+    assert small_inputs_reason(0, _settings(FULL).small_rows, GROUP) is None
     monkeypatch.setenv(SMALL_INPUT_ROWS_ENV, "10")
-    assert small_inputs_reason(10, _settings("auto").small_rows) == _small(10, 10)
-    assert small_inputs_reason(11, _settings("auto").small_rows) is None
+    assert small_inputs_reason(10, _settings("auto").small_rows, GROUP) == _small(10, 10)
+    assert small_inputs_reason(11, _settings("auto").small_rows, GROUP) is None
     monkeypatch.setenv(SMALL_INPUT_ROWS_ENV, "0")
-    assert small_inputs_reason(0, _settings("auto").small_rows) is None
+    assert small_inputs_reason(0, _settings("auto").small_rows, GROUP) is None
 
 
 def _large(changed: int, rows: int, share_text: str, percent: str) -> str:

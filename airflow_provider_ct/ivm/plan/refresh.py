@@ -23,24 +23,31 @@ from airflow_provider_ct.core.settings import (
     SMALL_INPUT_ROWS_ENV,
 )
 from airflow_provider_ct.core.tables import UNKNOWN_ROWS
-from airflow_provider_ct.ivm.plan.planner import FULL, GROUP
+from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, GROUP
 
 
-def small_inputs_reason(rows: int, limit: int) -> str | None:
+def small_inputs_reason(rows: int, limit: int, strategy: str) -> str | None:
     """Why inputs of ``rows`` rows in all are too small for an incremental tick to pay, or None.
 
     An incremental tick runs several small Spark jobs (the changes, the
     affected keys, the restricted query, the target's affected rows), each
     with a fixed cost; a full correction runs the query once. Over small
     inputs the full one is cheaper whatever changed (docs/decisions.md).
+    Not so for aggregates kept in place (``aggregate``): a small change is
+    read, aggregated, added and diffed on the driver without a Spark job,
+    and a nested plan's outer query reads a state far smaller than the
+    inputs, so such a tick costs less than the full query at any size
+    (docs/decisions.md); the view's cost history still catches one that
+    does not (:func:`history_reason`).
 
     :param rows: the pinned inputs' live rows by their summaries; at least
         :data:`~airflow_provider_ct.core.tables.UNKNOWN_ROWS` when a summary
         lacks them, which is above any limit of rows a deployment sets.
     :param limit: :func:`~airflow_provider_ct.core.settings.small_input_rows`
         (0: the rule is off).
+    :param strategy: the plan's; ``aggregate`` is never concerned.
     """
-    if limit <= 0 or rows > limit:
+    if limit <= 0 or rows > limit or strategy == AGGREGATE:
         return None
     return (
         f"the inputs hold {rows:,} rows, at most {limit:,} ({SMALL_INPUT_ROWS_ENV}): "

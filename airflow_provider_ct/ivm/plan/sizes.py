@@ -152,7 +152,7 @@ def auto_full_reason(
     settings, inputs = pinned.settings, pinned.tables
     pins = {name: snap for name, snap in pinned.snapshots.items() if snap is not None}
     rows = sum(live_rows(inputs[name], snap) for name, snap in pins.items())
-    small = small_inputs_reason(rows, settings.small_rows)
+    small = small_inputs_reason(rows, settings.small_rows, plan.strategy)
     if small is not None:
         return small
     changed = sum(

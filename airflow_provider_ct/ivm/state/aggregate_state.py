@@ -5,9 +5,9 @@ keys (``__ct_k0``...), its row count (``__ct_rows``) and per distinct
 aggregate argument ``j`` the sum (``__ct_s<j>``) and the non-NULL count
 (``__ct_n<j>``) of its values, and per ``MIN``/``MAX`` call ``e`` its
 extremum (``__ct_x<e>``, :mod:`.extrema`). A tick's change has the same columns, signed
-(rows leaving a group count negative), as Spark aggregated it; this module
-adds the two exactly and computes the output rows of the affected groups,
-with Spark's results:
+(rows leaving a group count negative), as Spark aggregated it. The two are
+added exactly, column by column, in :mod:`.state_add`; this module holds
+the state's names and the output rows of groups, with Spark's results:
 
 * ``COUNT(*)`` is the row count, ``COUNT(x)`` the non-NULL count;
 * ``SUM(x)`` is the sum, or NULL once no non-NULL value is left;
@@ -38,14 +38,11 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
-from airflow_provider_ct.ivm.changes.row_match import matching_rows
 from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, EXTREMA, MAX, MIN, SUM, InPlace
 from airflow_provider_ct.ivm.state.extrema import (
     extremum_column,
     missing_columns,
-    new_extrema,
     removed_column,
-    state_schema,
 )
 
 ROWS = "__ct_rows"
@@ -126,115 +123,9 @@ def _groups(
     return out
 
 
-def combine(
-    state: pa.Table | None,
-    change: pa.Table,
-    keys: int,
-    arguments: int,
-    *,
-    scalar: bool,
-    extrema: Sequence[tuple[str, int]] = (),
-    rescan: Rescan | None = None,
-) -> tuple[pa.Table, list[GroupState]]:
-    """``(new state, the affected groups' new states)``: ``state + change``, exactly.
-
-    Groups left without rows are dropped from the state (kept, empty, for a
-    scalar aggregate); the affected list still names them, so their rows
-    are retracted. A count below zero means the state was not what the
-    change was computed against: :class:`StateMismatchError`.
-
-    :param extrema: the view's ``(min|max, argument)`` pairs (:mod:`.extrema`).
-    :param rescan: reads the extrema of the groups whose extremum a deletion
-        may have removed (needed when ``extrema`` is not empty).
-    """
-    untouched, groups = _split(state, change, keys, arguments, len(extrema))
-    affected: list[GroupState] = []
-    stale: list[GroupState] = []
-    for delta in _groups(change, keys, arguments, len(extrema)).values():
-        old = groups.get(delta.key) or GroupState.empty(delta.key, arguments, len(extrema))
-        new = GroupState(
-            delta.key,
-            old.rows + delta.rows,
-            [add_exact(a, b) for a, b in zip(old.sums, delta.sums, strict=True)],
-            [a + b for a, b in zip(old.counts, delta.counts, strict=True)],
-        )
-        if new.rows < 0 or any(c < 0 or c > max(new.rows, 0) for c in new.counts):
-            raise StateMismatchError(
-                f"group {delta.key!r} would hold {new.rows} rows and {new.counts} values: the "
-                "kept state is not the one the change was computed against"
-            )
-        new.sums = [s if c else None for s, c in zip(new.sums, new.counts, strict=True)]
-        if extrema:
-            _move_extrema(new, old, delta, extrema, stale)
-        groups[delta.key] = new
-        affected.append(new)
-    if stale:
-        _read_again(stale, extrema, rescan)
-    schema = state_schema(change.schema)
-    kept = [g for g in groups.values() if g.rows > 0 or scalar]
-    touched = state_table(kept, schema, keys, arguments)
-    if untouched is None or not untouched.num_rows:
-        return touched, affected
-    return pa.concat_tables([untouched.select(schema.names).cast(schema), touched]), affected
-
-
-def _move_extrema(
-    new: GroupState,
-    old: GroupState,
-    delta: GroupState,
-    extrema: Sequence[tuple[str, int]],
-    stale: list[GroupState],
-) -> None:
-    """``new``'s extrema from ``old``'s and the change's; into ``stale`` if one is unknown."""
-    functions = [function for function, _ in extrema]
-    values, unknown = new_extrema(functions, old.extrema, delta.extrema, delta.removed)
-    for e, (_, argument) in enumerate(extrema):
-        if new.rows <= 0 or new.counts[argument] == 0:
-            values[e] = None  # no value left: NULL, nothing to read
-            if e in unknown:
-                unknown.remove(e)
-    new.extrema = values
-    if unknown:
-        stale.append(new)
-
-
-def _read_again(
-    stale: list[GroupState], extrema: Sequence[tuple[str, int]], rescan: Rescan | None
-) -> None:
-    """The stale groups' extrema, read from the new inputs; a group missing there is a mismatch."""
-    if rescan is None:
-        raise NotInPlaceError("a deleted extremum needs its group read again, and no reader")
-    found = rescan([group.key for group in stale])
-    for group in stale:
-        values = found.get(group.key)
-        if values is None:
-            raise StateMismatchError(
-                f"group {group.key!r} holds {group.rows} rows by the kept state but none in "
-                "the inputs: the kept state is not the one the change was computed against"
-            )
-        group.extrema = [
-            value if group.counts[argument] else None
-            for value, (_, argument) in zip(values, extrema, strict=True)
-        ]
-
-
-def _split(
-    state: pa.Table | None, change: pa.Table, keys: int, arguments: int, extrema: int
-) -> tuple[pa.Table | None, dict[tuple[Any, ...], GroupState]]:
-    """The kept groups ``change`` does not touch (as Arrow) and those it does (as Python).
-
-    A state of many groups is not turned into Python objects for a change
-    that touches a few of them (TPC-H q10 keeps 38,000 groups).
-    """
-    if state is None or not keys or not state.num_rows:
-        return None, _groups(state, keys, arguments, extrema)
-    missing = missing_columns(state.schema.names, extrema)
-    if missing:
-        raise StateMismatchError(f"the kept state has no column {missing[0]} (an older state)")
-    names = [key_column(i) for i in range(keys)]
-    hit = matching_rows(state.select(names), change.select(names))
-    touched = state.filter(pa.array(hit))
-    return state.filter(pa.array(~hit)), _groups(touched, keys, arguments, extrema)
+def groups_of(table: pa.Table, keys: int, arguments: int, extrema: int = 0) -> list[GroupState]:
+    """The rows of a state (or a change) as :class:`GroupState` objects, in order."""
+    return list(_groups(table, keys, arguments, extrema).values())
 
 
 def add_exact(a: Any, b: Any) -> Any:
@@ -364,8 +255,8 @@ __all__ = [
     "GroupState",
     "Rescan",
     "add_exact",
-    "combine",
     "count_column",
+    "groups_of",
     "key_column",
     "operand_values",
     "output_rows",

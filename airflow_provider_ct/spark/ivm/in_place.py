@@ -9,7 +9,7 @@ For a plan with the ``aggregate`` strategy (:mod:`~airflow_provider_ct.ivm.plan.
   pulled through Arrow). ``SUM`` over the signed values keeps Spark's sum
   type, so the view's decimal precision and scale carry over.
 * **Kept state plus change**, on the driver, exactly
-  (:func:`~airflow_provider_ct.ivm.state.aggregate_state.combine`), gives the
+  (:func:`~airflow_provider_ct.ivm.state.state_add.add_change`, in Arrow), gives the
   affected groups' rows; they are diffed with the target's rows of those
   groups by the usual correction (:func:`.diff.compute_correction`).
 * **Rebuild.** Without a usable state (:mod:`~airflow_provider_ct.ivm.state.table`)
@@ -56,9 +56,7 @@ from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.ivm.plan.rewrites import bind_tables, rows_select
 from airflow_provider_ct.ivm.state.aggregate_state import (
     ROWS,
-    GroupState,
     Rescan,
-    combine,
     count_column,
     key_column,
     output_rows,
@@ -70,6 +68,7 @@ from airflow_provider_ct.ivm.state.extrema import (
     missing_columns,
     removed_column,
 )
+from airflow_provider_ct.ivm.state.state_add import Added, add_change
 from airflow_provider_ct.ivm.state.state_rows import every_row
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -106,6 +105,9 @@ class Aggregation:
     max_groups: int
     #: Most rows the driver evaluates or diffs without Spark (0: always Spark).
     driver_rows: int = 0
+    #: Most rows of the target the driver reads to diff the affected groups'
+    #: (a narrow target's limit, :func:`~airflow_provider_ct.core.settings.full_rows_on_driver`).
+    target_rows_on_driver: int = 0
     #: The target (PyIceberg) and the snapshot the batch is based on, for the
     #: driver's diff; ``None``: diff in Spark.
     table: Any = None
@@ -350,58 +352,64 @@ def correct(
     deletion may have removed (:mod:`.in_place_rescan`).
     """
     keys, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
-    extrema = agg.in_place.extrema
-    state, affected = combine(
-        kept, change, keys, arguments, scalar=agg.scalar, extrema=extrema, rescan=rescan
+    added = add_change(
+        kept,
+        change,
+        keys,
+        arguments,
+        scalar=agg.scalar,
+        extrema=agg.in_place.extrema,
+        rescan=rescan,
     )
+    state = added.state
     if agg.target_columns is not None:  # nested: the outer query over every group's row
         outer = outer_correction(agg, _every_row(agg, state), persisted, agg.target_columns)
-        outer.notes["affected_groups"] = len(affected)
+        outer.notes["affected_groups"] = len(added)
         return InPlaceResult(outer, state, state.num_rows)
-    rows = functools.partial(_output, agg, affected)
-    correction = driver_correction(agg, affected, rows, rebuild=kept is None)
+    rows = functools.partial(_output, agg, added)
+    correction = driver_correction(agg, added.key_table(), rows, rebuild=kept is None)
     if correction is None:
-        desired = _desired(agg, affected)
+        desired = _desired(agg, added)
         have = persisted()
         if have is not None and kept is not None and not agg.scalar:
             have = _affected_rows(agg, have, change)
         correction = compute_correction(desired, have, agg.columns, on_driver=True)
-    correction.notes["affected_groups"] = len(affected)
+    correction.notes["affected_groups"] = len(added)
     return InPlaceResult(correction, state, state.num_rows)
 
 
-def _output(agg: Aggregation, affected: list[GroupState]) -> pa.Table:
-    """The affected groups' rows of the view, as its Arrow schema (derived columns included)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return output_rows(
-        affected,
-        agg.in_place,
-        agg.plan.key_positions,
-        to_arrow_schema(agg.schema),
-        scalar=agg.scalar,
-        derived=derived_values(agg, affected),
-    )
-
-
-def _every_row(agg: Aggregation, state: pa.Table) -> pa.Table:
-    """Every group's row of the view (a nested plan's inner): column-wise from the state,
-    or group by group when a column needs the per-group arithmetic."""
+def _output(agg: Aggregation, added: Added) -> pa.Table:
+    """The affected groups' rows of the view, as its Arrow schema (derived columns included):
+    column-wise from their state, or group by group where a column needs it."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(agg.schema)
     keys = agg.plan.key_positions
-    rows = every_row(state, agg.in_place, keys, schema, scalar=agg.scalar)
+    rows = every_row(added.affected, agg.in_place, keys, schema, scalar=agg.scalar)
     if rows is not None:
         return rows
-    extrema, arguments = agg.in_place.extrema, len(agg.in_place.arguments)
-    scalar, key_count = agg.scalar, len(agg.plan.key_sql)
-    _, every = combine(None, state, key_count, arguments, scalar=scalar, extrema=extrema)
-    return _output(agg, every)
+    groups = added.groups
+    return output_rows(
+        groups,
+        agg.in_place,
+        keys,
+        schema,
+        scalar=agg.scalar,
+        derived=derived_values(agg, groups),
+    )
 
 
-def _desired(agg: Aggregation, affected: list[GroupState]) -> DataFrame:
-    rows = _output(agg, affected)
+def _every_row(agg: Aggregation, state: pa.Table) -> pa.Table:
+    """Every group's row of the view (a nested plan's inner)."""
+    key_count, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
+    extrema = agg.in_place.extrema
+    return _output(
+        agg, add_change(None, state, key_count, arguments, scalar=agg.scalar, extrema=extrema)
+    )
+
+
+def _desired(agg: Aggregation, added: Added) -> DataFrame:
+    rows = _output(agg, added)
     frame = agg.scratch.frame(agg.spark, rows, agg.schema)
     return frame.select(*[f"`{c}`" for c in agg.columns])
 

@@ -19,7 +19,7 @@ from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.ivm.changes.row_match import matching_rows
 from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES, rows_with_positions
 from airflow_provider_ct.ivm.driver.in_place_driver import diff_rows
-from airflow_provider_ct.ivm.state.aggregate_state import GroupState
+from airflow_provider_ct.ivm.state.aggregate_state import key_column
 from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
 
@@ -31,17 +31,25 @@ log = logging.getLogger(__name__)
 
 def driver_correction(
     agg: Aggregation,
-    affected: list[GroupState],
+    affected: pa.Table,
     output: Callable[[], pa.Table],
     *,
     rebuild: bool,
 ) -> Correction | None:
     """The affected groups' correction diffed on the driver against the target's rows
-    read with their positions; None when the target is too large (or new): Spark diffs."""
+    read with their positions; None when the target is too large (or new): Spark diffs.
+
+    :param affected: the affected groups' keys (the state's key columns).
+
+    A narrow target is read whole up to the full correction's larger limit: the
+    rows of the affected groups are picked from it in Arrow, which at 500k
+    target rows and 60k groups costs less than a Spark job over both sides.
+    """
 
     if agg.table is None or agg.base_snapshot_id is None or agg.driver_rows <= 0:
         return None
-    if live_rows(agg.table, agg.base_snapshot_id) > agg.driver_rows:
+    limit = max(agg.driver_rows, agg.target_rows_on_driver)
+    if live_rows(agg.table, agg.base_snapshot_id) > limit:
         return None
     row_filter = None if rebuild or agg.scalar else _groups_filter(agg, affected)
     have = rows_with_positions(
@@ -61,7 +69,7 @@ def driver_correction(
     return correction
 
 
-def _groups_filter(agg: Aggregation, affected: list[GroupState]) -> Any:
+def _groups_filter(agg: Aggregation, affected: pa.Table) -> Any:
     """A PyIceberg filter holding the affected groups' keys (each key ``IN`` its values):
     the files it prunes (a target partitioned by a key) are not read. None: no pruning."""
     from pyiceberg import expressions
@@ -69,7 +77,7 @@ def _groups_filter(agg: Aggregation, affected: list[GroupState]) -> Any:
     iceberg: Any = expressions  # pydantic models: their constructors confuse mypy
     out: Any = None
     for index, position in enumerate(agg.plan.key_positions):
-        values = {group.key[index] for group in affected}
+        values = set(affected.column(key_column(index)).to_pylist())
         present = [v for v in values if v is not None]
         exact = all(_prunable(v) for v in present)
         if len(present) > INLINE_KEYS or not exact:
@@ -88,20 +96,21 @@ def _prunable(value: Any) -> bool:
     return plain and not isinstance(value, datetime.datetime)
 
 
-def _of_groups(agg: Aggregation, have: pa.Table, affected: list[GroupState]) -> pa.Table:
+def _of_groups(agg: Aggregation, have: pa.Table, affected: pa.Table) -> pa.Table:
     """The rows of ``have`` in the affected groups (equal keys, NULL matching NULL)."""
     if agg.scalar:  # one group: all rows, or none when the group is not affected
-        return have if affected else have.slice(0, 0)
+        return have if affected.num_rows else have.slice(0, 0)
     names = [agg.schema.fields[p].name for p in agg.plan.key_positions]
     try:  # compared in Arrow: a target of many groups is not turned into Python tuples
         wanted = pa.table(
             {
-                n: pa.array([g.key[i] for g in affected], type=have.schema.field(n).type)
+                n: affected.column(key_column(i)).cast(have.schema.field(n).type)
                 for i, n in enumerate(names)
             }
         )
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
         keys = zip(*(have.column(n).to_pylist() for n in names), strict=True)
-        chosen = {group.key for group in affected}
+        columns = [affected.column(key_column(i)).to_pylist() for i in range(len(names))]
+        chosen = set(zip(*columns, strict=True))
         return have.filter(pa.array([key in chosen for key in keys], pa.bool_()))
     return have.filter(pa.array(matching_rows(have.select(names), wanted)))

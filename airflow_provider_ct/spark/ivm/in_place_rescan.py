@@ -74,7 +74,8 @@ Found = dict[tuple[Any, ...], list[Any]]
 
 
 class ExtremaReader:
-    """Reads stale groups' extrema for :func:`~.aggregate_state.combine`; notes how."""
+    """Reads stale groups' extrema for
+    :func:`~airflow_provider_ct.ivm.state.state_add.add_change`; notes how."""
 
     def __init__(self, agg: Aggregation, state: pa.Schema | None = None) -> None:
         self.agg = agg

@@ -24,7 +24,11 @@ from dataclasses import replace
 from typing import Any
 
 from airflow_provider_ct.core.query import query_hash
-from airflow_provider_ct.core.settings import rows_on_driver, state_groups_on_driver
+from airflow_provider_ct.core.settings import (
+    full_rows_on_driver,
+    rows_on_driver,
+    state_groups_on_driver,
+)
 from airflow_provider_ct.core.tables import live_bytes
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
@@ -109,11 +113,19 @@ def _aggregation(tick: Tick, target: Target, decision: TickDecision) -> Aggregat
         tick.scratch,
         state_groups_on_driver(),
         driver_rows=rows_on_driver(),
+        target_rows_on_driver=_target_rows_on_driver(table, tick.desc.base_snapshot_id),
         table=table if target.schema_change is None else None,
         base_snapshot_id=tick.desc.base_snapshot_id,
         analysis_key=key,
         target_columns=target.columns if plan.nested is not None else None,
     )
+
+
+def _target_rows_on_driver(table: Any, snapshot_id: int | None) -> int:
+    """Most target rows the driver reads to diff (0 without a target or a base)."""
+    if table is None or snapshot_id is None:
+        return 0
+    return full_rows_on_driver(live_bytes(table, snapshot_id))
 
 
 def _kept(
