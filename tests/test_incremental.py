@@ -170,6 +170,15 @@ QUERIES = {
         "SELECT a.k, a.s, SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a GROUP BY a.k, a.s"
         " ORDER BY t DESC NULLS LAST, a.k NULLS FIRST, a.s NULLS FIRST LIMIT 3",
     ),
+    # COUNT(DISTINCT x): the (group, x) pairs kept in place (NULL x a pair of its own),
+    # counted again over their rows with the view's HAVING; and without GROUP BY.
+    "count_distinct": (
+        "aggregate",
+        "SELECT b.name, COUNT(DISTINCT a.s) AS ds, COUNT(DISTINCT a.s) * 10 AS ds10"
+        " FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k WHERE a.v > 1 OR a.v IS NULL"
+        " GROUP BY b.name HAVING COUNT(DISTINCT a.s) > 0 OR b.name IS NULL",
+    ),
+    "count_distinct_scalar": ("aggregate", "SELECT COUNT(DISTINCT v) AS dv FROM {ns}.a"),
 }
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -342,8 +351,8 @@ FIXED_SUBQUERIES = {
     ),
     "fixed_in_group": (
         "group",
-        "SELECT a.k, COUNT(DISTINCT a.s) AS ds FROM {ns}.a a WHERE NOT (a.k IN (SELECT k FROM"
-        " {ns}.b) AND a.v > 2) GROUP BY a.k",
+        "SELECT a.k, COUNT(DISTINCT a.s) AS ds, SUM(a.v) AS t FROM {ns}.a a WHERE NOT (a.k IN"
+        " (SELECT k FROM {ns}.b) AND a.v > 2) GROUP BY a.k",
     ),
 }
 
@@ -460,8 +469,8 @@ KEYED = {
     ),
     "keyed_distinct_group": (  # a grouped plan: its affected groups come from the terms
         "group",
-        "SELECT a.s, COUNT(DISTINCT a.k) AS dk FROM {ns}.a a WHERE a.k IN (SELECT k FROM"
-        " {ns}.b WHERE name IS NOT NULL) OR a.v = 0 GROUP BY a.s",
+        "SELECT a.s, COUNT(DISTINCT a.k) AS dk, SUM(a.v) AS t FROM {ns}.a a WHERE a.k IN"
+        " (SELECT k FROM {ns}.b WHERE name IS NOT NULL) OR a.v = 0 GROUP BY a.s",
     ),
 }
 

@@ -121,7 +121,7 @@ CASES = [
     (
         "WITH x AS (SELECT k, COUNT(DISTINCT v) AS t FROM s.a GROUP BY k) SELECT * FROM x",
         "full",
-        "unless its aggregates are kept in place: GROUP BY k: groups",
+        "WITH x is recomputed in full: it holds COUNT(DISTINCT ...) over an aggregate itself",
     ),
     ("WITH x AS (SELECT k FROM s.a) SELECT 1 AS o FROM s.b", "full", "never read"),
     (
@@ -161,6 +161,19 @@ CASES = [
     ("SELECT a.id FROM s.a a LEFT JOIN s.b b ON a.k > b.k", "full", "not a conjunction"),
     ("SELECT id, rand() FROM s.a", "full", "nondeterministic"),
     ("SELECT k, SUM(v) FROM s.a GROUP BY ROLLUP(k)", "full", "ROLLUP"),
+    # A kept aggregate under two queries (its own HAVING or LIMIT, then a CTE or a derived
+    # table around it): one is maintained, so both run in full, never one dropped.
+    (
+        "WITH r AS (SELECT k, SUM(v) AS s FROM s.a GROUP BY k HAVING SUM(v) > 10) SELECT * FROM r",
+        "full",
+        "WITH r is recomputed in full: it holds HAVING over an aggregate itself",
+    ),
+    (
+        "SELECT k2, COUNT(*) AS n FROM (SELECT k AS k2, SUM(v) AS s FROM s.a GROUP BY k"
+        " ORDER BY s DESC LIMIT 3) AS d GROUP BY k2",
+        "full",
+        "it holds ORDER BY ... LIMIT over an aggregate itself",
+    ),
 ]
 
 
@@ -323,8 +336,8 @@ def test_a_table_read_twice_is_two_reads_and_bounds_no_keys() -> None:
 def test_group_keys_are_mapped_to_output_positions() -> None:
     plan = plan_query(
         parse_query(
-            "SELECT COUNT(DISTINCT v) AS t, b.n, a.k FROM s.a a JOIN s.b b ON a.k = b.k "
-            "GROUP BY a.k, b.n"
+            "SELECT COUNT(DISTINCT v) + SUM(v) AS t, b.n, a.k FROM s.a a JOIN s.b b"
+            " ON a.k = b.k GROUP BY a.k, b.n"
         )
     )
     assert plan.strategy == "group"
@@ -648,3 +661,52 @@ def test_the_changed_rows_days_are_the_casts_days() -> None:
     )
     assert arrow_days([many], "d", "UTC", instants=False) is None
     assert arrow_days([naive], "other", "UTC", instants=False) is None
+
+
+@pytest.mark.parametrize(
+    ("sql", "inner", "outer"),
+    [
+        (
+            "SELECT k, COUNT(DISTINCT v) AS n FROM s.a WHERE w > 1 GROUP BY k",
+            "SELECT k AS __ct_g0, v AS __ct_d, COUNT(*) AS __ct_n FROM s.a WHERE w > 1"
+            " GROUP BY k, v",
+            f"SELECT __ct_g0 AS k, COUNT(__ct_d) AS n FROM {INNER_VIEW} GROUP BY __ct_g0",
+        ),
+        (  # no GROUP BY: one group, counted over the values' pairs
+            "SELECT COUNT(DISTINCT v) AS n FROM s.a",
+            "SELECT v AS __ct_d, COUNT(*) AS __ct_n FROM s.a GROUP BY v",
+            f"SELECT COUNT(__ct_d) AS n FROM {INNER_VIEW}",
+        ),
+        (  # keys under expressions, HAVING, ORDER BY and LIMIT stay on the outer query
+            "SELECT a.k, upper(a.k) AS u, COUNT(DISTINCT b.v) AS n FROM s.a a JOIN s.b b"
+            " ON a.id = b.id GROUP BY a.k HAVING COUNT(DISTINCT b.v) > 2 ORDER BY n DESC LIMIT 5",
+            "SELECT a.k AS __ct_g0, b.v AS __ct_d, COUNT(*) AS __ct_n FROM s.a AS a JOIN s.b AS b"
+            " ON a.id = b.id GROUP BY a.k, b.v",
+            f"SELECT __ct_g0 AS k, UPPER(__ct_g0) AS u, COUNT(__ct_d) AS n FROM {INNER_VIEW}"
+            " GROUP BY __ct_g0 HAVING COUNT(__ct_d) > 2 ORDER BY n DESC LIMIT 5",
+        ),
+    ],
+)
+def test_a_distinct_count_keeps_its_pairs_in_place(sql: str, inner: str, outer: str) -> None:
+    plan = plan_query(parse_query(sql))
+    assert plan.strategy == "aggregate" and plan.nested is not None, plan.reason
+    assert plan.blocks[0].tree.sql() == inner
+    assert plan.nested.outer_sql == outer
+    assert plan.nested.outer_inputs == ()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k, COUNT(DISTINCT v) AS n, SUM(w) AS t FROM s.a GROUP BY k",  # another call
+        "SELECT k, COUNT(DISTINCT v) AS n, COUNT(DISTINCT w) AS m FROM s.a GROUP BY k",
+        "SELECT k, COUNT(DISTINCT v, w) AS n FROM s.a GROUP BY k",  # a pair of values
+        "SELECT k, COUNT(DISTINCT v) FROM s.a GROUP BY k",  # Spark names the column
+        "SELECT k, COUNT(DISTINCT v) AS n FROM s.a GROUP BY 1",  # a position
+        "SELECT k, COUNT(DISTINCT v) AS n FROM s.a GROUP BY ROLLUP(k)",
+        "SELECT k, COUNT(DISTINCT v) AS n, (SELECT MAX(w) FROM s.b) AS m FROM s.a GROUP BY k",
+    ],
+)
+def test_other_distinct_counts_keep_the_plan_they_had(sql: str) -> None:
+    plan = plan_query(parse_query(sql))
+    assert plan.nested is None and plan.strategy in ("group", "full"), plan.reason

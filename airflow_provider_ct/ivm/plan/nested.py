@@ -44,6 +44,7 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+from airflow_provider_ct.ivm.plan.distinct import split_distinct
 from airflow_provider_ct.ivm.plan.having import INNER_VIEW, having_over_rows, output_position
 
 
@@ -75,6 +76,10 @@ def split_nested(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str | Non
     derived = [s for s in _sources(tree) if isinstance(s, exp.Subquery)]
     if derived:
         return _from_derived(tree, derived, catalog_name)
+    distinct = split_distinct(tree)
+    if distinct is not None:
+        inner, outer = distinct
+        return inner, _nested("COUNT(DISTINCT ...)", outer, catalog_name, optional=True)
     grouped = tree.args.get("group") is not None
     if grouped and (tree.args.get("limit") is not None or tree.args.get("having") is not None):
         return _from_grouped(tree, catalog_name)

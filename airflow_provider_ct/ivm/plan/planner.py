@@ -275,8 +275,13 @@ def _nested_plan(split: tuple[Any, Nested] | str, catalog_name: str) -> Plan | N
         if nested.optional:
             return None
         raise
-    if nested.optional and plan.strategy != AGGREGATE:
+    if nested.optional and (plan.strategy != AGGREGATE or plan.nested is not None):
         return None
+    if plan.nested is not None:  # one outer query over the kept rows, not two
+        raise NotIncremental(
+            f"{nested.what} is recomputed in full: it holds {plan.nested.what} over an "
+            "aggregate itself, and one query around a kept aggregate is maintained, not two"
+        )
     if plan.strategy != AGGREGATE or plan.in_place is None:
         raise NotIncremental(
             f"{nested.what} is recomputed in full unless its aggregates are kept in place: "

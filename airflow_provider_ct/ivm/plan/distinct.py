@@ -1,0 +1,168 @@
+"""``COUNT(DISTINCT x)`` per group: the (group, value) pairs kept in place, counted over.
+
+A distinct count has no inverse: deleting a row with value ``x`` lowers the
+count only if no other row of the group holds ``x``, which the count alone
+cannot say. What it needs is each pair's multiplicity, and that is exactly
+the state of an in-place aggregate grouped by the view's keys *and* ``x``,
+counting rows: a pair whose count reaches zero leaves the state, a new one
+enters it, both exactly and without reading the inputs. So the view is
+split (:mod:`.nested`): the *inner* select is
+
+    SELECT g0 AS __ct_g0, ..., x AS __ct_d, COUNT(*) AS __ct_n
+    FROM <the view's sources> WHERE <its filter> GROUP BY g0, ..., x
+
+kept in place, and the *outer* query is the view's own select list over the
+pairs' rows, grouped again by the keys, each ``COUNT(DISTINCT x)`` now
+``COUNT(__ct_d)``, its ``HAVING``, ``ORDER BY`` and ``LIMIT`` unchanged:
+NULL ``x`` is a pair of its own that ``COUNT`` skips, as ``COUNT(DISTINCT)``
+does, and a group whose values are all NULL still counts 0. The outer
+query is recomputed every tick over the pairs, as for every nested plan:
+the pairs are fewer than the rows they come from (TPC-H q16: a pair per
+part kind and supplier, from the join of ``partsupp`` and ``part``).
+
+Taken only where the rewrite is plainly the same query: every aggregate
+call is ``COUNT(DISTINCT x)`` of one same ``x``, the keys are expressions
+(not positions, ``ROLLUP``, ``CUBE`` or grouping sets), every output
+column keeps its name (a bare column, or an alias), and nothing else of
+the sources is read above the grouping. Otherwise the view keeps the plan
+it had (the grouped one recomputes the affected groups).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_provider_ct.ivm.plan.having import INNER_VIEW
+
+#: The inner's column holding the distinct value, and its row count.
+DISTINCT_COLUMN = "__ct_d"
+PAIR_ROWS = "__ct_n"
+
+
+def group_column(index: int) -> str:
+    return f"__ct_g{index}"
+
+
+def split_distinct(tree: Any) -> tuple[Any, Any] | None:
+    """``(inner select, outer query)`` for a select whose aggregates are one distinct count,
+    else None (the query is planned as it is)."""
+    if not isinstance(tree, exp.Select) or tree.args.get("distinct") is not None:
+        return None
+    value = _distinct_value(tree)
+    if value is None or tree.find(exp.Window) is not None:
+        return None
+    keys = _keys(tree)
+    if keys is None:
+        return None
+    outer = _outer(tree, keys)
+    if outer is None:
+        return None
+    inner = tree.copy()
+    for arg in ("having", "order", "limit", "offset", "qualify"):
+        inner.set(arg, None)
+    items = [exp.alias_(k.copy(), group_column(i)) for i, k in enumerate(keys)]
+    items += [exp.alias_(value.copy(), DISTINCT_COLUMN), exp.alias_(_count_star(), PAIR_ROWS)]
+    inner.set("expressions", items)
+    inner.set("group", exp.Group(expressions=[*(k.copy() for k in keys), value.copy()]))
+    return inner, outer
+
+
+def _distinct_value(select: Any) -> Any:
+    """The one ``x`` of the select's aggregate calls, all ``COUNT(DISTINCT x)``; else None."""
+    calls = [c for c in select.find_all(exp.AggFunc) if c.find_ancestor(exp.Select) is select]
+    if not calls:
+        return None
+    values = []
+    for call in calls:
+        inside = call.this
+        if not isinstance(call, exp.Count) or not isinstance(inside, exp.Distinct):
+            return None
+        if len(inside.expressions) != 1:
+            return None
+        values.append(inside.expressions[0])
+    first = values[0]
+    return first if all(v == first for v in values[1:]) else None
+
+
+def _keys(select: Any) -> list[Any] | None:
+    """The ``GROUP BY`` expressions (none: one group); None for positions or grouping sets."""
+    group = select.args.get("group")
+    if group is None:
+        return []
+    if any(group.args.get(a) for a in ("rollup", "cube", "grouping_sets", "totals")):
+        return None
+    keys = list(group.expressions)
+    if any(isinstance(k, exp.Literal | exp.Rollup | exp.Cube | exp.GroupingSets) for k in keys):
+        return None
+    return keys
+
+
+def _outer(select: Any, keys: list[Any]) -> Any:
+    """The view's select over the pairs (:data:`INNER_VIEW`); None when a name would change
+    or a column of the sources is still read."""
+    outer = select.copy()
+    outer.set("joins", None)
+    outer.set("where", None)
+    source = exp.From(this=exp.Table(this=exp.to_identifier(INNER_VIEW)))
+    outer.set("from_" if "from_" in outer.args else "from", source)
+    names = [item.alias_or_name for item in select.expressions]
+    items = []
+    for item, name in zip(outer.expressions, names, strict=True):
+        bare = isinstance(item, exp.Column)
+        if not bare and not isinstance(item, exp.Alias):
+            return None  # Spark names an expression by its text: the name would change
+        replaced = _over_pairs(item, keys)
+        items.append(exp.alias_(replaced, name) if bare else replaced)
+    outer.set("expressions", items)
+    if keys:
+        columns = [exp.column(group_column(i)) for i in range(len(keys))]
+        outer.set("group", exp.Group(expressions=columns))
+    for arg in ("having", "order"):
+        part = outer.args.get(arg)
+        if part is not None:
+            outer.set(arg, _over_pairs(part, keys))
+    if any(s is not outer for s in outer.find_all(exp.Select)):
+        return None  # a subquery above the grouping (its WHERE's are the inner's)
+    pairs = {group_column(i) for i in range(len(keys))} | {DISTINCT_COLUMN}
+    if _reads_other_than(items, pairs):
+        return None  # a column of the sources that is not a key
+    after = [outer.args.get(arg) for arg in ("having", "order")]  # may name output columns
+    return None if _reads_other_than(after, pairs | set(names)) else outer
+
+
+def _reads_other_than(nodes: list[Any], names: set[str]) -> bool:
+    """Whether a column of ``nodes`` (None: none) is not one of ``names``."""
+    return any(
+        column.name not in names
+        for node in nodes
+        if node is not None
+        for column in node.find_all(exp.Column)
+    )
+
+
+def _over_pairs(node: Any, keys: list[Any]) -> Any:
+    """``node`` with every distinct count over the pairs' column and every key a key column."""
+    if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
+        return exp.Count(this=exp.column(DISTINCT_COLUMN))
+    for index, key in enumerate(keys):
+        if node == key:
+            return exp.column(group_column(index))
+    copy = node.copy()
+    for name, child in list(node.args.items()):
+        if isinstance(child, exp.Expression):
+            copy.set(name, _over_pairs(child, keys))
+        elif isinstance(child, list):
+            copy.set(
+                name,
+                [_over_pairs(c, keys) if isinstance(c, exp.Expression) else c for c in child],
+            )
+    return copy
+
+
+def _count_star() -> Any:
+    return exp.Count(this=exp.Star())
+
+
+__all__ = ["DISTINCT_COLUMN", "PAIR_ROWS", "group_column", "split_distinct"]
