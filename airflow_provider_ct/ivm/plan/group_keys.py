@@ -1,8 +1,10 @@
 """Grouping keys a change can be traced to without a join: equal columns and days.
 
-The planner (:mod:`.planner`) asks two questions of a grouped block's keys,
+The planner (:mod:`.planner`) asks three questions of a grouped block's keys,
 answered here from the SQL alone (sqlglot):
 
+* where each key is in the select list (:func:`output_key_positions`): the
+  target's rows of a group are found by those columns;
 * which input columns equal each key on every row the block keeps (the
   equality classes of inner-join ``ON`` and ``WHERE`` conjuncts): the
   affected keys can then be read from the inputs' changes, no join;
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
+
+from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 
 
 @dataclass(frozen=True)
@@ -184,3 +188,35 @@ class _ColumnClasses:
         root = self.find(ref)
         refs = {r for r in self.parent if self.find(r) == root} | {ref}
         return tuple(sorted((self.aliases[a], a, c) for a, c in refs))
+
+
+def output_key_positions(select: Any, items: list[Any]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Positions in the select list of every grouping key (each must be an output column)."""
+    by_sql = {i.unalias().sql(dialect="spark"): n for n, i in reversed(list(enumerate(items)))}
+    by_alias = {i.alias.lower(): n for n, i in enumerate(items) if i.alias}
+    positions: list[int] = []
+    keys: list[str] = []
+    for key in select.args["group"].expressions:
+        if isinstance(key, exp.Literal) and key.is_int:
+            n = int(key.name) - 1
+            if not 0 <= n < len(items):
+                raise NotIncremental(f"GROUP BY {key.name} names no select item")
+            positions.append(n)
+            keys.append(items[n].unalias().sql(dialect="spark"))
+            continue
+        text = key.sql(dialect="spark")
+        n_or_none = by_sql.get(text)
+        if n_or_none is None and isinstance(key, exp.Column) and not key.table:
+            n_or_none = by_alias.get(key.name.lower())
+            if n_or_none is not None:
+                text = items[n_or_none].unalias().sql(dialect="spark")
+        if n_or_none is None:
+            raise NotIncremental(
+                f"grouping key {text} is not an output column, so the target's rows of a "
+                "group cannot be found"
+            )
+        positions.append(n_or_none)
+        keys.append(text)
+    if not positions:
+        raise NotIncremental("GROUP BY without keys is recomputed in full")
+    return tuple(positions), tuple(keys)

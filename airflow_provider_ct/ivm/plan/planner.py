@@ -75,6 +75,7 @@ from airflow_provider_ct.ivm.plan.group_keys import (
     affected_keys_steps,
     key_columns,
     key_ranges,
+    output_key_positions,
 )
 from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
 from airflow_provider_ct.ivm.plan.keyed import keyed_shape
@@ -82,6 +83,12 @@ from airflow_provider_ct.ivm.plan.left_join import LeftJoin, left_join
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.nested import Nested, split_nested
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
+from airflow_provider_ct.ivm.plan.select_shape import (
+    check_linear_select,
+    has_own_aggregate,
+    is_count_star,
+    union_all_leaves,
+)
 from airflow_provider_ct.ivm.plan.steps import (
     block_step,
     in_place_reason,
@@ -90,7 +97,7 @@ from airflow_provider_ct.ivm.plan.steps import (
     nested_steps,
 )
 from airflow_provider_ct.ivm.plan.subqueries import fixed_subquery_tables, semi_tables
-from airflow_provider_ct.ivm.plan.windows import own_windows, window_keys, windowed
+from airflow_provider_ct.ivm.plan.windows import own_windows, window_keys
 
 LINEAR = "linear"
 GROUP = "group"
@@ -255,10 +262,10 @@ def _plan_tree(tree: Any, catalog_name: str) -> Plan:
         raise NotIncremental("a WITH clause (CTE) inside the query is recomputed in full")
     if isinstance(tree, exp.Select):
         return _plan_select(tree, catalog_name)
-    leaves = _union_all_leaves(tree)
+    leaves = union_all_leaves(tree)
     blocks = tuple(_block(leaf, catalog_name) for leaf in leaves)
     for leaf in leaves:
-        _check_linear_select(leaf)
+        check_linear_select(leaf)
     steps = tuple(block_step(i, b) for i, b in enumerate(blocks))
     return Plan(LINEAR, f"UNION ALL of {len(blocks)} linear blocks", blocks, steps=steps)
 
@@ -298,20 +305,6 @@ def _nested_plan(split: tuple[Any, Nested] | str, catalog_name: str) -> Plan | N
     )
 
 
-def _union_all_leaves(tree: Any) -> list[Any]:
-    if isinstance(tree, exp.Select):
-        return [tree]
-    if isinstance(tree, exp.Union) and not isinstance(tree, exp.Except | exp.Intersect):
-        if tree.args.get("distinct"):
-            raise NotIncremental("UNION (without ALL) removes duplicates across branches")
-        if tree.args.get("limit") or tree.args.get("order"):
-            raise NotIncremental("ORDER BY / LIMIT over a UNION is recomputed in full")
-        return [*_union_all_leaves(tree.left), *_union_all_leaves(tree.right)]
-    if isinstance(tree, exp.Subquery):
-        return _union_all_leaves(tree.this)
-    raise NotIncremental(f"{tree.key.upper()} is recomputed in full")
-
-
 def _plan_select(select: Any, catalog_name: str) -> Plan:
     block = _block(select, catalog_name)
     if own_windows(select):
@@ -321,7 +314,7 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
     if group is None and not distinct:
         if has_own_aggregate(select):
             return _scalar_in_place(select, block)
-        _check_linear_select(select)
+        check_linear_select(select)
         return Plan(LINEAR, linear_reason(block), (block,), steps=(block_step(0, block),))
     _check_grouped_select(select, group, distinct)
     items = list(select.expressions)
@@ -331,7 +324,7 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
         if any(i.find(exp.AggFunc) for i in items):
             raise NotIncremental("SELECT DISTINCT over aggregates is recomputed in full")
     else:
-        positions, keys = _group_keys(select, items)
+        positions, keys = output_key_positions(select, items)
     plan = _grouped_plan(select, block, positions, keys, distinct=bool(distinct))
     shape = None if distinct else in_place_shape(select, items, positions)
     if not isinstance(shape, InPlace):
@@ -444,66 +437,6 @@ def _scalar_in_place(select: Any, block: Block) -> Plan:
         steps=in_place_steps(block, shape),
         in_place=replace(shape, fallback=FULL, fallback_reason=fallback),
     )
-
-
-def has_own_aggregate(select: Any) -> bool:
-    """Whether ``select`` aggregates (an aggregate call of its own, not of a subquery's,
-    nor a window function's)."""
-    return any(
-        c.find_ancestor(exp.Select) is select and not windowed(c)
-        for c in select.find_all(exp.AggFunc)
-    )
-
-
-def is_count_star(node: Any) -> bool:
-    star = node.find(exp.Star)
-    return star is not None and isinstance(star.parent, exp.Count)
-
-
-def _group_keys(select: Any, items: list[Any]) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Positions in the select list of every grouping key (each must be an output column)."""
-    by_sql = {i.unalias().sql(dialect="spark"): n for n, i in reversed(list(enumerate(items)))}
-    by_alias = {i.alias.lower(): n for n, i in enumerate(items) if i.alias}
-    positions: list[int] = []
-    keys: list[str] = []
-    for key in select.args["group"].expressions:
-        if isinstance(key, exp.Literal) and key.is_int:
-            n = int(key.name) - 1
-            if not 0 <= n < len(items):
-                raise NotIncremental(f"GROUP BY {key.name} names no select item")
-            positions.append(n)
-            keys.append(items[n].unalias().sql(dialect="spark"))
-            continue
-        text = key.sql(dialect="spark")
-        n_or_none = by_sql.get(text)
-        if n_or_none is None and isinstance(key, exp.Column) and not key.table:
-            n_or_none = by_alias.get(key.name.lower())
-            if n_or_none is not None:
-                text = items[n_or_none].unalias().sql(dialect="spark")
-        if n_or_none is None:
-            raise NotIncremental(
-                f"grouping key {text} is not an output column, so the target's rows of a "
-                "group cannot be found"
-            )
-        positions.append(n_or_none)
-        keys.append(text)
-    if not positions:
-        raise NotIncremental("GROUP BY without keys is recomputed in full")
-    return tuple(positions), tuple(keys)
-
-
-def _check_linear_select(select: Any) -> None:
-    """A block without aggregation: no aggregate, no window, no DISTINCT, no LIMIT."""
-    if own_windows(select):
-        raise NotIncremental("window functions inside a UNION ALL are recomputed in full")
-    if select.args.get("group") is not None or has_own_aggregate(select):
-        raise NotIncremental("an aggregate below the top of the query is recomputed in full")
-    if select.args.get("distinct"):
-        raise NotIncremental("DISTINCT inside a UNION ALL is recomputed in full")
-    if select.args.get("limit") or select.args.get("offset"):
-        raise NotIncremental("LIMIT is recomputed in full")
-    if select.args.get("having") is not None:
-        raise NotIncremental("HAVING without GROUP BY is recomputed in full")
 
 
 def _block(select: Any, catalog_name: str) -> Block:

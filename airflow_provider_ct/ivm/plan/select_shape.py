@@ -1,0 +1,57 @@
+"""What a SELECT is made of, read from its tree: its own aggregates, a ``UNION ALL``'s branches.
+
+Small questions the planner (:mod:`.planner`) and the columns' reading
+(:mod:`.columns`) ask of a select, apart from the plans they lead to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_provider_ct.ivm.plan.refusals import NotIncremental
+from airflow_provider_ct.ivm.plan.windows import own_windows, windowed
+
+
+def has_own_aggregate(select: Any) -> bool:
+    """Whether ``select`` aggregates (an aggregate call of its own, not of a subquery's,
+    nor a window function's)."""
+    return any(
+        c.find_ancestor(exp.Select) is select and not windowed(c)
+        for c in select.find_all(exp.AggFunc)
+    )
+
+
+def is_count_star(node: Any) -> bool:
+    star = node.find(exp.Star)
+    return star is not None and isinstance(star.parent, exp.Count)
+
+
+def union_all_leaves(tree: Any) -> list[Any]:
+    """The branches of a ``UNION ALL`` (one: a plain select); refused: other set operations."""
+    if isinstance(tree, exp.Select):
+        return [tree]
+    if isinstance(tree, exp.Union) and not isinstance(tree, exp.Except | exp.Intersect):
+        if tree.args.get("distinct"):
+            raise NotIncremental("UNION (without ALL) removes duplicates across branches")
+        if tree.args.get("limit") or tree.args.get("order"):
+            raise NotIncremental("ORDER BY / LIMIT over a UNION is recomputed in full")
+        return [*union_all_leaves(tree.left), *union_all_leaves(tree.right)]
+    if isinstance(tree, exp.Subquery):
+        return union_all_leaves(tree.this)
+    raise NotIncremental(f"{tree.key.upper()} is recomputed in full")
+
+
+def check_linear_select(select: Any) -> None:
+    """A block without aggregation: no aggregate, no window, no DISTINCT, no LIMIT."""
+    if own_windows(select):
+        raise NotIncremental("window functions inside a UNION ALL are recomputed in full")
+    if select.args.get("group") is not None or has_own_aggregate(select):
+        raise NotIncremental("an aggregate below the top of the query is recomputed in full")
+    if select.args.get("distinct"):
+        raise NotIncremental("DISTINCT inside a UNION ALL is recomputed in full")
+    if select.args.get("limit") or select.args.get("offset"):
+        raise NotIncremental("LIMIT is recomputed in full")
+    if select.args.get("having") is not None:
+        raise NotIncremental("HAVING without GROUP BY is recomputed in full")
