@@ -28,7 +28,7 @@ from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, GROUP, LINEAR, choose_plan
 
 IN_PLACE_SQL = "SELECT k, SUM(v) AS s, COUNT(*) AS n FROM s.a GROUP BY k"
-GROUP_SQL = "SELECT k, COUNT(DISTINCT v) AS m, SUM(v) AS s FROM s.a GROUP BY k"
+GROUP_SQL = "SELECT k, COUNT(DISTINCT v) AS m, AVG(v) AS s FROM s.a GROUP BY k"
 LINEAR_SQL = "SELECT k, v FROM s.a WHERE v > 0"
 WINDOW_SQL = "SELECT k, RANK() OVER (ORDER BY v) AS r FROM s.a"
 BASE = IncrementalBase("b-1", {"s.a": 1}, incremental_ticks=2)

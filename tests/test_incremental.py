@@ -104,7 +104,8 @@ QUERIES = {
     ),
     "having_group": (
         "group",
-        "SELECT k, COUNT(DISTINCT v) AS dv FROM {ns}.a GROUP BY k HAVING COUNT(*) > 1",
+        "SELECT k, COUNT(DISTINCT v) AS dv, AVG(v) AS av FROM {ns}.a GROUP BY k"
+        " HAVING COUNT(*) > 1",
     ),
     "distinct": ("group", "SELECT DISTINCT k, s FROM {ns}.a"),
     # A derived table that projects and filters (TPC-H q7, q8, q9's shape) is
@@ -130,7 +131,7 @@ QUERIES = {
     ),
     "self_join_group": (
         "group",
-        "SELECT b1.k, MAX(b2.name) AS hi, COUNT(DISTINCT a.s) AS ds FROM {ns}.a a, {ns}.b b1,"
+        "SELECT b1.k, AVG(b2.k) AS ak, COUNT(DISTINCT a.s) AS ds FROM {ns}.a a, {ns}.b b1,"
         " {ns}.b b2 WHERE a.k = b1.k AND b2.k = a.v - 5 GROUP BY b1.k",
     ),
     # Windows partitioned by a key (a running total and a rank per k): the
@@ -179,6 +180,13 @@ QUERIES = {
         " GROUP BY b.name HAVING COUNT(DISTINCT a.s) > 0 OR b.name IS NULL",
     ),
     "count_distinct_scalar": ("aggregate", "SELECT COUNT(DISTINCT v) AS dv FROM {ns}.a"),
+    # Other calls beside it re-aggregate their values per pair (a decimal sum cast back to
+    # its type).
+    "count_distinct_partials": (
+        "aggregate",
+        "SELECT k, COUNT(*) AS n, COUNT(DISTINCT s) AS ds, SUM(CAST(v AS DECIMAL(10, 2))) AS t,"
+        " COUNT(v) AS nv, MIN(s) AS lo, MAX(v) AS hi FROM {ns}.a GROUP BY k",
+    ),
 }
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -307,6 +315,27 @@ def test_incremental_ticks_equal_oracle(
     assert seen[1:] == [strategy] * 4, seen
 
 
+def test_distinct_pairs_that_cannot_stay_in_place_run_the_grouped_plan(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """A double's sum is not kept in place (found at the tick): the view planned as pairs
+    kept in place runs the plan it has without the split, not in full; rows as DuckDB's."""
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, "distinct_double")
+    sql = f"SELECT k, COUNT(DISTINCT s) AS ds, SUM(CAST(v AS DOUBLE)) AS t FROM {ns}.a GROUP BY k"
+    assert plan_query(parse_query(sql)).strategy == "aggregate"
+    seen, reasons = [], []
+    for n in range(1, 4):
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        seen.append(report["strategy"])
+        reasons.append(report["reason"])
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+    assert seen == ["full", "group", "group"], (seen, reasons)
+    assert "(not in place: SUM/AVG of" in reasons[1], reasons[1]
+
+
 def test_a_window_tick_recomputes_whole_partitions(
     spark: Any, spark_catalog_config: CatalogConfig
 ) -> None:
@@ -351,7 +380,7 @@ FIXED_SUBQUERIES = {
     ),
     "fixed_in_group": (
         "group",
-        "SELECT a.k, COUNT(DISTINCT a.s) AS ds, SUM(a.v) AS t FROM {ns}.a a WHERE NOT (a.k IN"
+        "SELECT a.k, COUNT(DISTINCT a.s) AS ds, AVG(a.v) AS t FROM {ns}.a a WHERE NOT (a.k IN"
         " (SELECT k FROM {ns}.b) AND a.v > 2) GROUP BY a.k",
     ),
 }
@@ -469,7 +498,7 @@ KEYED = {
     ),
     "keyed_distinct_group": (  # a grouped plan: its affected groups come from the terms
         "group",
-        "SELECT a.s, COUNT(DISTINCT a.k) AS dk, SUM(a.v) AS t FROM {ns}.a a WHERE a.k IN"
+        "SELECT a.s, COUNT(DISTINCT a.k) AS dk, AVG(a.v) AS t FROM {ns}.a a WHERE a.k IN"
         " (SELECT k FROM {ns}.b WHERE name IS NOT NULL) OR a.v = 0 GROUP BY a.s",
     ),
 }

@@ -194,7 +194,7 @@ VIEWS = (
     # ``partition`` strategy, alone and with a second key over a join.
     View(
         "daily",
-        "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n, SUM(v) AS total, "
+        "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n, SUM(v) AS total, AVG(v) AS mean, "
         "COUNT(DISTINCT k) AS dk FROM {a} GROUP BY CAST(ts AS DATE)",
         ("a",),
     ),

@@ -336,7 +336,7 @@ def test_a_table_read_twice_is_two_reads_and_bounds_no_keys() -> None:
 def test_group_keys_are_mapped_to_output_positions() -> None:
     plan = plan_query(
         parse_query(
-            "SELECT COUNT(DISTINCT v) + SUM(v) AS t, b.n, a.k FROM s.a a JOIN s.b b"
+            "SELECT COUNT(DISTINCT v) + AVG(v) AS t, b.n, a.k FROM s.a a JOIN s.b b"
             " ON a.k = b.k GROUP BY a.k, b.n"
         )
     )
@@ -672,6 +672,16 @@ def test_the_changed_rows_days_are_the_casts_days() -> None:
             " GROUP BY k, v",
             f"SELECT __ct_g0 AS k, COUNT(__ct_d) AS n FROM {INNER_VIEW} GROUP BY __ct_g0",
         ),
+        (  # other calls re-aggregate their values per pair; a sum is cast back to its type
+            "SELECT k, COUNT(*) AS n, COUNT(DISTINCT v) AS dv, SUM(w) AS t, COUNT(w) AS nw,"
+            " MAX(w) AS hi FROM s.a GROUP BY k HAVING SUM(w) > 3",
+            "SELECT k AS __ct_g0, v AS __ct_d, COUNT(*) AS __ct_n, SUM(w) AS __ct_a0, COUNT(w) AS"
+            " __ct_a1, MAX(w) AS __ct_a2 FROM s.a GROUP BY k, v",
+            f"SELECT __ct_g0 AS k, COALESCE(SUM(__ct_n), 0) AS n, COUNT(__ct_d) AS dv,"
+            " __CT_AS___CT_A0(SUM(__ct_a0)) AS t, COALESCE(SUM(__ct_a1), 0) AS nw,"
+            f" MAX(__ct_a2) AS hi FROM {INNER_VIEW} GROUP BY __ct_g0"
+            " HAVING __CT_AS___CT_A0(SUM(__ct_a0)) > 3",
+        ),
         (  # no GROUP BY: one group, counted over the values' pairs
             "SELECT COUNT(DISTINCT v) AS n FROM s.a",
             "SELECT v AS __ct_d, COUNT(*) AS __ct_n FROM s.a GROUP BY v",
@@ -693,12 +703,16 @@ def test_a_distinct_count_keeps_its_pairs_in_place(sql: str, inner: str, outer: 
     assert plan.blocks[0].tree.sql() == inner
     assert plan.nested.outer_sql == outer
     assert plan.nested.outer_inputs == ()
+    unnested = plan.fallback("a double key")  # the plan the query has without the split
+    assert unnested.nested is None and unnested.strategy in ("group", "full")
+    assert unnested.reason.endswith("(not in place: a double key)")
 
 
 @pytest.mark.parametrize(
     "sql",
     [
-        "SELECT k, COUNT(DISTINCT v) AS n, SUM(w) AS t FROM s.a GROUP BY k",  # another call
+        "SELECT k, COUNT(DISTINCT v) AS n, AVG(w) AS t FROM s.a GROUP BY k",  # Spark's rounding
+        "SELECT k, COUNT(DISTINCT v) AS n, SUM(DISTINCT w) AS t FROM s.a GROUP BY k",
         "SELECT k, COUNT(DISTINCT v) AS n, COUNT(DISTINCT w) AS m FROM s.a GROUP BY k",
         "SELECT k, COUNT(DISTINCT v, w) AS n FROM s.a GROUP BY k",  # a pair of values
         "SELECT k, COUNT(DISTINCT v) FROM s.a GROUP BY k",  # Spark names the column

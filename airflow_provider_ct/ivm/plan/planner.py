@@ -182,6 +182,9 @@ class Plan:
     #: ``aggregate`` of a CTE, derived table or top-k: the query over the kept groups'
     #: rows, recomputed every tick (:mod:`.nested`); the other fields are the inner's.
     nested: Nested | None = None
+    #: An optional split's (:attr:`Nested.optional`): the plan the query has without
+    #: it, which a tick whose inner cannot stay in place falls back to.
+    unnested: Plan | None = None
 
     @property
     def incremental(self) -> bool:
@@ -213,6 +216,9 @@ class Plan:
         """The plan without in-place aggregates (``group``, ``partition`` or ``full``)."""
         if self.in_place is None:
             return self
+        if self.unnested is not None:  # the query as it is, without the split
+            own = self.unnested
+            return replace(own, reason=f"{own.reason} (not in place: {why})")
         reason = self.in_place.fallback_reason
         return replace(
             self,
@@ -255,7 +261,7 @@ def _plan_tree(tree: Any, catalog_name: str) -> Plan:
         raise NotIncremental(f"the query calls nondeterministic functions {calls}")
     tree = flatten_derived_tables(tree)
     split = split_nested(tree, catalog_name)
-    nested = None if split is None else _nested_plan(split, catalog_name)
+    nested = None if split is None else _nested_plan(split, tree, catalog_name)
     if nested is not None:
         return nested
     if tree.find(exp.With) or tree.find(exp.CTE):
@@ -270,9 +276,12 @@ def _plan_tree(tree: Any, catalog_name: str) -> Plan:
     return Plan(LINEAR, f"UNION ALL of {len(blocks)} linear blocks", blocks, steps=steps)
 
 
-def _nested_plan(split: tuple[Any, Nested] | str, catalog_name: str) -> Plan | None:
+def _nested_plan(split: tuple[Any, Nested] | str, tree: Any, catalog_name: str) -> Plan | None:
     """The inner select's in-place plan, with the outer query over its rows (:mod:`.nested`);
-    None when the query is planned as it is (an optional split whose inner is not kept)."""
+    None when the query is planned as it is (an optional split whose inner is not kept).
+
+    :param tree: the query before the split (an optional split falls back to its plan).
+    """
     if isinstance(split, str):
         raise NotIncremental(split)
     inner, nested = split
@@ -295,6 +304,7 @@ def _nested_plan(split: tuple[Any, Nested] | str, catalog_name: str) -> Plan | N
             f"{plan.reason}"
         )
     fallback = f"{nested.what} is recomputed in full without its aggregates kept in place"
+    unnested = _own_plan(tree, catalog_name) if nested.optional else None
     return replace(
         plan,
         reason=f"{nested.what} over an aggregate kept in place: {plan.reason}; the query "
@@ -302,7 +312,16 @@ def _nested_plan(split: tuple[Any, Nested] | str, catalog_name: str) -> Plan | N
         steps=nested_steps(plan.steps, nested),
         in_place=replace(plan.in_place, fallback=FULL, fallback_reason=fallback),
         nested=nested,
+        unnested=unnested,
     )
+
+
+def _own_plan(select: Any, catalog_name: str) -> Plan:
+    """The plan of a select planned as it is, without a split (``full`` if it has none)."""
+    try:
+        return _plan_select(select, catalog_name)
+    except NotIncremental as exc:
+        return Plan(FULL, str(exc))
 
 
 def _plan_select(select: Any, catalog_name: str) -> Plan:
