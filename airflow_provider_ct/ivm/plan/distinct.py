@@ -97,7 +97,8 @@ def _calls(select: Any) -> _Calls | None:
     """The select's aggregate calls, when they are ``COUNT(DISTINCT x)`` of one same ``x``
     (at least once) and ``COUNT``, ``SUM``, ``MIN``, ``MAX`` of plain values; else None."""
     calls = [c for c in select.find_all(exp.AggFunc) if c.find_ancestor(exp.Select) is select]
-    values, partials = [], {}
+    values: list[Any] = []
+    partials: dict[str, tuple[Any, str]] = {}
     for call in calls:
         inside = call.this
         if isinstance(call, exp.Count) and isinstance(inside, exp.Distinct):
