@@ -6,7 +6,7 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
   table or an inner join of several. The view's change is the query over the
   inputs' changes (delta rules: ``Δ(A⋈B) = ΔA⋈B_old + A_new⋈ΔB``, and so on
   for more inputs); a table read twice (``nation n1, nation n2``) is two
-  inputs there, one per read (:func:`occurrence_key`).
+  inputs there, one per read (:func:`~.reads.occurrence_key`).
 * ``linear`` over ``A LEFT JOIN B ON <equalities>``: ``ΔA ⟕ B_old``, plus,
   for the join keys ``K`` that occur in ``ΔB``, ``A_new|K ⟕ B_new`` minus
   ``A_new|K ⟕ B_old`` (the rows of ``A`` outside ``K`` see the same ``B``).
@@ -82,6 +82,7 @@ from airflow_provider_ct.ivm.plan.keyed import keyed_shape
 from airflow_provider_ct.ivm.plan.left_join import LeftJoin, left_join
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.nested import Nested, split_nested
+from airflow_provider_ct.ivm.plan.reads import occurrence_keys
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 from airflow_provider_ct.ivm.plan.select_shape import (
     check_linear_select,
@@ -131,34 +132,13 @@ class Block:
 
     @property
     def occurrences(self) -> tuple[str, ...]:
-        """One key per table read, in order: :func:`occurrence_key` of each input."""
+        """One key per table read, in order: :func:`~.reads.occurrence_key` of each input."""
         return occurrence_keys(self.inputs)
 
     @property
     def repeated(self) -> frozenset[str]:
         """The inputs the block reads more than once."""
         return frozenset(n for n in self.inputs if self.inputs.count(n) > 1)
-
-
-def occurrence_key(name: str, index: int) -> str:
-    """The key of the ``index``-th (0-based) read of input ``name`` in a block.
-
-    Why: the delta rules bind each *read* of a table, not each table: in
-    ``Δ(A⋈A')`` the first read's change joins the second read as it was and
-    the second's joins the first as it is now. The first read keeps the
-    input's name, so a binding keyed by names binds every read alike.
-    """
-    return name if index == 0 else f"{name}#{index + 1}"
-
-
-def occurrence_keys(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """:func:`occurrence_key` of each name, counting the reads of each input in order."""
-    seen: dict[str, int] = {}
-    keys = []
-    for name in names:
-        keys.append(occurrence_key(name, seen.get(name, 0)))
-        seen[name] = seen.get(name, 0) + 1
-    return tuple(keys)
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.ivm.plan.planner import (
     NotIncremental,
     block_tables,
-    occurrence_key,
     qualified_name,
 )
+from airflow_provider_ct.ivm.plan.reads import occurrence_key
 
 #: Temp views a tick registers (``__ct_keyed_keys_0``...): never an input to bind.
 TICK_VIEW_PREFIX = "__ct_"
@@ -42,7 +42,7 @@ TICK_VIEW_PREFIX = "__ct_"
 def bind_tables(tree: Any, views: Mapping[str, str], catalog_name: str) -> Any:
     """A copy of ``tree`` (a block) with each read of an input replaced by the view bound to it.
 
-    :param views: by :func:`~.planner.occurrence_key`; a read without a key
+    :param views: by :func:`~.reads.occurrence_key`; a read without a key
         of its own (every read but the first of a table) gets the view of
         the input's name, so a mapping by input names binds every read alike.
     """

@@ -32,7 +32,8 @@ class Term:
 
     sign: int
     block: Block
-    #: The view bound to each read of a table (:func:`~.planner.occurrence_key`).
+    #: The view bound to each read of a table
+    #: (:func:`~airflow_provider_ct.ivm.plan.reads.occurrence_key`).
     views: dict[str, str]
 
 
