@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.exceptions import NotInPlaceError
 from airflow_provider_ct.ivm.changes.row_match import joint_codes
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator
 from airflow_provider_ct.ivm.plan.in_place import MAX
@@ -31,14 +30,14 @@ from airflow_provider_ct.ivm.state.aggregate_state import (
     count_column,
     key_column,
     sum_column,
+    sum_overflow,
 )
 from airflow_provider_ct.ivm.state.extrema import extremum_column, removed_column
+from airflow_provider_ct.ivm.state.state_add import WIDE_DIGITS
 
 #: A row's signed copies, and its place in its table (:func:`diff_rows`).
 _COPIES = "__ct_copies"
 _ORDER = "__ct_order"
-#: Sums are taken in this many decimal digits: no sum of a tick's values reaches it.
-_WIDE_DIGITS = 75
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ def change_state(
     try:
         return pa.table({n: columns[n] for n in schema.names}).cast(schema, safe=True)
     except (pa.ArrowInvalid, OverflowError) as exc:
-        raise NotInPlaceError(f"a sum past its type ({exc}): Spark overflows there") from None
+        raise sum_overflow(exc) from None
 
 
 def _signed_rows(
@@ -117,7 +116,7 @@ def _signed_rows(
 def _signed_sum(sign: int, values: pa.Array, kind: pa.DataType) -> pa.Array:
     """``values`` (negated for a deletion) in a type no sum of them overflows
     (``kind``: the state's sum type, decimal or integral)."""
-    wide = pa.decimal256(_WIDE_DIGITS, kind.scale if pa.types.is_decimal(kind) else 0)
+    wide = pa.decimal256(WIDE_DIGITS, kind.scale if pa.types.is_decimal(kind) else 0)
     widened = values.cast(wide)
     return widened if sign > 0 else pc.negate(widened)
 

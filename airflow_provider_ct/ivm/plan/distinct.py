@@ -204,24 +204,14 @@ def _reads_other_than(nodes: list[Any], names: set[str]) -> bool:
 
 def _over_pairs(node: Any, keys: list[Any], calls: _Calls) -> Any:
     """``node`` with every aggregate call over the pairs' columns and every key a key column."""
-    if isinstance(node, exp.AggFunc):
-        return _regrouped(node, calls)
-    for index, key in enumerate(keys):
-        if node == key:
-            return exp.column(group_column(index))
-    copy = node.copy()
-    for name, child in list(node.args.items()):
-        if isinstance(child, exp.Expression):
-            copy.set(name, _over_pairs(child, keys, calls))
-        elif isinstance(child, list):
-            copy.set(
-                name,
-                [
-                    _over_pairs(c, keys, calls) if isinstance(c, exp.Expression) else c
-                    for c in child
-                ],
-            )
-    return copy
+
+    def over(part: Any) -> Any:
+        if isinstance(part, exp.AggFunc):
+            return _regrouped(part, calls)
+        index = next((i for i, key in enumerate(keys) if part == key), None)
+        return part if index is None else exp.column(group_column(index))
+
+    return node.transform(over)
 
 
 def _count_star() -> Any:

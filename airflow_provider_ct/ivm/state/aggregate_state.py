@@ -159,6 +159,12 @@ def state_table(
     return _table([by_name[name] for name in schema.names], schema)
 
 
+def sum_overflow(exc: Exception) -> NotInPlaceError:
+    """The error for a value past its column's type: Spark overflows there, so the view
+    is left to its fallback plan."""
+    return NotInPlaceError(f"a sum past its type ({exc}): Spark overflows there")
+
+
 def _table(columns: list[list[Any]], schema: pa.Schema) -> pa.Table:
     """``columns`` as ``schema``'s types; a value past its type is Spark's overflow, not ours.
 
@@ -169,7 +175,7 @@ def _table(columns: list[list[Any]], schema: pa.Schema) -> pa.Table:
     try:
         arrays = [pa.array(v, type=f.type) for v, f in zip(columns, schema, strict=True)]
     except (pa.ArrowInvalid, OverflowError) as exc:
-        raise NotInPlaceError(f"a sum past its type ({exc}): Spark overflows there") from None
+        raise sum_overflow(exc) from None
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -263,5 +269,6 @@ __all__ = [
     "spark_decimal_average",
     "state_table",
     "sum_column",
+    "sum_overflow",
     "value_columns",
 ]

@@ -42,6 +42,7 @@ from airflow_provider_ct.ivm.state.aggregate_state import (
     groups_of,
     key_column,
     sum_column,
+    sum_overflow,
 )
 from airflow_provider_ct.ivm.state.extrema import (
     extremum_column,
@@ -51,7 +52,7 @@ from airflow_provider_ct.ivm.state.extrema import (
 )
 
 #: Sums are added in this type: no two 38-digit decimals reach it.
-_WIDE_DIGITS = 75
+WIDE_DIGITS = 75
 
 
 @dataclass(frozen=True)
@@ -167,11 +168,11 @@ def _added(old: Any, delta: Any) -> Any:
 def _sum(old: Any, delta: Any, count: Any) -> Any:
     """A kept sum plus a signed sum, exactly; NULL once no value is left (or none was summed)."""
     kind = delta.type
-    wide = pa.decimal256(_WIDE_DIGITS, kind.scale) if pa.types.is_decimal(kind) else pa.int64()
+    wide = pa.decimal256(WIDE_DIGITS, kind.scale) if pa.types.is_decimal(kind) else pa.int64()
     try:
         total = pc.add_checked(pc.fill_null(old.cast(wide), 0), pc.fill_null(delta.cast(wide), 0))
     except (pa.ArrowInvalid, OverflowError) as exc:
-        raise NotInPlaceError(f"a sum past its type ({exc}): Spark overflows there") from None
+        raise sum_overflow(exc) from None
     nothing = pc.and_(pc.is_null(old), pc.is_null(delta))
     keep = pc.and_(pc.invert(nothing), pc.greater(count, 0))
     return pc.if_else(keep, total, pa.scalar(None, wide))
@@ -274,7 +275,7 @@ def _cast(table: pa.Table, schema: pa.Schema) -> pa.Table:
     try:
         return table.cast(schema, safe=True)
     except (pa.ArrowInvalid, OverflowError) as exc:
-        raise NotInPlaceError(f"a sum past its type ({exc}): Spark overflows there") from None
+        raise sum_overflow(exc) from None
 
 
-__all__ = ["Added", "add_change"]
+__all__ = ["WIDE_DIGITS", "Added", "add_change"]

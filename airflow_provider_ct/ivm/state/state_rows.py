@@ -24,13 +24,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.exceptions import NotInPlaceError
 from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, EXTREMA, InPlace
 from airflow_provider_ct.ivm.state.aggregate_state import (
     ROWS,
     count_column,
     key_column,
     sum_column,
+    sum_overflow,
 )
 from airflow_provider_ct.ivm.state.extrema import extremum_column
 
@@ -58,7 +58,7 @@ def every_row(
     try:
         cast = [a.cast(f.type, safe=True) for a, f in zip(arrays, schema, strict=True)]
     except (pa.ArrowInvalid, OverflowError) as exc:
-        raise NotInPlaceError(f"a sum past its type ({exc}): Spark overflows there") from None
+        raise sum_overflow(exc) from None
     return pa.Table.from_arrays(cast, schema=schema)
 
 
