@@ -400,12 +400,11 @@ def _output(agg: Aggregation, added: Added) -> pa.Table:
 
 
 def _every_row(agg: Aggregation, state: pa.Table) -> pa.Table:
-    """Every group's row of the view (a nested plan's inner)."""
+    """Every group's row of the view (a nested plan's inner): the state's groups are all
+    affected."""
     key_count, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
-    extrema = agg.in_place.extrema
-    return _output(
-        agg, add_change(None, state, key_count, arguments, scalar=agg.scalar, extrema=extrema)
-    )
+    every = Added(state, state, key_count, arguments, len(agg.in_place.extrema))
+    return _output(agg, every)
 
 
 def _desired(agg: Aggregation, added: Added) -> DataFrame:
