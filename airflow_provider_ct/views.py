@@ -16,7 +16,7 @@ from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.factory_settings import SparkSettings, WaitSettings
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
-from airflow_provider_ct.ivm.plan.planner import choose_plan
+from airflow_provider_ct.ivm.plan.planner import InputColumns, choose_plan
 from airflow_provider_ct.operators._common import catalog_name_of, is_templated_sql
 from airflow_provider_ct.operators.append import AppendOperator
 from airflow_provider_ct.operators.mint import MintOperator
@@ -31,7 +31,12 @@ def view_asset(target: str, catalog_name: str = "ct") -> Asset:
 
 
 def explain_view(
-    sql: str, *, target: str, catalog_name: str = "ct", refresh: str = "auto"
+    sql: str,
+    *,
+    target: str,
+    catalog_name: str = "ct",
+    refresh: str = "auto",
+    columns: InputColumns | None = None,
 ) -> list[str]:
     """How a view of ``sql`` refreshes, as ``EXPLAIN`` would say: the strategy, why, the steps.
 
@@ -39,9 +44,13 @@ def explain_view(
     time and the write job starts from (a tick may still go full for its
     history or sizes, see docs/views.md). A query a view cannot be raises
     :class:`~airflow_provider_ct.exceptions.QueryError`. Nothing is read or written.
+
+    :param columns: the inputs' column names (``ns.table`` -> names), which the
+        job reads from the catalog: with them an outer join's bare ``ON``
+        columns are placed as the ticks will place them.
     """
     parsed = parse_query(sql, target=target, catalog_name=catalog_name)
-    return choose_plan(parsed, RefreshMode.parse(refresh)).explain()
+    return choose_plan(parsed, RefreshMode.parse(refresh), columns).explain()
 
 
 def materialized_view(

@@ -839,3 +839,56 @@ def test_keyed_reads_are_priced_by_the_files_their_keys_reach(
     # The next tick goes full at once on the share its predecessor recorded (its changes
     # are not read to price the keys again until CT_RETRY_INCREMENTAL_AFTER such batches).
     assert seen[3][0] == "full" and "the last 1 batch(es) of this view went full" in seen[3][1]
+
+
+CUSTOMER = pa.schema([("c_custkey", pa.int64()), ("c_name", pa.string())])
+ORDERS = pa.schema(
+    [("o_orderkey", pa.int64()), ("o_custkey", pa.int64()), ("o_comment", pa.string())]
+)
+
+
+def test_a_bare_left_join_with_a_filter_in_on_is_kept_in_place(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """TPC-H q13's shape, columns bare as q13 writes them: the job places ``c_custkey`` and
+    ``o_custkey`` by the inputs' schemas, the ``NOT LIKE`` stays in ``ON``, and the count of
+    orders per customer is kept in place under the count of customers per count. Customers
+    without orders, orders of no customer, NULL keys and NULL comments; rows as DuckDB's."""
+    import duckdb
+
+    ns = "incr_bare_left_join"
+    catalog = spark_catalog_config.load()
+    customer = create_managed_table(catalog, f"{ns}.customer", CUSTOMER)
+    orders = create_managed_table(catalog, f"{ns}.orders", ORDERS)
+    sql = (
+        "SELECT c_count, COUNT(*) AS custdist FROM (SELECT c_custkey, COUNT(o_orderkey) FROM"
+        f" {ns}.customer LEFT OUTER JOIN {ns}.orders ON c_custkey = o_custkey AND o_comment"
+        " NOT LIKE '%special%' GROUP BY c_custkey) AS c_orders (c_custkey, c_count)"
+        " GROUP BY c_count"
+    )
+    rng = random.Random(13)
+    keys = [1, 2, 3, 4, 5, None]
+    comments = ["ok", "a special one", None]
+    custs: list[dict[str, Any]] = []
+    ords: list[dict[str, Any]] = []
+    seen = []
+    for n in range(1, 5):
+        if n % 2 == 1 or not custs:
+            custs = [{"c_custkey": k, "c_name": f"c{k}"} for k in keys if rng.random() > 0.3]
+            replace_contents(customer, 1_000 * n - 500, pa.Table.from_pylist(custs, CUSTOMER))
+        ords = [o for o in ords if rng.random() > 0.3]
+        for _ in range(rng.randint(2, 6)):
+            row = {"o_custkey": rng.choice([*keys, 9]), "o_comment": rng.choice(comments)}
+            ords.append({"o_orderkey": len(ords) + 100 * n, **row})
+        replace_contents(orders, 1_000 * n - 500, pa.Table.from_pylist(ords, ORDERS))
+        advance(customer, 1_000 * n)
+        advance(orders, 1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        seen.append(report["strategy"])
+        con = duckdb.connect()
+        con.register("c_rows", pa.Table.from_pylist(custs, CUSTOMER))
+        con.register("o_rows", pa.Table.from_pylist(ords, ORDERS))
+        duck = sql.replace(f"{ns}.customer", "c_rows").replace(f"{ns}.orders", "o_rows")
+        expected = Counter(tuple(r) for r in con.execute(duck).fetchall())
+        assert rows_of(catalog.load_table(f"{ns}.view")) == expected, (n, report)
+    assert seen == ["full", "aggregate", "aggregate", "aggregate"], seen

@@ -158,7 +158,19 @@ CASES = [
     ),
     ("SELECT t.k FROM (SELECT k FROM s.a) t JOIN s.b b ON t.k = b.k", "full", "derived table"),
     ("SELECT a.id FROM s.a a FULL OUTER JOIN s.b b ON a.k = b.k", "full", "outer joins"),
-    ("SELECT a.id FROM s.a a LEFT JOIN s.b b ON a.k > b.k", "full", "not a conjunction"),
+    ("SELECT a.id FROM s.a a LEFT JOIN s.b b ON a.k > b.k", "full", "no equality of a column"),
+    # Conjuncts beside the equalities only narrow a preserved row's partners (TPC-H q13).
+    (
+        "SELECT a.id, b.n FROM s.a a LEFT JOIN s.b b ON a.k = b.k AND b.c NOT LIKE '%x%'"
+        " AND a.v > 0",
+        "linear",
+        "LEFT",
+    ),
+    (
+        "SELECT a.id FROM s.a a LEFT JOIN s.b b ON a.k = b.k AND b.k IN (SELECT k FROM s.c)",
+        "full",
+        "a subquery outside WHERE",
+    ),
     ("SELECT id, rand() FROM s.a", "full", "nondeterministic"),
     ("SELECT k, SUM(v) FROM s.a GROUP BY ROLLUP(k)", "full", "ROLLUP"),
     # A kept aggregate under two queries (its own HAVING or LIMIT, then a CTE or a derived
@@ -358,6 +370,30 @@ def test_group_keys_find_their_equal_input_columns() -> None:
     assert by_index[0].columns_of("s.c") == ["c.j"]
     assert by_index[1].members == (("s.b", "b", "z"),)
     assert any("affected keys: a.k read from the changed rows" in s for s in plan.explain())
+
+
+Q13 = (
+    "SELECT c_count, COUNT(*) AS custdist FROM (SELECT c_custkey, COUNT(o_orderkey) FROM"
+    " s.customer LEFT OUTER JOIN s.orders ON c_custkey = o_custkey AND o_comment NOT LIKE '%r%'"
+    " GROUP BY c_custkey) AS c_orders (c_custkey, c_count) GROUP BY c_count"
+)
+
+
+def test_bare_outer_join_columns_are_placed_by_the_inputs_schemas() -> None:
+    """Without schemas the sides of ``ON c_custkey = o_custkey`` are unknown; with them
+    each column goes to the one table that has it, and the left-join rule applies."""
+    columns = {"s.customer": ["C_CUSTKEY", "c_name"], "s.orders": ["o_orderkey", "o_custkey"]}
+    columns["s.orders"].append("o_comment")
+    bare = plan_query(parse_query(Q13))
+    assert bare.strategy == "full" and "both qualified" in bare.reason
+    placed = plan_query(parse_query(Q13), columns)
+    assert placed.strategy == "aggregate", placed.reason
+    assert "left-join delta rule" in "\n".join(placed.explain())
+    # A column both tables have stays bare: the rule does not guess.
+    both = {**columns, "s.orders": [*columns["s.orders"], "c_custkey"]}
+    assert plan_query(parse_query(Q13), both).strategy == "full"
+    # A schema that lacks a column leaves it bare too.
+    assert plan_query(parse_query(Q13), {**columns, "s.customer": ["c_name"]}).strategy == "full"
 
 
 def test_left_join_equalities_prove_nothing_about_keys() -> None:

@@ -78,7 +78,11 @@ def _plan(loaded: LoadedPipeline, item: Resolved) -> tuple[str, list[str]]:
     if item.sql is not None:
         refresh = str(loaded.spec.airflow.get("refresh", "auto"))
         plan = explain_view(
-            item.sql, target=item.name, catalog_name=loaded.catalog, refresh=refresh
+            item.sql,
+            target=item.name,
+            catalog_name=loaded.catalog,
+            refresh=refresh,
+            columns=item.read_columns,
         )
         strategy = plan[0].removeprefix("strategy: ")
         return strategy, [f"plan: {strategy}", *plan[1:]]

@@ -73,6 +73,9 @@ class Resolved:
     columns: tuple[tuple[str, str], ...] = ()
     partition_by: tuple[str, ...] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
+    #: The column names of each table its query reads (what the write job reads from
+    #: the catalog, so the dry run plans the view as its ticks will).
+    read_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -134,8 +137,13 @@ def _resolve(dataset: Dataset, schema: dict[str, Columns]) -> Resolved:
     inferred = _infer(tree, schema)
     if dataset.kind != CONTINUAL_TASK:
         merged = _merged(tree, schema) if dataset.via else tree
+        reads = {t: tuple(schema[t]) for t in dataset.reads if t in schema}
         return Resolved(
-            dataset, sql=merged.sql(dialect="spark"), columns=inferred, **_layout(statement)
+            dataset,
+            sql=merged.sql(dialect="spark"),
+            columns=inferred,
+            read_columns=reads,
+            **_layout(statement),
         )
     columns = _continual_columns(dataset, inferred)
     return Resolved(

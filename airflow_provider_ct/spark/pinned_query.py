@@ -93,6 +93,13 @@ class PinnedQuery:
         return analyzed(self.key, "query schema", lambda: self.frame.schema)
 
 
+def input_columns(tables: Mapping[str, Any] | None) -> dict[str, list[str]] | None:
+    """Each input's column names (its current schema), for the planner to place bare columns."""
+    if tables is None:
+        return None
+    return {name: [f.name for f in t.schema().fields] for name, t in tables.items()}
+
+
 def input_tables(catalog: Any, names: tuple[str, ...]) -> dict[str, Any] | None:
     """Each input's PyIceberg table, or None if one does not load (Spark then reports it)."""
     try:

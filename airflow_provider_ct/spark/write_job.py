@@ -89,7 +89,12 @@ from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.ivm.in_place_tick import in_place_computed, keep_state
 from airflow_provider_ct.spark.ivm.incremental import incremental_correction
 from airflow_provider_ct.spark.ivm.input_changes import Scratch, bind_inputs
-from airflow_provider_ct.spark.pinned_query import PinnedQuery, PinnedViews, input_tables
+from airflow_provider_ct.spark.pinned_query import (
+    PinnedQuery,
+    PinnedViews,
+    input_columns,
+    input_tables,
+)
 from airflow_provider_ct.spark.snapshots import read_at
 from airflow_provider_ct.spark.stage_correction import stage_correction
 from airflow_provider_ct.spark.tick import Computed, PhaseClock, Target, Tick
@@ -128,8 +133,9 @@ def run_write(
     """
     desc, mode = description, RefreshMode.parse(refresh)  # in-process callers pass strings
     parsed = parse_query(sql, target=desc.target, catalog_name=config.name)
-    plan = choose_plan(parsed, mode)
     catalog = config.load()
+    tables = input_tables(catalog, parsed.inputs)
+    plan = choose_plan(parsed, mode, input_columns(tables))
     table = load_table_or_none(catalog, desc.target)
     reason = outdated_reason(table, desc)
     if reason is not None:
@@ -138,7 +144,6 @@ def run_write(
 
     clock = PhaseClock()
     views = PinnedViews(spark, config, desc, parsed.inputs)
-    tables = input_tables(catalog, parsed.inputs)
     query = PinnedQuery(spark, sql, parsed, views, tables, desc.inputs)
     if table is None and dry_run:
         return WriteReport(

@@ -3,17 +3,19 @@
 Split from :mod:`.planner`, which decides the strategy: this reads the join
 from the SQL. The ``linear`` strategy's left-join rule needs the equalities
 of ``ON`` by side (the optional side's changed keys restrict the preserved
-side), so only a conjunction of column equalities, each qualified by both
-tables, is taken; anything else runs the view in full with the reason.
+side), so ``ON`` needs at least one equality of columns qualified by both
+tables; other conjuncts are kept as they are (:func:`_equalities`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
+from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 
 
@@ -55,17 +57,82 @@ def left_join(select: Any, joins: list[Any], tables: list[Any], names: list[str]
 
 
 def _equalities(on: Any, preserved: str, optional: str) -> list[tuple[str, str]]:
-    """``a.x = b.y AND ...`` as (preserved column, optional column) pairs."""
+    """The ``a.x = b.y`` conjuncts of ``ON`` as (preserved column, optional column) pairs.
+
+    Other conjuncts (``o.comment NOT LIKE ...``, ``p.x > 0``) may stay: the
+    rule recomputes a preserved row's output from the optional rows with its
+    keys, and every conjunct only narrows which of those it matches. At least
+    one equality is needed, or no key restricts the recomputation.
+    """
     conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on]
     pairs: list[tuple[str, str]] = []
     for c in conjuncts:
-        if not isinstance(c, exp.EQ):
-            raise NotIncremental("a LEFT JOIN whose ON is not a conjunction of equalities")
-        left, right = c.this, c.expression
-        if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
-            raise NotIncremental("a LEFT JOIN whose ON compares expressions, not columns")
-        sides = {left.table.lower(): left.name, right.table.lower(): right.name}
-        if set(sides) != {preserved, optional}:
-            raise NotIncremental("a LEFT JOIN whose ON columns are not qualified by both tables")
-        pairs.append((sides[preserved], sides[optional]))
+        pair = _key_pair(c, preserved, optional)
+        if pair is not None:
+            pairs.append(pair)
+    if not pairs:
+        raise NotIncremental(
+            "a LEFT JOIN whose ON has no equality of a column of each table, both qualified"
+            " (write ON p.a = o.b where the inputs' schemas are not known)"
+        )
     return pairs
+
+
+def _key_pair(conjunct: Any, preserved: str, optional: str) -> tuple[str, str] | None:
+    """``preserved.x = optional.y`` (either order) as ``(x, y)``; anything else ``None``."""
+    if not isinstance(conjunct, exp.EQ):
+        return None
+    left, right = conjunct.this, conjunct.expression
+    if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+        return None
+    sides = {left.table.lower(): left.name, right.table.lower(): right.name}
+    if set(sides) != {preserved, optional}:
+        return None
+    return sides[preserved], sides[optional]
+
+
+def qualify_outer_join_columns(
+    tree: Any, catalog_name: str, columns: Mapping[str, Collection[str]]
+) -> Any:
+    """``tree`` with each outer join's unqualified ``ON`` columns qualified by their table.
+
+    The left-join rule must know which side an ``ON`` column belongs to, and
+    TPC-H-style SQL leaves them bare (``ON c_custkey = o_custkey``); only the
+    inputs' schemas (``columns``: input name -> column names) can say. A
+    column goes to the one table of its select that has it; one that none or
+    several have, or a select reading a derived table or CTE, is left as
+    written (the planner then names it). Returns a copy; ``tree`` is kept.
+    """
+    tree = tree.copy()
+    lowered = {name: {c.lower() for c in cols} for name, cols in columns.items()}
+    for join in list(tree.find_all(exp.Join)):
+        on = join.args.get("on")
+        select = join.parent_select
+        if on is None or not join.side or select is None:
+            continue
+        scope = _scope_columns(select, catalog_name, lowered)
+        if scope is None:
+            continue
+        for column in on.find_all(exp.Column):
+            owners = [a for a, cols in scope.items() if column.name.lower() in cols]
+            if not column.table and len(owners) == 1:
+                column.set("table", exp.to_identifier(owners[0]))
+    return tree
+
+
+def _scope_columns(
+    select: Any, catalog_name: str, columns: Mapping[str, set[str]]
+) -> dict[str, set[str]] | None:
+    """Alias -> column names of every table ``select`` reads; ``None`` if one is not an input."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    sources = [from_.this] if from_ is not None else []
+    sources += [j.this for j in select.args.get("joins") or []]
+    scope: dict[str, set[str]] = {}
+    for source in sources:
+        if not isinstance(source, exp.Table):
+            return None
+        name = normalize_table_name(qualified_table_name(source), catalog_name)
+        if name not in columns:
+            return None
+        scope[source.alias_or_name] = columns[name]
+    return scope

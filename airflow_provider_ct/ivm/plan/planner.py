@@ -56,6 +56,7 @@ the plan is written by :mod:`airflow_provider_ct.ivm.plan.rewrites`.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -79,7 +80,11 @@ from airflow_provider_ct.ivm.plan.group_keys import (
 )
 from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
 from airflow_provider_ct.ivm.plan.keyed import keyed_shape
-from airflow_provider_ct.ivm.plan.left_join import LeftJoin, left_join
+from airflow_provider_ct.ivm.plan.left_join import (
+    LeftJoin,
+    left_join,
+    qualify_outer_join_columns,
+)
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.nested import Nested, split_nested
 from airflow_provider_ct.ivm.plan.reads import occurrence_keys
@@ -213,26 +218,35 @@ class Plan:
         return [f"strategy: {self.strategy}", f"why: {self.reason}", *self.steps]
 
 
-def plan_query(parsed: ParsedQuery) -> Plan:
-    """The incremental strategy for ``parsed`` (``full`` with the reason if none)."""
+#: Input name -> its column names, when the caller has read the inputs' schemas.
+InputColumns = Mapping[str, Collection[str]]
+
+
+def plan_query(parsed: ParsedQuery, columns: InputColumns | None = None) -> Plan:
+    """The incremental strategy for ``parsed`` (``full`` with the reason if none).
+
+    :param columns: the inputs' column names, where known (the write job
+        knows them): they place an outer join's unqualified ``ON`` columns.
+    """
+    tree = parsed.expression
+    if columns:
+        tree = qualify_outer_join_columns(tree, parsed.catalog_name, columns)
     try:
-        return _plan(parsed)
+        return _plan_tree(tree, parsed.catalog_name)
     except NotIncremental as exc:
         return Plan(FULL, str(exc))
 
 
-def choose_plan(parsed: ParsedQuery, refresh: RefreshMode) -> Plan:
+def choose_plan(
+    parsed: ParsedQuery, refresh: RefreshMode, columns: InputColumns | None = None
+) -> Plan:
     """The query's incremental plan under ``refresh`` (``full``: none)."""
     if refresh is RefreshMode.FULL:
         return Plan(FULL, "refresh='full'")
-    plan = plan_query(parsed)
+    plan = plan_query(parsed, columns)
     if refresh is RefreshMode.INCREMENTAL and not plan.incremental:
         raise QueryError(f"refresh='incremental', but the query is not incremental: {plan.reason}")
     return plan
-
-
-def _plan(parsed: ParsedQuery) -> Plan:
-    return _plan_tree(parsed.expression, parsed.catalog_name)
 
 
 def _plan_tree(tree: Any, catalog_name: str) -> Plan:
