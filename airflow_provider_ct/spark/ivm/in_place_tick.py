@@ -51,6 +51,7 @@ from airflow_provider_ct.ivm.plan.refresh import join_reads_reason
 from airflow_provider_ct.ivm.plan.sizes import read_check
 from airflow_provider_ct.ivm.state.table import read_state, write_state
 from airflow_provider_ct.spark.ivm.analysis_cache import analysis_key
+from airflow_provider_ct.spark.ivm.fixed_lists import inline_fixed_lists
 from airflow_provider_ct.spark.ivm.in_place import (
     Aggregation,
     InPlaceResult,
@@ -182,21 +183,22 @@ def _incremental(
     inputs = tick.inputs()
     agg = replace(agg, inputs=inputs, pins=dict(tick.desc.inputs))
     reader = ExtremaReader(agg, kept.schema)  # the groups whose extremum a deletion removed
-    read = _one_input_change(tick, agg, inputs, before)
+    driver = inline_fixed_lists(agg, dict(tick.desc.inputs))  # what the driver evaluates
+    read = _one_input_change(tick, driver, inputs, before)
     if read is not None and _rows(read[1]) <= agg.driver_rows:
         name, changes = read
         tick.clock.lap("changes")
-        change = driver_change_state(agg, changes.inserted, changes.deleted, kept.schema)
+        change = driver_change_state(driver, changes.inserted, changes.deleted, kept.schema)
         if change is not None:
             result = correct(agg, lambda: target.persisted, kept, change, reader)
             details = {**_report(name, changes), "change_state_on": "driver"}
             return result, {**details, **reader.notes}
     known = {read[0]: read[1]} if read is not None else None
-    joined = joined_change(tick, agg, inputs, before)
+    joined = joined_change(tick, driver, inputs, before)
     if joined is not None:
         tick.clock.lap("changes")
         sides = {NEW: dict(tick.desc.inputs), OLD: dict(before)}
-        change = joined_change_state(agg, joined, inputs, sides, kept.schema)
+        change = joined_change_state(driver, joined, inputs, sides, kept.schema)
         if change is not None:
             result = correct(agg, lambda: target.persisted, kept, change, reader)
             details = {**joined_report(joined), "aggregate_state": "kept"}
