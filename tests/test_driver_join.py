@@ -104,6 +104,33 @@ def test_signed_terms_sum_to_the_change_of_the_join(case: int) -> None:
     assert +got == +expected and -got == -expected, case
 
 
+def test_a_join_tied_by_two_columns_fetches_by_the_one_matching_fewer_rows() -> None:
+    """``b`` is tied to ``a`` by ``k`` (few values, most rows) and ``j`` (many values):
+    fetched by ``j``, and the term still holds exactly the rows both equalities keep."""
+    a = pa.table({"id": [1, 2], "k": pa.array([1, 1], pa.int32()), "v": [5, 6]})
+    rows = [(1, j, f"n{j}") for j in range(40)] + [(2, 5, "x"), (1, None, "y")]
+    b = _table("ns.b", rows)
+    calls: list[str] = []
+
+    def matching(column: str, values: pa.Array) -> pa.Table:
+        return b.filter(pc.is_in(b.column(column), value_set=values, skip_nulls=True))
+
+    def fetch(name: str, side: str, column: str, values: pa.Array) -> pa.Table:
+        calls.append(column)
+        return matching(column, values)
+
+    def count(name: str, side: str, column: str, values: pa.Array) -> int:
+        return matching(column, values).num_rows
+
+    sql = "SELECT * FROM ns.a a, ns.b b WHERE a.k = b.k AND a.v = b.j"
+    shape = join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS)
+    terms = term_rows(shape, 0, a, fetch, count=count)
+    assert calls == ["j"]
+    ids, names = terms.column("a.id").to_pylist(), terms.column("b.name").to_pylist()
+    got = sorted(zip(ids, names, strict=True))
+    assert got == [(1, "n5"), (2, "n6")]
+
+
 TWICE = "SELECT * FROM ns.a x JOIN ns.b b ON x.k = b.k JOIN ns.a y ON y.id = b.j WHERE x.v > 0"
 TWICE_ORDERED = ["x.id", "x.k", "x.v", "b.k", "b.j", "b.name", "y.id", "y.k", "y.v"]
 

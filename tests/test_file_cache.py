@@ -168,6 +168,9 @@ def test_snapshot_rows_fetch_live_rows_by_key(
     assert counter(got) == counter(expected.select(["v", "k"])) and got.num_rows > 3
     # Four files hold n = 3 at position 3 (two of them deleted there), plus the NULL-key row.
     assert SnapshotRows(table, last, ["n"]).where("n", pa.array([3], pa.int32())).num_rows == 3
+    # A count is of the files' rows, deleted ones too: the two deleted n = 3 count.
+    assert SnapshotRows(table, last, ["n"]).count("n", pa.array([3], pa.int32())) == 5
+    assert SnapshotRows(table, last, ["v"]).count("v", strings) is None  # not indexed
     assert SnapshotRows(table, None, ["k"]).where("k", values).num_rows == 0
     assert SnapshotRows(table, last, ["k"]).where("k", pa.array([], pa.int64())).num_rows == 0
 

@@ -40,6 +40,8 @@ from airflow_provider_ct.ivm.plan.planner import qualified_name
 #: A fetch of an input's rows: (input, ``"new"`` or ``"old"``, column, values) -> rows.
 Fetch = Callable[[str, str, str, pa.Array], pa.Table]
 NEW, OLD = "new", "old"
+#: How many rows a fetch would match (same arguments as :data:`Fetch`); None: unknown.
+Count = Callable[[str, str, str, pa.Array], int | None]
 #: Rows of one table (columns ``alias.column``) -> the rows to join: (alias, rows) -> rows.
 Prefilter = Callable[[str, pa.Table], pa.Table]
 
@@ -228,6 +230,7 @@ def term_rows(
     fetch: Fetch,
     prefilter: Prefilter | None = None,
     all_new: bool = False,
+    count: Count | None = None,
 ) -> pa.Table:
     """One delta-rule term's joined rows (columns ``alias.column``), before the condition.
 
@@ -238,6 +241,9 @@ def term_rows(
         whole condition is evaluated afterwards all the same).
     :param all_new: every other table as it is now (the term of an input
         after all of the block's tables: a semi-join's subquery).
+    :param count: tells which of several join columns matches fewer rows
+        (TPC-H q9's ``lineitem`` by ``l_partkey`` and ``l_suppkey``: by the
+        supplier most of the table would be fetched, then joined).
     """
     keep = prefilter or (lambda _alias, rows: rows)
     joined = keep(shape.inputs[position].alias, _qualified(change, shape.inputs[position].alias))
@@ -246,12 +252,34 @@ def term_rows(
         index, pairs = _next(shape, done)
         other = shape.inputs[index]
         state = NEW if all_new or index < position else OLD
-        (first_done, first_other), *_ = pairs
-        values = pc.unique(pc.drop_null(joined.column(_name(first_done))))
-        fetched = fetch(other.name, state, _column_of(other, first_other[1]), values)
+        column, values = _fetched_by(joined, other, state, pairs, count)
+        fetched = fetch(other.name, state, column, values)
         joined = _join(joined, keep(other.alias, _qualified(fetched, other.alias)), pairs)
         done.add(other.alias)
     return joined
+
+
+def _fetched_by(
+    joined: pa.Table,
+    other: JoinInput,
+    state: str,
+    pairs: list[tuple[tuple[str, str], tuple[str, str]]],
+    count: Count | None,
+) -> tuple[str, pa.Array]:
+    """The column of ``other`` to fetch by, and its values: of the pairs, the fewest matches."""
+    best: tuple[int, str, pa.Array] | None = None
+    for done, mine in pairs:
+        values = pc.unique(pc.drop_null(joined.column(_name(done))))
+        column = _column_of(other, mine[1])
+        if count is None or len(pairs) == 1:
+            return column, values
+        matches = count(other.name, state, column, values)
+        if matches is None:
+            return column, values
+        if best is None or matches < best[0]:
+            best = (matches, column, values)
+    assert best is not None
+    return best[1], best[2]
 
 
 def _next(

@@ -79,6 +79,27 @@ class SnapshotRows:
             return self.empty
         return pa.concat_tables(parts, promote_options="permissive")
 
+    def count(self, column: str, values: pa.Array) -> int | None:
+        """How many rows (deleted ones too) a fetch by ``column`` would match; None: unknown.
+
+        From the sorted indexes alone (integer and date columns), so a join
+        tied by two columns can fetch by the one that matches fewer rows.
+        """
+        if not _indexable(values.type):
+            return None
+        wanted = _as_int64(pc.drop_null(values))
+        total = 0
+        for entry in self._state.data.values():
+            array = self._reader.rows(entry).column(column)
+            if not _indexable(array.type) or pa.types.is_date32(array.type) != pa.types.is_date32(
+                values.type
+            ):
+                return None
+            ordered, _ = self._index(entry, column, array)
+            hi = np.searchsorted(ordered, wanted, side="right")
+            total += int((hi - np.searchsorted(ordered, wanted, side="left")).sum())
+        return total
+
     def _positions(
         self, entry: ManifestEntry, rows: pa.Table, column: str, values: pa.Array
     ) -> np.ndarray:

@@ -178,11 +178,17 @@ def joined_change_state(
     """
     fetchers: dict[tuple[str, int | None], SnapshotRows] = {}
 
-    def fetch(name: str, side: str, column: str, values: pa.Array) -> pa.Table:
+    def reader(name: str, side: str) -> SnapshotRows:
         key = (name, snapshots[side].get(name))  # an unchanged input: one reader for both sides
         if key not in fetchers:
             fetchers[key] = SnapshotRows(inputs[name], key[1], read.columns[name])
-        return fetchers[key].where(column, values)
+        return fetchers[key]
+
+    def fetch(name: str, side: str, column: str, values: pa.Array) -> pa.Table:
+        return reader(name, side).where(column, values)
+
+    def count(name: str, side: str, column: str, values: pa.Array) -> int | None:
+        return reader(name, side).count(column, values)
 
     base = expressions(agg)
     parts = replace(base, where=read.shape.condition)
@@ -198,7 +204,7 @@ def joined_change_state(
                 continue
             for sign, rows in ((1, changes.inserted), (-1, changes.deleted)):
                 if rows.num_rows:
-                    terms = term_rows(read.shape, position, rows, fetch, prefilter)
+                    terms = term_rows(read.shape, position, rows, fetch, prefilter, count=count)
                     for semi in read.semis:  # after every table of the block: as they were
                         terms = filtered(terms, semi, fetch, OLD, inner_types)
                     sides.append((sign, ArrowEvaluator.joined(terms, types)))
