@@ -53,6 +53,7 @@ EVALUATED = [
     "day >= CAST('1994-01-01' AS DATE) AND day < CAST('1995-01-01' AS DATE)",
     "i IN (1, 2, NULL)",
     "NOT (s LIKE 'x%' OR s LIKE '%b' OR s LIKE '_b')",
+    "s NOT LIKE 'x%' AND s NOT LIKE '_b'",  # sqlglot: LIKE nodes with negate, no NOT
     "s IS NULL OR NOT l IS NULL",
     "CASE WHEN s LIKE 'x%' THEN d WHEN s IS NULL THEN -1 ELSE 0 END",
     "CASE WHEN i > 2 THEN l END",

@@ -143,6 +143,8 @@ class ArrowEvaluator:
         while isinstance(node, exp.Paren):
             node = node.this
         rule = self._rules.get(type(node))
+        if node.args.get("negate") and type(node) is not exp.Like:  # a NOT folded into a node
+            raise NotOnDriver(f"{node_key(node)}: a negated {type(node).__name__} is Spark's")
         try:
             if rule is not None:
                 return rule(node)
@@ -293,7 +295,9 @@ class ArrowEvaluator:
         value = self.value(node.this)
         if not pa.types.is_string(value.type) and not pa.types.is_large_string(value.type):
             raise NotOnDriver(f"{node_key(node)}: LIKE of a non-string")
-        return pc.match_like(value, pattern.this)
+        found = pc.match_like(value, pattern.this)
+        # sqlglot spells ``x NOT LIKE p`` as a LIKE node that says ``negate``, not as NOT.
+        return pc.invert(found) if node.args.get("negate") else found
 
 
 #: Date parts ``EXTRACT`` takes on the driver, and the Arrow function of each.
