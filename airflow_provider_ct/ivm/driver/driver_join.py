@@ -246,7 +246,7 @@ def term_rows(
         supplier most of the table would be fetched, then joined).
     """
     keep = prefilter or (lambda _alias, rows: rows)
-    joined = keep(shape.inputs[position].alias, _qualified(change, shape.inputs[position].alias))
+    joined = keep(shape.inputs[position].alias, qualified(change, shape.inputs[position].alias))
     done = {shape.inputs[position].alias}
     while len(done) < len(shape.inputs):
         index, pairs = _next(shape, done)
@@ -254,7 +254,7 @@ def term_rows(
         state = NEW if all_new or index < position else OLD
         column, values = _fetched_by(joined, other, state, pairs, count)
         fetched = fetch(other.name, state, column, values)
-        joined = _join(joined, keep(other.alias, _qualified(fetched, other.alias)), pairs)
+        joined = join_on(joined, keep(other.alias, qualified(fetched, other.alias)), pairs)
         done.add(other.alias)
     return joined
 
@@ -270,7 +270,7 @@ def _fetched_by(
     best: tuple[int, str, pa.Array] | None = None
     for done, mine in pairs:
         values = pc.unique(pc.drop_null(joined.column(_name(done))))
-        column = _column_of(other, mine[1])
+        column = column_of(other, mine[1])
         if count is None or len(pairs) == 1:
             return column, values
         matches = count(other.name, state, column, values)
@@ -300,7 +300,7 @@ def _next(
     raise NotOnDriver("a cross join (a table no equality ties to the others)")
 
 
-def _join(
+def join_on(
     left: pa.Table, right: pa.Table, pairs: list[tuple[tuple[str, str], tuple[str, str]]]
 ) -> pa.Table:
     """Inner join on every pair; NULL keys match nothing, as SQL's ``=``."""
@@ -341,7 +341,7 @@ def _all_valid(table: pa.Table, names: list[str]) -> pa.Array:
     return mask
 
 
-def _qualified(rows: pa.Table, alias: str) -> pa.Table:
+def qualified(rows: pa.Table, alias: str) -> pa.Table:
     return rows.rename_columns([f"{alias}.{c.lower()}" for c in rows.column_names])
 
 
@@ -349,6 +349,6 @@ def _name(placed: tuple[str, str]) -> str:
     return f"{placed[0]}.{placed[1]}"
 
 
-def _column_of(table: JoinInput, lowered: str) -> str:
+def column_of(table: JoinInput, lowered: str) -> str:
     """The input's own spelling of a lower-cased column name."""
     return next(c for c in table.columns if c.lower() == lowered)

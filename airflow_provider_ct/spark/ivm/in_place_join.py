@@ -51,6 +51,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
+from airflow_provider_ct.ivm.driver.left_join_rows import LeftShape, left_shape, left_terms
 from airflow_provider_ct.ivm.driver.semi_join import SemiJoin, filtered, flipped, semi_joins
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.subqueries import semi_join_query, where_conjuncts
@@ -73,7 +74,8 @@ class JoinedChange:
     """The inputs' changes a joined tick read, and what the report says of them."""
 
     changes: dict[str, TableChanges]
-    shape: JoinShape
+    #: The block's inner joins, or its one ``LEFT JOIN`` (:mod:`~..driver.left_join_rows`).
+    shape: JoinShape | LeftShape
     columns: dict[str, list[str]]
     details: dict[str, Any] = field(default_factory=dict)
     #: The block's semi- and anti-joins, maintained here (:mod:`~..driver.semi_join`).
@@ -85,7 +87,7 @@ def joined_change(
 ) -> JoinedChange | None:
     """The changed inputs' changes, read on the driver, when the driver can join them."""
     block = agg.plan.blocks[0]
-    if len(agg.plan.blocks) != 1 or block.left_join is not None:
+    if len(agg.plan.blocks) != 1 or (block.left_join is not None and block.semi):
         return None
     if len(block.inputs) < (1 if block.semi else 2) or set(block.fixed) - set(block.semi):
         return None  # one table is the one-input route's; other subqueries are Spark's
@@ -117,9 +119,12 @@ def joined_change(
 
 def _shapes(
     agg: Aggregation, schemas: dict[str, list[str]], catalog_name: str
-) -> tuple[JoinShape, tuple[SemiJoin, ...], dict[str, list[str]]]:
+) -> tuple[JoinShape | LeftShape, tuple[SemiJoin, ...], dict[str, list[str]]]:
     """The block's join, its semi-joins, and the columns of each input they read."""
     block = agg.plan.blocks[0]
+    if block.left_join is not None:
+        columns = referenced_columns(agg.plan, schemas, catalog_name)
+        return left_shape(block.tree, catalog_name, columns, block.left_join), (), columns
     if not block.semi:
         columns = referenced_columns(agg.plan, schemas, catalog_name)
         return join_shape(block.tree, catalog_name, columns), (), columns
@@ -191,8 +196,10 @@ def joined_change_state(
         return reader(name, side).count(column, values)
 
     base = expressions(agg)
-    parts = replace(base, where=read.shape.condition)
     schema = changes_schema(agg, schema)
+    if isinstance(read.shape, LeftShape):
+        return _left_change_state(agg, read, read.shape, fetch, schema)
+    parts = replace(base, where=read.shape.condition)
     try:
         types = node_types(agg, parts)
         inner_types = _semi_types(agg, read.semis)
@@ -216,6 +223,28 @@ def joined_change_state(
         return None
 
 
+def _left_change_state(
+    agg: Aggregation, read: JoinedChange, shape: LeftShape, fetch: Fetch, schema: pa.Schema
+) -> pa.Table | None:
+    """The change's signed state from the left join's terms; None: Spark computes it."""
+    base = expressions(agg)
+    typed = exp.and_(shape.on, shape.where) if shape.where is not None else shape.on
+    try:
+        types = node_types(agg, replace(base, where=typed))  # ON's nodes typed too
+
+        def on(rows: pa.Table) -> pa.Array:
+            return ArrowEvaluator.joined(rows, types).mask(shape.on)
+
+        changes = {n: (c.inserted, c.deleted) for n, c in read.changes.items()}
+        terms = left_terms(shape, changes, fetch, on)
+        sides = [(sign, ArrowEvaluator.joined(rows, types)) for sign, rows in terms]
+        read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
+        return change_state_rows(sides, replace(base, where=shape.where), schema)
+    except NotOnDriver as exc:
+        log.info("the change's state is computed by Spark: %s", exc)
+        return None
+
+
 def _semi_terms(
     read: JoinedChange,
     fetch: Fetch,
@@ -224,6 +253,7 @@ def _semi_terms(
     inner_types: dict[str, pa.DataType],
 ) -> list[tuple[int, ArrowEvaluator]]:
     """The terms of the subqueries' changes: the block's rows whose key entered or left."""
+    assert isinstance(read.shape, JoinShape)  # a LEFT JOIN block has no semi-joins here
     out = []
     aliases = [i.alias for i in read.shape.inputs]
     for index, semi in enumerate(read.semis):
