@@ -32,8 +32,10 @@ lint: setup
 	$(VENV)/bin/ruff format --check airflow_provider_ct devtools tests scripts bench dags_examples
 	$(VENV)/bin/mypy
 
+# Two pytest processes side by side (scripts/run_tests.sh says which and why);
+# with PYTEST_ARGS, one process runs them as given.
 test: lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	VENV=$(VENV) scripts/run_tests.sh $(PYTEST_ARGS)
 
 # Fast subset: no JVM, no PostgreSQL server.
 unit: setup
