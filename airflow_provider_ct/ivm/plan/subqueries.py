@@ -37,12 +37,7 @@ def semi_join_query(conjunct: Any) -> tuple[Any, bool, Any] | None:
     Only the shape: how ``q`` is tied to the block is found with the
     tables' columns, when a tick runs (:mod:`..driver.semi_join`).
     """
-    while isinstance(conjunct, exp.Paren):
-        conjunct = conjunct.this
-    anti = isinstance(conjunct, exp.Not)
-    node = conjunct.this if anti else conjunct
-    while isinstance(node, exp.Paren):
-        node = node.this
+    node, anti = unnegated(conjunct)
     if isinstance(node, exp.Exists):
         query, outer = node.this, None
     elif isinstance(node, exp.In) and node.args.get("query") is not None and not anti:
@@ -65,6 +60,17 @@ def semi_join_query(conjunct: Any) -> tuple[Any, bool, Any] | None:
     if not _tied_by_one_equality(query, from_.this.alias_or_name.lower()):
         return None
     return query, anti, outer
+
+
+def unnegated(conjunct: Any) -> tuple[Any, bool]:
+    """``(predicate, whether under NOT)``: ``conjunct`` through parentheses and one ``NOT``."""
+    while isinstance(conjunct, exp.Paren):
+        conjunct = conjunct.this
+    anti = isinstance(conjunct, exp.Not)
+    node = conjunct.this if anti else conjunct
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node, anti
 
 
 def _tied_by_one_equality(query: Any, alias: str) -> bool:

@@ -34,6 +34,7 @@ from airflow_provider_ct.ivm.plan.rewrites import InlineKeys, bind_tables
 from airflow_provider_ct.ivm.plan.subqueries import (
     fixed_subquery_tables,
     semi_join_query,
+    unnegated,
     where_conjuncts,
 )
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
@@ -81,12 +82,7 @@ def inline_fixed_lists(agg: Aggregation, pins: dict[str, int | None]) -> Aggrega
 
 def _in_subquery(conjunct: Any) -> tuple[Any, bool] | None:
     """``(the IN node, whether under NOT)`` of ``x IN (query)`` / ``NOT x IN (query)``."""
-    while isinstance(conjunct, exp.Paren):
-        conjunct = conjunct.this
-    anti = isinstance(conjunct, exp.Not)
-    node = conjunct.this if anti else conjunct
-    while isinstance(node, exp.Paren):
-        node = node.this
+    node, anti = unnegated(conjunct)
     if isinstance(node, exp.In) and node.args.get("query") is not None:
         return node, anti
     return None
