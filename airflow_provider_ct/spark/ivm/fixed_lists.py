@@ -5,7 +5,9 @@ filter of the delta rules (:mod:`airflow_provider_ct.ivm.plan.subqueries`),
 but the driver's joins (:mod:`.in_place_join`) evaluate no subquery, so a
 view with one (TPC-H q16's ``ps_suppkey NOT IN (SELECT s_suppkey FROM
 supplier WHERE s_comment LIKE ...)``) went to Spark's delta-rule joins,
-which read the other inputs whole. When such a subquery is uncorrelated its
+which read the other inputs whole. When such a subquery is uncorrelated
+and none of its tables moved since the last batch (a keyed block's
+subquery may read a changed table: it has a value on each side), its
 value is one list for every row: Spark evaluates it once, and the conjunct
 becomes ``x [NOT] IN (v1, v2, ...)``, which the driver evaluates. The values
 are kept by the warm driver per subquery and snapshots of its tables, so a
@@ -24,6 +26,7 @@ tick takes the route it took before.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -48,10 +51,15 @@ log = logging.getLogger(__name__)
 MAX_VALUES = 1000
 
 
-def inline_fixed_lists(agg: Aggregation, pins: dict[str, int | None]) -> Aggregation:
+def inline_fixed_lists(
+    agg: Aggregation, pins: Mapping[str, int | None], before: Mapping[str, int | None]
+) -> Aggregation:
     """``agg`` with its block's fixed uncorrelated ``[NOT] IN`` subqueries as literal lists.
 
-    :param pins: input -> the snapshot the tick reads (the values' key).
+    :param pins: input -> the snapshot the tick reads (the values' key);
+        ``before``: the snapshot the last batch read. Only a subquery none
+        of whose tables moved between them is fixed: a keyed block's
+        subquery over a changed table has a value on each side.
     ``agg`` itself when there is nothing to replace.
     """
     block = agg.plan.blocks[0]
@@ -65,7 +73,7 @@ def inline_fixed_lists(agg: Aggregation, pins: dict[str, int | None]) -> Aggrega
         if found is None or semi_join_query(conjunct) is not None:
             continue  # a semi-join is the driver's own (kept by key)
         node, anti = found
-        values = _values(agg, node.args["query"], pins)
+        values = _values(agg, node.args["query"], pins, before)
         if values is not None:
             conjunct.replace(_in_list(node.this, values, anti))
             replaced += 1
@@ -88,14 +96,20 @@ def _in_subquery(conjunct: Any) -> tuple[Any, bool] | None:
     return None
 
 
-def _values(agg: Aggregation, query: Any, pins: dict[str, int | None]) -> InlineKeys | None:
-    """The subquery's distinct values as literals, or None (correlated, too many, inexact)."""
+def _values(
+    agg: Aggregation,
+    query: Any,
+    pins: Mapping[str, int | None],
+    before: Mapping[str, int | None],
+) -> InlineKeys | None:
+    """The subquery's distinct values as literals, or None (moved, correlated, too many,
+    inexact)."""
     while isinstance(query, exp.Subquery):
         query = query.this
     tables = sorted(
         {normalize_table_name(qualified_table_name(t), agg.catalog_name) for t in _tables(query)}
     )
-    if not tables or any(t not in agg.new_views for t in tables):
+    if not tables or any(t not in agg.new_views or pins.get(t) != before.get(t) for t in tables):
         return None
     key = (agg.analysis_key, tuple((t, pins.get(t)) for t in tables))
     sql = bind_tables(query, agg.new_views, agg.catalog_name).sql(dialect="spark")

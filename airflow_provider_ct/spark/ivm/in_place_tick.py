@@ -183,7 +183,7 @@ def _incremental(
     inputs = tick.inputs()
     agg = replace(agg, inputs=inputs, pins=dict(tick.desc.inputs))
     reader = ExtremaReader(agg, kept.schema)  # the groups whose extremum a deletion removed
-    driver = inline_fixed_lists(agg, dict(tick.desc.inputs))  # what the driver evaluates
+    driver = inline_fixed_lists(agg, tick.desc.inputs, before)  # what the driver evaluates
     read = _one_input_change(tick, driver, inputs, before)
     if read is not None and _rows(read[1]) <= agg.driver_rows:
         name, changes = read
