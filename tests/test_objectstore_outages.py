@@ -29,6 +29,7 @@ deployment gets (docs/deployment.md, "Outages").
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -265,6 +266,7 @@ CASES = [
 def test_an_outage_during_a_spark_job_fails_within_the_bound_and_the_retry_is_exact(
     lake: tuple[ObjectStore, Path],
     capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
     dag_name: str,
     ns: str,
@@ -277,6 +279,9 @@ def test_an_outage_during_a_spark_job_fails_within_the_bound_and_the_retry_is_ex
     catalog = _inputs(store, ns)
     tick = _sealed_time(catalog, ns)
     monkeypatch.setattr(outages, "HEARTBEAT_S", 2.0)  # the 30 s line, sooner
+    # The heartbeat is an INFO line of the task's own process: captured here whatever
+    # logging configuration earlier tests of this process left (an e2e run's, or none).
+    caplog.set_level(logging.INFO, logger=outages.__name__)
     capfd.readouterr()
     with _AtMarker(store, marker, fault) as injected:
         run = dag.test(run_conf={"time": tick})
@@ -294,7 +299,8 @@ def test_an_outage_during_a_spark_job_fails_within_the_bound_and_the_retry_is_ex
     print(f"  {typed.group(1)}: {typed.group(2)[:400]}")
     endpoint = store.s3_endpoint if typed.group(1) == "StoreUnavailableError" else store.rest_uri
     assert endpoint in typed.group(2) and "did not answer during" in typed.group(2)
-    assert re.search(rf"still waiting for the [\w-]+ job for {ns}\.{output}: ", logged)  # heartbeat
+    heartbeat = rf"still waiting for the [\w-]+ job for {ns}\.{output}: "
+    assert re.search(heartbeat, logged + caplog.text)
     # The documented connection names the token endpoint: no OAuth2 fallback warning.
     assert "will be removed in a future Iceberg release" not in logged
 
