@@ -12,7 +12,7 @@ Given a batch description it
    Spark first needs them (:mod:`.pinned_query`; a tick kept in place on
    the driver with known types never does);
 3. takes the query's schema (Spark's analysis, kept by a warm driver),
-   creating the target from it on first use;
+   creating the target from it on first use (:mod:`.target`);
    a query whose columns changed gets the schema ``on_schema_change``
    allows, planned but not committed: the batch is staged under it and the
    append commits it in the batch's own commit
@@ -32,13 +32,10 @@ Nothing becomes visible until ``AppendOperator`` compare-and-appends it.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
@@ -47,18 +44,10 @@ from airflow_provider_ct.core.layout import TargetSettings
 from airflow_provider_ct.core.query import parse_query, query_hash
 from airflow_provider_ct.core.refresh_state import view_batch_summary
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
-from airflow_provider_ct.core.schema_change import (
-    SchemaChange,
-    diff_schemas,
-    pending_table,
-    plan_schema_change,
-    schema_error,
-)
 from airflow_provider_ct.core.settings import full_rows_on_driver
 from airflow_provider_ct.core.staging import outdated_reason
 from airflow_provider_ct.core.tables import (
     UNKNOWN_ROWS,
-    create_managed_table,
     live_bytes,
     live_rows,
     load_table_or_none,
@@ -83,7 +72,7 @@ from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.planner import FULL, choose_plan
 from airflow_provider_ct.ivm.plan.refresh import full_diff_on_driver
 from airflow_provider_ct.ivm.plan.sizes import keyed_read_history, read_check, size_rules
-from airflow_provider_ct.spark.correction import check_schema, correction_difference
+from airflow_provider_ct.spark.correction import correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.ivm.in_place_tick import in_place_computed, keep_state
@@ -95,19 +84,14 @@ from airflow_provider_ct.spark.pinned_query import (
     input_columns,
     input_tables,
 )
-from airflow_provider_ct.spark.snapshots import read_at
 from airflow_provider_ct.spark.stage_correction import stage_correction
+from airflow_provider_ct.spark.target import prepare_target
 from airflow_provider_ct.spark.tick import Computed, PhaseClock, Target, Tick
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("airflow_provider_ct.write_job")
-
-
-def _qualified(config: CatalogConfig, name: str) -> str:
-    return f"{config.name}.{name}"
 
 
 def run_write(
@@ -154,7 +138,7 @@ def run_write(
             reason="target does not exist yet",
             extra={"strategy": FULL, "plan": plan.explain()},
         )
-    prepared = _prepare_target(
+    prepared = prepare_target(
         spark, config, catalog, desc, table, query, target or TargetSettings(), dry_run=dry_run
     )
     if prepared is None:
@@ -249,119 +233,6 @@ def _read_share(computed: Computed) -> dict[str, str]:
     if computed.strategy != FULL or not isinstance(estimate, dict) or "share" not in estimate:
         return {}
     return {SummaryKeys.READ_SHARE: str(estimate["share"])}
-
-
-def _prepare_target(
-    spark: SparkSession,
-    config: CatalogConfig,
-    catalog: Any,
-    desc: BatchDescription,
-    table: Any,
-    query: PinnedQuery,
-    settings: TargetSettings,
-    *,
-    dry_run: bool = False,
-) -> Target | None:
-    """Create the target on first use; plan its schema change to fit the query; read the head.
-
-    A schema change is not committed here: the batch's files are staged
-    under the new schema and the append commits it with them
-    (:mod:`airflow_provider_ct.core.schema_change`).
-    """
-    schema = query.schema
-    columns = [f.name for f in schema.fields]
-    if len({c.lower() for c in columns}) != len(columns):
-        raise CTError(f"the query for {desc.target} has duplicate column names: {columns}")
-    arrow_schema = _query_schema(schema)
-    if table is None:
-        table = create_managed_table(catalog, desc.target, arrow_schema, layout=settings.layout)
-        if table.metadata.current_snapshot() is not None:
-            return None
-    diff = diff_schemas(table.schema(), arrow_schema)
-    name = _qualified(config, desc.target)
-    base_id = desc.base_snapshot_id
-    if not diff:
-        columns = [f.name for f in table.schema().fields]
-        frames = functools.partial(_frames, spark, name, base_id, query, desc.target)
-        return Target(table, columns, frames, base_id is not None, query_schema=schema)
-    if dry_run:
-        raise schema_error(diff, desc.target, "fail")
-    change = plan_schema_change(table, diff, arrow_schema, settings.on_schema_change)
-    log.info("schema of %s changes with this batch: %s", desc.target, diff.problems())
-    base = None if base_id is None else read_at(spark, name, base_id)
-    return _changing_target(table, change, query.frame, base, schema)
-
-
-def _frames(
-    spark: SparkSession, name: str, base_id: int | None, query: PinnedQuery, target: str
-) -> tuple[DataFrame, DataFrame | None]:
-    """The query's rows in the table's column order, and the head read with positions."""
-    stored = spark.table(name)
-    columns = [f.name for f in stored.schema.fields]
-    desired = query.frame.select(*[f"`{c}`" for c in columns])  # rows compare by name
-    check_schema(desired, stored, target)
-    if base_id is None:
-        return desired, None
-    base = read_at(spark, name, base_id)
-    return desired, base.select(*[f"`{c}`" for c in columns], *_AT)
-
-
-#: The metadata columns a persisted row is retracted by.
-_AT = ("_file", "_pos")
-
-
-def _query_schema(schema: StructType) -> pa.Schema:
-    """The query's columns as Arrow types, every one optional.
-
-    Spark's nullability flags shift with plans (joins, explode), and a
-    required column would reject staged files.
-    """
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return pa.schema([f.with_nullable(True) for f in to_arrow_schema(schema)])
-
-
-def _changing_target(
-    table: Any,
-    change: SchemaChange,
-    desired: DataFrame,
-    base: DataFrame | None,
-    query_schema: StructType,
-) -> Target:
-    """The target as it will be once ``change`` commits with this batch.
-
-    The head is read as the new schema reads it, which is what the
-    correction must compare with: a column whose field id is kept reads its
-    old values (widened), every other one (added, or replaced by
-    ``recreate``) reads null in the old files.
-    """
-    from pyspark.sql import functions as F
-
-    columns = [f.name for f in change.schema.fields]
-    desired = desired.select(*[f"`{c}`" for c in columns])  # rows compare by name
-    types = {f.name.lower(): f.dataType for f in desired.schema.fields}
-    persisted = None
-    if base is not None:
-        carried = {c.lower() for c in change.carried_columns(table.schema())}
-        stored = {f.name.lower() for f in base.schema.fields}
-        persisted = base.select(
-            *[
-                (F.col(f"`{c}`") if c.lower() in carried & stored else F.lit(None))
-                .cast(types[c.lower()])
-                .alias(c)
-                for c in columns
-            ],
-            *_AT,
-        )
-    built = (desired, persisted)
-    return Target(
-        pending_table(table, change),
-        columns,
-        lambda: built,
-        base is not None,
-        change,
-        query_schema=query_schema,
-    )
 
 
 #: Fallbacks a tick may find before its decision is one that cannot fall back
