@@ -49,6 +49,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     single_table_conjuncts,
     term_rows,
 )
+from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
 from airflow_provider_ct.ivm.driver.left_join_rows import LeftShape, left_shape, left_terms
@@ -122,11 +123,10 @@ def _shapes(
 ) -> tuple[JoinShape | LeftShape, tuple[SemiJoin, ...], dict[str, list[str]]]:
     """The block's join, its semi-joins, and the columns of each input they read."""
     block = agg.plan.blocks[0]
-    if block.left_join is not None:
+    if block.left_join is not None or not block.semi:
         columns = referenced_columns(agg.plan, schemas, catalog_name)
-        return left_shape(block.tree, catalog_name, columns, block.left_join), (), columns
-    if not block.semi:
-        columns = referenced_columns(agg.plan, schemas, catalog_name)
+        if block.left_join is not None:
+            return left_shape(block.tree, catalog_name, columns, block.left_join), (), columns
         return join_shape(block.tree, catalog_name, columns), (), columns
     where = block.tree.args["where"].this
     conjuncts = [c for c in where_conjuncts(where) if semi_join_query(c) is not None]
@@ -198,7 +198,7 @@ def joined_change_state(
     base = expressions(agg)
     schema = changes_schema(agg, schema)
     if isinstance(read.shape, LeftShape):
-        return _left_change_state(agg, read, read.shape, fetch, schema)
+        return _left_change_state(agg, base, read, fetch, schema)
     parts = replace(base, where=read.shape.condition)
     try:
         types = node_types(agg, parts)
@@ -224,10 +224,11 @@ def joined_change_state(
 
 
 def _left_change_state(
-    agg: Aggregation, read: JoinedChange, shape: LeftShape, fetch: Fetch, schema: pa.Schema
+    agg: Aggregation, base: Expressions, read: JoinedChange, fetch: Fetch, schema: pa.Schema
 ) -> pa.Table | None:
     """The change's signed state from the left join's terms; None: Spark computes it."""
-    base = expressions(agg)
+    shape = read.shape
+    assert isinstance(shape, LeftShape)
     typed = exp.and_(shape.on, shape.where) if shape.where is not None else shape.on
     try:
         types = node_types(agg, replace(base, where=typed))  # ON's nodes typed too
