@@ -40,6 +40,7 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+from airflow_provider_ct.ivm.plan.select_shape import sources
 from airflow_provider_ct.ivm.plan.subqueries import where_conjuncts
 
 #: ``(input, alias, column)``: one table column, as a scope of the query names it.
@@ -378,12 +379,9 @@ def _block_equalities(select: Any) -> list[Any]:
 
 def _scope(select: Any, catalog_name: str) -> dict[str, str]:
     """Lower-cased alias -> input name, for the tables of ``select``'s ``FROM`` and joins."""
-    from_ = select.args.get("from_") or select.args.get("from")
-    tables = [from_.this] if from_ is not None else []
-    tables += [j.this for j in select.args.get("joins") or []]
     return {
         t.alias_or_name.lower(): normalize_table_name(qualified_table_name(t), catalog_name)
-        for t in tables
+        for t in sources(select)
         if isinstance(t, exp.Table) and t.name
     }
 

@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
+from airflow_provider_ct.ivm.plan.select_shape import sources
 
 
 @dataclass(frozen=True)
@@ -124,11 +125,8 @@ def _scope_columns(
     select: Any, catalog_name: str, columns: Mapping[str, set[str]]
 ) -> dict[str, set[str]] | None:
     """Alias -> column names of every table ``select`` reads; ``None`` if one is not an input."""
-    from_ = select.args.get("from_") or select.args.get("from")
-    sources = [from_.this] if from_ is not None else []
-    sources += [j.this for j in select.args.get("joins") or []]
     scope: dict[str, set[str]] = {}
-    for source in sources:
+    for source in sources(select):
         if not isinstance(source, exp.Table):
             return None
         name = normalize_table_name(qualified_table_name(source), catalog_name)

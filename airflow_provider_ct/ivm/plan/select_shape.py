@@ -14,6 +14,13 @@ from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 from airflow_provider_ct.ivm.plan.windows import own_windows, windowed
 
 
+def sources(select: Any) -> list[Any]:
+    """What ``select`` reads from: its ``FROM`` and every join's, in order (tables or not)."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    joined = [j.this for j in select.args.get("joins") or []]
+    return [from_.this, *joined] if from_ is not None else joined
+
+
 def has_own_aggregate(select: Any) -> bool:
     """Whether ``select`` aggregates (an aggregate call of its own, not of a subquery's,
     nor a window function's)."""
