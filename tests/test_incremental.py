@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.file_cache import CACHE_MB_ENV
 from airflow_provider_ct.core.query import parse_query
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import QueryError
@@ -506,10 +507,11 @@ KEYED = {
 
 @pytest.mark.parametrize("name", sorted(KEYED))
 def test_keyed_subqueries_recompute_the_keys_a_change_holds(
-    spark: Any, spark_catalog_config: CatalogConfig, name: str
+    spark: Any, spark_catalog_config: CatalogConfig, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every tick after the first runs the plan's strategy though the subqueries' tables
-    change, and equals DuckDB's."""
+    change, and equals DuckDB's: the keys' rows fetched by the driver, and on tick 4
+    (the driver's file cache off) read by Spark."""
     strategy, template = KEYED[name]
     ns, catalog, inputs = _inputs_of(spark_catalog_config, name)
     sql = template.format(ns=ns)
@@ -520,11 +522,16 @@ def test_keyed_subqueries_recompute_the_keys_a_change_holds(
         time = 1_000 * n
         inputs.mutate(time - 500, change_b=True)
         inputs.seal(time)
+        if n == 4:
+            monkeypatch.setenv(CACHE_MB_ENV, "0")
         report = _tick(spark, spark_catalog_config, target, sql, time)
-        seen.append((report["strategy"], report.get("reason", "")))
+        monkeypatch.delenv(CACHE_MB_ENV, raising=False)
+        seen.append((report["strategy"], report.get("keyed_rows_on"), report.get("reason", "")))
         got = rows_of(catalog.load_table(target))
         assert _normalized(got) == _normalized(inputs.oracle(sql)), (name, n, report)
-    assert [s for s, _ in seen[1:]] == [strategy] * 4, seen
+    assert [s for s, _, _ in seen[1:]] == [strategy] * 4, seen
+    routes = [on for _, on, _ in seen[1:]]
+    assert routes == [["driver"], ["driver"], ["spark"], ["driver"]], seen
 
 
 def test_a_changed_table_without_the_key_runs_the_tick_in_full(
@@ -796,10 +803,12 @@ def test_keyed_reads_are_priced_by_the_files_their_keys_reach(
     """Under ``auto`` with the read estimate on, a keyed tick whose keys lie in few files (one
     file per key here) runs incrementally; one whose keys reach every file runs in full,
     saying why, and so does the next one, on that batch's recorded share. Every tick
-    equals DuckDB's over the rows the test appended."""
+    equals DuckDB's over the rows the test appended. (Spark's reads: the driver's file
+    cache is off, else the driver fetches the keys' rows and no scan is priced.)"""
     import duckdb
 
     monkeypatch.setenv("CT_FULL_ABOVE_READ_SHARE", "0.5")
+    monkeypatch.setenv(CACHE_MB_ENV, "0")
     ns = "incr_keyed_priced"
     catalog = spark_catalog_config.load()
     schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_ct.core.file_cache import cached
+from airflow_provider_ct.core.file_cache import cached, file_cache
 from airflow_provider_ct.exceptions import ChangesUnavailableError
 from airflow_provider_ct.ivm.changes.snapshot_files import (
     EMPTY_STATE,
@@ -30,10 +30,14 @@ from airflow_provider_ct.ivm.changes.snapshot_files import (
 from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from pyiceberg.manifest import ManifestEntry
     from pyiceberg.table import Table
+
+#: Decoded Arrow bytes per stored (compressed Parquet) byte, a conservative guess: what
+#: deciding to keep a table's columns in the file cache weighs against its budget.
+DECODED_PER_STORED = 4
 
 
 class SnapshotRows:
@@ -65,10 +69,23 @@ class SnapshotRows:
         """The live rows whose ``column`` is one of ``values`` (never NULL: SQL's equality)."""
         if not len(values):
             return self.empty
+        return self._taken(lambda entry, rows: self._positions(entry, rows, column, values))
+
+    def where_null(self, column: str) -> pa.Table:
+        """The live rows whose ``column`` is NULL (a keyed rule's null-safe key)."""
+
+        def nulls(entry: ManifestEntry, rows: pa.Table) -> np.ndarray:
+            mask = pc.is_null(rows.column(column)).to_numpy(zero_copy_only=False)
+            return np.nonzero(np.asarray(mask, dtype=bool))[0]
+
+        return self._taken(nulls)
+
+    def _taken(self, positions: Callable[[ManifestEntry, pa.Table], np.ndarray]) -> pa.Table:
+        """The live rows at ``positions(entry, rows)`` of every live data file, in file order."""
         parts = []
         for path, entry in sorted(self._state.data.items()):
             rows = self._reader.rows(entry)
-            hits = self._positions(entry, rows, column, values)
+            hits = positions(entry, rows)
             if not len(hits):
                 continue
             if path not in self._live:
@@ -157,6 +174,21 @@ def _as_int64(array: Any) -> np.ndarray:
     if pa.types.is_date32(array.type):
         array = array.cast(pa.int32())
     return np.asarray(array.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def cache_refusal(stored: int) -> str | None:
+    """Why columns of ``stored`` bytes (in files) should not be decoded into the driver's file
+    cache, or None: there is no cache, or they would not stay in it, and every tick would
+    decode them again (Spark's scan then costs less)."""
+    cache = file_cache()
+    if cache is None:
+        return "the driver keeps no file cache"
+    if stored * DECODED_PER_STORED > cache.budget:
+        return (
+            f"the inputs' columns ({stored:,} bytes stored) would not stay in the driver's "
+            f"file cache ({cache.budget:,} bytes)"
+        )
+    return None
 
 
 def column_bytes(table: Table, snapshot_id: int, columns: Sequence[str]) -> int:

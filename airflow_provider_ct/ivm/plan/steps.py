@@ -69,8 +69,9 @@ def block_step(index: int, block: Block, maintained: tuple[str, ...] = ()) -> st
         step += (
             f"; its subqueries read {', '.join(fixed)}, tied to the block by a key: a tick "
             "that changes them recomputes the rows of the keys the changes hold, from both "
-            "snapshots restricted to those keys; in full when the tables' columns do not "
-            "confirm the tie or (refresh='auto') the keys reach about every file"
+            "snapshots restricted to those keys (fetched by key on the driver when it can); "
+            "in full when the tables' columns do not confirm the tie or (refresh='auto') "
+            "Spark's reads of the keys reach about every file"
         )
     elif fixed:
         step += (

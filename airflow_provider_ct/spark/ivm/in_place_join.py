@@ -9,10 +9,10 @@ still types every expression (one analysis, no job) and the evaluation
 keeps its semantics or refuses (:mod:`airflow_provider_ct.ivm.driver.arrow_eval`).
 
 Taken only when what it decodes fits the file cache: the referenced
-columns' stored size (from the manifests) times :data:`DECODED_PER_STORED`
-must stay within the cache's budget, or every tick would decode the
-partners again. Otherwise, and for any shape the driver refuses, the tick
-uses Spark's jobs, under the cost model's join-read rule.
+columns' stored size (from the manifests), decoded, must stay within the
+cache's budget (:func:`~airflow_provider_ct.ivm.driver.keyed_rows.cache_refusal`),
+or every tick would decode the partners again. Otherwise, and for any
+shape the driver refuses, the tick uses Spark's jobs, under the cost model's join-read rule.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from airflow_provider_ct.core.file_cache import file_cache
 from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
 from airflow_provider_ct.ivm.changes.table_changes import (
     TableChanges,
@@ -51,7 +50,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
-from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
+from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, cache_refusal, column_bytes
 from airflow_provider_ct.ivm.driver.left_join_rows import LeftShape, left_shape, left_terms
 from airflow_provider_ct.ivm.driver.semi_join import SemiJoin, filtered, flipped, semi_joins
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
@@ -65,9 +64,6 @@ from airflow_provider_ct.spark.ivm.in_place import (
 from airflow_provider_ct.spark.tick import Tick
 
 log = logging.getLogger(__name__)
-
-#: Decoded Arrow bytes per stored (compressed Parquet) byte, a conservative guess.
-DECODED_PER_STORED = 4
 
 
 @dataclass
@@ -155,17 +151,10 @@ def _shapes(
 def _fits_cache(
     inputs: dict[str, Any], after: dict[str, int], columns: dict[str, list[str]]
 ) -> bool:
-    cache = file_cache()
-    if cache is None:
-        return False
     stored = sum(column_bytes(inputs[n], after[n], columns[n]) for n in columns)
-    if stored * DECODED_PER_STORED > cache.budget:
-        log.info(
-            "the change's join is left to Spark: its inputs' columns (%d bytes stored) would "
-            "not stay in the driver's file cache (%d bytes)",
-            stored,
-            cache.budget,
-        )
+    why = cache_refusal(stored)
+    if why is not None:
+        log.info("the change's join is left to Spark: %s", why)
         return False
     return True
 

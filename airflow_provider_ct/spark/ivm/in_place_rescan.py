@@ -36,12 +36,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_ct.core.file_cache import file_cache
 from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import join_shape, term_rows
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
-from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, column_bytes
+from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, cache_refusal, column_bytes
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.group_keys import KeyColumns
 from airflow_provider_ct.ivm.plan.in_place import MAX
@@ -62,7 +61,6 @@ from airflow_provider_ct.spark.ivm.in_place import (
     pull,
     tables_alias,
 )
-from airflow_provider_ct.spark.ivm.in_place_join import DECODED_PER_STORED
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +103,9 @@ class ExtremaReader:
 
 def _on_driver(agg: Aggregation, keys: list[tuple[Any, ...]], state: pa.Schema) -> Found | None:
     """The stale groups' extrema from rows fetched by key on the driver; None: not here."""
-    block, cache = agg.plan.blocks[0], file_cache()
+    block = agg.plan.blocks[0]
     inputs, pins = agg.inputs, agg.pins
-    if inputs is None or pins is None or agg.driver_rows <= 0 or cache is None:
+    if inputs is None or pins is None or agg.driver_rows <= 0:
         return None
     if len(agg.plan.blocks) != 1 or block.left_join is not None or not keys:
         return None
@@ -127,7 +125,7 @@ def _on_driver(agg: Aggregation, keys: list[tuple[Any, ...]], state: pa.Schema) 
         return None
     name, column, index = lookup
     stored = sum(column_bytes(inputs[n], int(pinned[n] or 0), columns[n]) for n in columns)
-    if stored * DECODED_PER_STORED > cache.budget:
+    if cache_refusal(stored) is not None:
         return None  # decoded again on every tick: Spark's scan costs less
     shape = join_shape(block.tree, agg.catalog_name, columns) if len(block.inputs) > 1 else None
     readers = {n: SnapshotRows(inputs[n], pinned[n], columns[n]) for n in block.inputs}

@@ -23,14 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from airflow_provider_ct.core.settings import rows_on_driver
 from airflow_provider_ct.exceptions import KeyedReadError
 from airflow_provider_ct.ivm.changes.table_changes import TableChanges, table_changes
+from airflow_provider_ct.ivm.driver.keyed_fetch import KeyedFetch
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.ivm.plan.sizes import ReadCheck
 from airflow_provider_ct.spark.frames import changes_to_spark
 from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
 from airflow_provider_ct.spark.ivm.keyed import KeyedBlock, keyed_blocks
+from airflow_provider_ct.spark.ivm.keyed_local import LocalKeyed
 from airflow_provider_ct.spark.snapshots import read_at
 
 if TYPE_CHECKING:
@@ -70,7 +73,9 @@ class Bindings:
     keyed: dict[int, KeyedBlock] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
+        keyed = {"keyed_rows_on": sorted({b.rows_on for b in self.keyed.values()})}
         return {
+            **(keyed if self.keyed else {}),
             "input_changes": {
                 name: {"inserted": c.inserted_rows, "deleted": c.deleted_rows}
                 for name, c in sorted(self.changes.items())
@@ -220,8 +225,10 @@ def bind_inputs(
                 changed.add(name)
         views[name] = names
     bindings = Bindings(views, changed, changes)
+    fetch = KeyedFetch(tables, before, after, columns, rows_on_driver())
+    local = LocalKeyed(fetch, scratch)
     try:
-        bindings.keyed = keyed_blocks(plan, bindings, schemas, config.name, check_reads)
+        bindings.keyed = keyed_blocks(plan, bindings, schemas, config.name, check_reads, local)
     except KeyedReadError:
         bindings.release_arrow()
         raise

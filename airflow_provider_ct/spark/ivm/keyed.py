@@ -29,6 +29,7 @@ from airflow_provider_ct.ivm.plan.read_estimate import Restriction
 from airflow_provider_ct.ivm.plan.sizes import ReadCheck
 from airflow_provider_ct.spark.ivm.bindings import NEW, OLD
 from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
+from airflow_provider_ct.spark.ivm.keyed_local import LocalKeyed, local_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,6 +52,8 @@ class KeyedBlock:
     views: dict[str, dict[str, str]]
     #: What the tick cached, released with the changes (:meth:`Bindings.release_arrow`).
     cached: list[DataFrame] = field(default_factory=list)
+    #: Where the keys' rows were taken: ``"driver"`` (fetched by key) or ``"spark"`` (a scan).
+    rows_on: str = "spark"
 
 
 def keyed_blocks(
@@ -59,11 +62,15 @@ def keyed_blocks(
     schemas: Mapping[str, list[str]],
     catalog_name: str,
     check_reads: ReadCheck | None = None,
+    local: LocalKeyed | None = None,
 ) -> dict[int, KeyedBlock]:
     """Block index -> the block restricted to the keys the changes hold, for every block
     one of whose subqueries reads a changed table; raises :class:`KeyedReadError` when
     the tie does not hold for this tick's changes, or, with ``check_reads``
-    (``refresh="auto"``), when the restricted reads cost what the full query's do."""
+    (``refresh="auto"``), when Spark's restricted reads cost what the full query's do.
+
+    :param local: the driver's fetch of the keys' rows, tried before Spark's reads.
+    """
     out: dict[int, KeyedBlock] = {}
     for index, block in enumerate(plan.blocks):
         moved = sorted(set(block.fixed) & bindings.changed)
@@ -75,22 +82,7 @@ def keyed_blocks(
         why = placed.unkeyed(bindings.changed, block.inputs)
         if why is not None:
             raise KeyedReadError(why)
-        values, key_type = _keys(bindings, placed)
-        names = sorted(set(block.inputs) | set(block.fixed))
-        columns = {name: placed.restricted_columns(name, block.inputs) for name in names}
-        _price(check_reads, columns, values)
-        view = KEYS_VIEW.format(index)
-        keys = _frame(bindings, values, key_type)
-        keys.createOrReplaceTempView(view)
-        found = KeyedBlock(None, {})
-        for name in names:
-            views, cached = _restricted_views(bindings, name, columns[name], keys, values)
-            found.views[name] = views
-            found.cached.extend(cached)
-        restricted = {n for n in names if columns[n]}
-        query = exp.select("__ct_k0").from_(view)
-        found.tree = placed.restrict(block.tree, query, restricted)
-        out[index] = found
+        out[index] = _keyed_block(bindings, block, placed, index, catalog_name, check_reads, local)
         log.info(
             "block %d: %s changed under keyed subqueries; the rows of the keys the changes "
             "hold are read at both snapshots",
@@ -98,6 +90,43 @@ def keyed_blocks(
             ", ".join(moved),
         )
     return out
+
+
+def _keyed_block(
+    bindings: Bindings,
+    block: Any,
+    placed: KeyedRead,
+    index: int,
+    catalog_name: str,
+    check_reads: ReadCheck | None,
+    local: LocalKeyed | None,
+) -> KeyedBlock:
+    """One block restricted to its keys: their rows fetched by the driver, else read by Spark."""
+    values, key_type = _keys(bindings, placed)
+    names = sorted(set(block.inputs) | set(block.fixed))
+    columns = {name: placed.restricted_columns(name, block.inputs) for name in names}
+    fetched = None
+    if local is not None:
+        fetched = local_views(local, bindings, block.tree, placed, columns, values, catalog_name)
+    if fetched is None:
+        _price(check_reads, columns, values)
+    else:
+        values = fetched[1]
+    view = KEYS_VIEW.format(index)
+    keys = _frame(bindings, values, key_type)
+    keys.createOrReplaceTempView(view)
+    found = KeyedBlock(None, {}, rows_on="spark" if fetched is None else "driver")
+    for name in names:
+        if fetched is not None and name in fetched[0]:
+            found.views[name] = fetched[0][name]
+            continue
+        views, cached = _restricted_views(bindings, name, columns[name], keys, values)
+        found.views[name] = views
+        found.cached.extend(cached)
+    restricted = {n for n in names if columns[n]}
+    query = exp.select("__ct_k0").from_(view)
+    found.tree = placed.restrict(block.tree, query, restricted)
+    return found
 
 
 def _price(
