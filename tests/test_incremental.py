@@ -497,6 +497,12 @@ KEYED = {
         "SELECT b.name, SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a JOIN {ns}.b b ON a.v = b.k"
         " WHERE a.id > (SELECT MIN(a2.id) FROM {ns}.a a2 WHERE a2.k = a.k) GROUP BY b.name",
     ),
+    "keyed_narrowed": (  # q17's filters: the keys narrowed by a's and b's own conditions
+        "aggregate",
+        "SELECT a.s, SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"
+        " WHERE b.name <> 'same' AND a.s <> 'y' AND a.v >= (SELECT AVG(a2.v)"
+        " FROM {ns}.a a2 WHERE a2.k = a.k) GROUP BY a.s",
+    ),
     "keyed_distinct_group": (  # a grouped plan: its affected groups come from the terms
         "group",
         "SELECT a.s, COUNT(DISTINCT a.k) AS dk, AVG(a.v) AS t FROM {ns}.a a WHERE a.k IN"
@@ -532,6 +538,56 @@ def test_keyed_subqueries_recompute_the_keys_a_change_holds(
     assert [s for s, _, _ in seen[1:]] == [strategy] * 4, seen
     routes = [on for _, on, _ in seen[1:]]
     assert routes == [["driver"], ["driver"], ["spark"], ["driver"]], seen
+
+
+def test_keys_narrowed_by_a_filter_keep_those_whose_rows_passed_before(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """The driver narrows the keys by ``d``'s own filter over its rows as they are and as
+    they were: a key whose flag turns off must still be read (its old rows leave the
+    view), one turning on too. Flags flip on every tick over 30 keys; every tick equals
+    DuckDB's over the rows the test wrote, and each tick's keys were fetched on the
+    driver."""
+    import duckdb
+
+    ns = "incr_keyed_narrowing"
+    catalog = spark_catalog_config.load()
+    f_schema = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.int64())])
+    d_schema = pa.schema([("k", pa.int64()), ("flag", pa.string())])
+    f_table = create_managed_table(catalog, f"{ns}.f", f_schema)
+    d_table = create_managed_table(catalog, f"{ns}.d", d_schema)
+    rng = random.Random(41)
+    facts = [(i, rng.randint(0, 29), rng.randint(0, 20)) for i in range(300)]
+    flags = {k: rng.choice(["y", "n"]) for k in range(30)}
+    sql = (
+        f"SELECT SUM(f.v) AS t, COUNT(*) AS n FROM {ns}.f f JOIN {ns}.d d ON f.k = d.k"
+        f" WHERE d.flag = 'y' AND f.v >= (SELECT AVG(f2.v) FROM {ns}.f f2 WHERE f2.k = f.k)"
+    )
+    routes = []
+    for n in range(1, 7):
+        time = 1_000 * n
+        if n > 1:
+            flags.update({k: "n" if flags[k] == "y" else "y" for k in rng.sample(range(30), 6)})
+            facts = [r for r in facts if rng.random() > 0.05]
+            facts += [(1_000 * n + i, rng.randint(0, 29), rng.randint(0, 20)) for i in range(8)]
+        fact_rows = pa.Table.from_pylist(
+            [dict(zip(f_schema.names, r, strict=True)) for r in facts], f_schema
+        )
+        flag_rows = pa.Table.from_pylist([{"k": k, "flag": v} for k, v in flags.items()], d_schema)
+        replace_contents(f_table, time - 500, fact_rows)
+        replace_contents(d_table, time - 500, flag_rows)
+        advance(f_table, time)
+        advance(d_table, time)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, time)
+        routes.append((report["strategy"], report.get("keyed_rows_on")))
+        con = duckdb.connect()
+        con.register("f_rows", fact_rows)
+        con.register("d_rows", flag_rows)
+        duck = sql.replace(f"{ns}.f", "f_rows").replace(f"{ns}.d", "d_rows")
+        expected = Counter(tuple(r) for r in con.execute(duck).fetchall())
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(expected), (n, report)
+    assert routes[1:] == [("aggregate", ["driver"])] * 5, routes
 
 
 def test_a_changed_table_without_the_key_runs_the_tick_in_full(
@@ -667,6 +723,32 @@ def test_auto_runs_small_inputs_in_full(
     reports = _ticks_under_a_rule(spark, spark_catalog_config, "incr_small", 11, set_rule)
     rows = rows_at[2]
     assert reports[2]["reason"].startswith(f"the inputs hold {rows:,} rows, at most {rows:,}")
+
+
+def test_auto_runs_a_keyed_tick_over_few_rows_per_read_in_full(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick that changes a keyed subquery's table evaluates the query twice: with at most
+    CT_FULL_BELOW_ROWS rows per table read (two reads here), auto runs it in full and says
+    why, though the plan keeps its aggregates in place; with fewer allowed, it recomputes
+    the keys (the boundaries: tests/test_refresh_rules.py). Every tick equals DuckDB's."""
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, "keyed_per_read")
+    sql = KEYED["keyed_scalar"][1].format(ns=ns)
+    reports = {}
+    for n in (1, 2, 3, 4):
+        inputs.mutate(1_000 * n - 500, change_b=False)
+        inputs.seal(1_000 * n)
+        # Ticks 1-2: far more rows allowed than the inputs hold; 3-4: one row per read.
+        monkeypatch.setenv("CT_FULL_BELOW_ROWS", "1000000" if n <= 2 else "1")
+        reports[n] = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, reports[n])
+    assert reports[2]["strategy"] == "full", reports[2]
+    assert (
+        "evaluates the query twice in Spark, each time at about the fixed cost of its 2 "
+        "table reads" in reports[2]["reason"]
+    ), reports[2]
+    assert reports[4]["strategy"] == "aggregate", [r.get("reason") for r in reports.values()]
 
 
 def test_auto_runs_a_large_change_of_a_group_view_in_full(

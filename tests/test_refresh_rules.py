@@ -26,10 +26,33 @@ from airflow_provider_ct.ivm.plan.refresh import (
     full_diff_on_driver,
     history_reason,
     join_reads_reason,
+    keyed_reads_reason,
     large_change_reason,
     outer_reads_reason,
     small_inputs_reason,
 )
+
+
+@pytest.mark.parametrize(
+    ("rows", "reads", "limit", "full"),
+    [
+        (9 * SMALL_INPUT_ROWS, 9, SMALL_INPUT_ROWS, True),  # at: q2's nine reads
+        (9 * SMALL_INPUT_ROWS + 1, 9, SMALL_INPUT_ROWS, False),  # one row above
+        (3 * SMALL_INPUT_ROWS + 1, 3, SMALL_INPUT_ROWS, False),
+        (0, 1, SMALL_INPUT_ROWS, True),
+        (5, 3, 0, False),  # 0 turns it off, as it does the small-inputs rule
+        (5, 0, SMALL_INPUT_ROWS, False),  # no keyed table changed: no reads counted
+        (UNKNOWN_ROWS, 9, SMALL_INPUT_ROWS, False),  # a summary without totals
+    ],
+)
+def test_keyed_reads(rows: int, reads: int, limit: int, full: bool) -> None:
+    reason = keyed_reads_reason(rows, reads, limit)
+    assert (reason is not None) == full, reason
+    if reason is not None:
+        assert (
+            f"its {reads} table reads; the inputs hold {rows:,} rows, at most {limit:,} "
+            f"per read ({SMALL_INPUT_ROWS_ENV})" in reason
+        )
 
 
 def _small(rows: int, limit: int) -> str:

@@ -55,6 +55,33 @@ def small_inputs_reason(rows: int, limit: int, strategy: str) -> str | None:
     )
 
 
+def keyed_reads_reason(rows: int, reads: int, limit: int) -> str | None:
+    """Why a tick that recomputes keyed subqueries' keys costs more than a full one, or None.
+
+    Such a tick (:mod:`~airflow_provider_ct.ivm.plan.keyed`) evaluates the
+    query twice in Spark, over the keys' rows as they are and as they were.
+    Each evaluation costs about the full query's fixed part, which grows
+    with its table reads (each a join or a subquery's decorrelated
+    aggregate): TPC-H q2 (nine reads) over 2,000-row local copies of its
+    tables took 1.0 s warm, against 1.3 s for the whole query at SF 1
+    (docs/decisions.md). So the tick pays only where the full query's
+    scans outweigh that, and this reuses the small-inputs limit per read:
+    inputs of at most ``limit`` rows per table read run in full.
+
+    :param rows: the pinned inputs' live rows, as for :func:`small_inputs_reason`.
+    :param reads: the table reads of the query's blocks, subqueries included.
+    :param limit: :func:`~airflow_provider_ct.core.settings.small_input_rows` (0: off).
+    """
+    if limit <= 0 or reads <= 0 or rows > limit * reads:
+        return None
+    return (
+        "a tick that changes keyed subqueries' tables evaluates the query twice in Spark, "
+        f"each time at about the fixed cost of its {reads} table reads; the inputs hold "
+        f"{rows:,} rows, at most {limit:,} per read ({SMALL_INPUT_ROWS_ENV}): a full "
+        "correction costs less"
+    )
+
+
 def large_change_reason(strategy: str, rows: int, changed: int, share: float) -> str | None:
     """Why inputs that changed by ``changed`` of ``rows`` rows are too much for a tick, or None.
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sqlglot import exp
+
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.settings import RETRY_INCREMENTAL_AFTER, SMALL_RESULT_ROWS
 from airflow_provider_ct.core.tables import live_bytes, live_rows
@@ -31,6 +33,7 @@ from airflow_provider_ct.ivm.plan.read_estimate import (
 from airflow_provider_ct.ivm.plan.refresh import (
     PastTick,
     history_reason,
+    keyed_reads_reason,
     large_change_reason,
     outer_reads_reason,
     read_history_reason,
@@ -155,6 +158,9 @@ def auto_full_reason(
     small = small_inputs_reason(rows, settings.small_rows, plan.strategy)
     if small is not None:
         return small
+    keyed = keyed_reads_reason(rows, _keyed_reads(plan, before, pins), settings.small_rows)
+    if keyed is not None:
+        return keyed
     changed = sum(
         estimated_change_rows(inputs[name], before.get(name), after)
         for name, after in pins.items()
@@ -170,6 +176,15 @@ def auto_full_reason(
             return outer
     past = view_history(table, pinned.digest)
     return history_reason(past, rows, settings.retry_after) or ""
+
+
+def _keyed_reads(plan: Plan, before: Mapping[str, int | None], pins: Mapping[str, int]) -> int:
+    """The query's table reads when this tick changes a table its keyed subqueries read
+    (not one the driver keeps as a semi-join), else 0."""
+    moved = {name for name, snap in pins.items() if before.get(name) != snap}
+    if not (plan.keyed_inputs - plan.semi_inputs) & moved:
+        return 0
+    return sum(len(list(block.tree.find_all(exp.Table))) for block in plan.blocks)
 
 
 def view_history(table: Any, digest: str, depth: int = 24) -> list[PastTick]:
