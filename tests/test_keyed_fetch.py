@@ -101,3 +101,23 @@ def test_the_driver_refuses_past_its_rows_and_without_a_cache(
     assert tight.refusal(["t"], list(range(total))) is not None  # more keys than rows allowed
     monkeypatch.setenv(fc.CACHE_MB_ENV, "0")
     assert "no file cache" in str(tight.refusal(["t"], [1]))
+
+
+def test_a_column_the_older_snapshot_lacks_sends_the_fetch_to_spark(
+    sqlite_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column added after the last batch's snapshot is not in that snapshot's schema: the
+    driver refuses the fetch (Spark reads the keys' rows), rather than failing the tick."""
+    from pyiceberg.types import LongType
+
+    monkeypatch.setenv(fc.CACHE_MB_ENV, "64")
+    table, _before, after = _history(sqlite_catalog_config, "kfetch.evolved", 5)
+    with table.update_schema() as update:
+        update.add_column("extra", LongType())
+    rows = [{"k": 1, "v": "e", "n": 1, "extra": 7}]
+    table.append(pa.Table.from_pylist(rows, table.schema().as_arrow()))
+    head = main_snapshots(table)[-1]
+    fetch = KeyedFetch({"t": table}, {"t": after}, {"t": head}, {"t": ["k", "extra"]}, 10_000)
+    assert fetch.refusal(["t"], [1]) is None
+    with pytest.raises(NotOnDriver, match=f"snapshot {after}"):
+        fetch.rows("t", "k", [1])

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from airflow_provider_ct.exceptions import ChangesUnavailableError
 from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, cache_refusal, column_bytes
 
@@ -59,8 +60,12 @@ class KeyedFetch:
         stored = 0
         for name in names:  # the snapshots share most files: the newer one is weighed
             snapshot = self.after.get(name)
-            if snapshot is not None:
+            if snapshot is None:
+                continue
+            try:
                 stored += column_bytes(self.tables[name], snapshot, self.columns[name])
+            except (ValueError, ChangesUnavailableError) as exc:
+                return f"{name} at snapshot {snapshot}: {exc}"
         return cache_refusal(stored)
 
     def rows(self, name: str, column: str, values: Sequence[Any]) -> tuple[pa.Table, pa.Table]:
@@ -76,6 +81,14 @@ class KeyedFetch:
         return new, self._side(name, self.before.get(name), spelled, values)
 
     def _side(
+        self, name: str, snapshot: int | None, column: str, values: Sequence[Any]
+    ) -> pa.Table:
+        try:
+            return self._fetched(name, snapshot, column, values)
+        except (ValueError, ChangesUnavailableError) as exc:  # a column not in that schema,
+            raise NotOnDriver(f"{name} at snapshot {snapshot}: {exc}") from exc  # a bad delete
+
+    def _fetched(
         self, name: str, snapshot: int | None, column: str, values: Sequence[Any]
     ) -> pa.Table:
         key = (name, snapshot)
