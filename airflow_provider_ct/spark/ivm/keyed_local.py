@@ -75,6 +75,8 @@ def local_views(
         ``values`` narrowed; None when the driver does not take them (logged).
     """
     keyed = {name: found for name, found in columns.items() if found}
+    if not keyed:
+        return None  # no input holds the key in every read: nothing to fetch by it
     if any(len(found) > 1 for found in keyed.values()):
         log.info("keyed rows are read by Spark: an input holds the key in two columns")
         return None
