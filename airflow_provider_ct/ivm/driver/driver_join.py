@@ -351,4 +351,13 @@ def _name(placed: tuple[str, str]) -> str:
 
 def column_of(table: JoinInput, lowered: str) -> str:
     """The input's own spelling of a lower-cased column name."""
-    return next(c for c in table.columns if c.lower() == lowered)
+    return spelled(table.columns, lowered)
+
+
+def spelled(columns: Sequence[str], lowered: str) -> str:
+    """``lowered`` as ``columns`` spell it (the plan lower-cases names; tables keep the case);
+    :class:`NotOnDriver` when none of them is it."""
+    for name in columns:
+        if name.lower() == lowered.lower():
+            return name
+    raise NotOnDriver(f"column {lowered} was not read")

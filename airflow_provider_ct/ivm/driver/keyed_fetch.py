@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from airflow_provider_ct.exceptions import ChangesUnavailableError
 from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
+from airflow_provider_ct.ivm.driver.driver_join import spelled
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, cache_refusal, column_bytes
 
 if TYPE_CHECKING:
@@ -74,11 +75,11 @@ class KeyedFetch:
         Raises :class:`NotOnDriver` when the rows fetched in all would pass
         ``row_limit`` (counted from the sorted indexes before any is taken).
         """
-        spelled = _spelled(self.columns[name], column)
-        new = self._side(name, self.after.get(name), spelled, values)
+        spelled_column = spelled(self.columns[name], column)
+        new = self._side(name, self.after.get(name), spelled_column, values)
         if self.before.get(name) == self.after.get(name):
             return new, new
-        return new, self._side(name, self.before.get(name), spelled, values)
+        return new, self._side(name, self.before.get(name), spelled_column, values)
 
     def _side(
         self, name: str, snapshot: int | None, column: str, values: Sequence[Any]
@@ -119,11 +120,3 @@ class KeyedFetch:
                 f"the keys' rows ({self.fetched:,} with {name}'s) pass the driver's "
                 f"{self.row_limit:,}"
             )
-
-
-def _spelled(columns: Sequence[str], lowered: str) -> str:
-    """``lowered`` as the table spells it."""
-    for name in columns:
-        if name.lower() == lowered.lower():
-            return name
-    raise NotOnDriver(f"the key column {lowered} is not among the columns read")

@@ -46,6 +46,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     Prefilter,
     join_shape,
     single_table_conjuncts,
+    spelled,
     term_rows,
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
@@ -258,7 +259,7 @@ def _semi_terms(
         for sign, keys in ((1, entering), (-1, leaving)):
             if not len(keys):
                 continue
-            rows = fetch(outer.name, NEW, _column_of(outer.columns, column), keys)
+            rows = fetch(outer.name, NEW, spelled(outer.columns, column), keys)
             terms = term_rows(read.shape, start, rows, fetch, prefilter, all_new=True)
             for other_index, other in enumerate(read.semis):
                 if other_index != index:
@@ -266,13 +267,6 @@ def _semi_terms(
                     terms = filtered(terms, other, fetch, side, inner_types)
             out.append((-sign if semi.anti else sign, ArrowEvaluator.joined(terms, types)))
     return out
-
-
-def _column_of(columns: tuple[str, ...], lowered: str) -> str:
-    for name in columns:
-        if name.lower() == lowered:
-            return name
-    raise NotOnDriver(f"column {lowered} was not read")
 
 
 def _semi_types(agg: Aggregation, semis: tuple[SemiJoin, ...]) -> dict[str, pa.DataType]:

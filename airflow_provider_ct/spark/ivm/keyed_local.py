@@ -32,10 +32,9 @@ from airflow_provider_ct.ivm.plan.keyed import KeyedRead
 from airflow_provider_ct.spark.ivm.bindings import NEW, OLD
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-    from airflow_provider_ct.spark.ivm.input_changes import Bindings
+    from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +44,7 @@ class LocalKeyed:
     """The driver's fetch, and where its rows are written for Spark to read."""
 
     fetch: KeyedFetch
-    #: :class:`~airflow_provider_ct.spark.ivm.input_changes.Scratch`.
-    scratch: Any
+    scratch: Scratch
 
 
 @dataclass(frozen=True)
@@ -112,16 +110,11 @@ def _views(
     base = bindings.views[name]
     schema = spark.table(base[NEW]).select(*[f"`{c}`" for c in local.fetch.columns[name]]).schema
     names = {NEW: f"{base[NEW]}_keyed", OLD: f"{base[OLD]}_keyed"}
-    _frame(local, spark, new, schema).createOrReplaceTempView(names[NEW])
+    local.scratch.frame(spark, new, schema).createOrReplaceTempView(names[NEW])
     if old is new:
         return {NEW: names[NEW], OLD: names[NEW]}
-    _frame(local, spark, old, schema).createOrReplaceTempView(names[OLD])
+    local.scratch.frame(spark, old, schema).createOrReplaceTempView(names[OLD])
     return names
-
-
-def _frame(local: LocalKeyed, spark: SparkSession, rows: pa.Table, schema: Any) -> DataFrame:
-    frame: DataFrame = local.scratch.frame(spark, rows, schema)
-    return frame
 
 
 def _narrowed(spark: SparkSession, views: Mapping[str, str], narrowing: _Narrowing) -> list[Any]:
