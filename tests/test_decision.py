@@ -156,7 +156,10 @@ def test_rule_3_a_table_read_only_in_a_subquery_that_changed_sends_it_full() -> 
     """The subquery is a fixed filter of the delta rules: a tick that changes its table is
     full (an in-place plan keeps no state), a tick that changes only the outer table is not."""
     linear = "SELECT k, v FROM s.a WHERE k NOT IN (SELECT k FROM s.b WHERE k IS NOT NULL)"
-    in_place = "SELECT k, SUM(v) AS t FROM s.a a WHERE v > (SELECT COUNT(*) FROM s.b) GROUP BY k"
+    in_place = (
+        "SELECT k, SUM(v) AS t FROM s.a a WHERE v BETWEEN (SELECT MIN(k) FROM s.b)"
+        " AND (SELECT COUNT(*) FROM s.b) GROUP BY k"
+    )
     outer = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.a"}))
     inner = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.a", "s.b"}))
     assert decide(_facts(linear, base=outer)).action is Action.INCREMENTAL
@@ -183,6 +186,18 @@ def test_rule_1_an_in_place_plan_maintains_its_semi_joins_changes() -> None:
         after = decide(_facts(semi, base=moved, found=(gave_way,)))
         assert after.action is fallback, after
         assert fallback is Action.INCREMENTAL or "s.b changed" in after.reason
+
+
+def test_rule_1_an_in_place_plan_maintains_its_parameters_changes() -> None:
+    """A table read only by a scalar subquery the rows are compared with (a parameter)
+    may change under an in-place tick (the driver adds the rows its move flips); once the
+    aggregates give way, the tick runs in full."""
+    moved = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.b"}))
+    gave_way = Fallback(Discovery.NOT_IN_PLACE, "the driver did not take it")
+    sql = "SELECT k, SUM(v) AS t FROM s.a a WHERE v > (SELECT COUNT(*) FROM s.b) GROUP BY k"
+    assert decide(_facts(sql, base=moved)).action is Action.IN_PLACE
+    after = decide(_facts(sql, base=moved, found=(gave_way,)))
+    assert after.action is Action.FULL and "s.b changed" in after.reason, after
 
 
 def test_rule_3_a_keyed_subquery_may_change() -> None:

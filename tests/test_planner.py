@@ -213,6 +213,44 @@ def test_a_derived_table_is_merged_into_its_reader() -> None:
     assert "(a.v * b.n) > 0" in block.tree.sql(dialect="spark")
 
 
+def test_a_filtering_derived_table_with_subqueries_is_merged_by_substitution() -> None:
+    """TPC-H q22: the derived table filters by a scalar and a NOT EXISTS; its reader's
+    columns become their defining expressions, the subqueries stay as written."""
+    plan = plan_query(
+        parse_query(
+            "SELECT code, COUNT(*) AS n, SUM(bal) AS total FROM (SELECT SUBSTRING(phone, 1, 2)"
+            " AS code, bal FROM s.c WHERE bal > (SELECT AVG(bal) FROM s.c WHERE bal > 0) AND"
+            " NOT EXISTS (SELECT * FROM s.o WHERE o_ck = c_ck)) AS d GROUP BY code ORDER BY code"
+        )
+    )
+    assert plan.strategy == "aggregate", plan.reason
+    (block,) = plan.blocks
+    assert block.inputs == ("s.c",) and block.fixed == ("s.c", "s.o")
+    assert (block.semi, block.params) == (("s.o",), ("s.c",))
+    assert [e.alias_or_name for e in block.tree.expressions] == ["code", "n", "total"]
+    assert plan.key_sql == ("SUBSTRING(phone, 1, 2)",)
+    assert "scalar subqueries over s.c compared with the rows" in " ".join(plan.explain())
+
+
+@pytest.mark.parametrize(
+    ("where", "params"),
+    [
+        ("a.v > (SELECT AVG(w) FROM s.b)", ("s.b",)),
+        ("a.v > (SELECT AVG(w) FROM s.b) + 1 AND a.k IN (1, 2)", ("s.b",)),
+        ("a.v > (SELECT AVG(w) FROM s.b b WHERE b.k = a.k)", ()),  # correlated: keyed
+        ("a.v > (SELECT AVG(w) FROM s.b) AND a.k IN (SELECT k FROM s.b)", ()),
+        ("a.v BETWEEN (SELECT MIN(w) FROM s.b) AND (SELECT MAX(w) FROM s.b)", ()),
+        ("a.v > (SELECT MAX(w) - MIN(w) FROM s.b, s.c WHERE b_k = c_k)", ("s.b", "s.c")),
+    ],
+)
+def test_uncorrelated_scalar_subqueries_compared_with_rows_are_parameters(
+    where: str, params: tuple[str, ...]
+) -> None:
+    plan = plan_query(parse_query(f"SELECT k, SUM(v) AS t FROM s.a a WHERE {where} GROUP BY k"))
+    assert plan.blocks[0].params == params
+    assert plan.param_inputs == set(params)
+
+
 def test_a_nested_plan_keeps_the_inner_aggregate_and_recomputes_the_rest_over_it() -> None:
     """TPC-H q15's shape: the CTE's groups kept in place, read twice by the outer query as
     one view, the outer's own inputs named; a fallback drops the nesting and runs in full."""

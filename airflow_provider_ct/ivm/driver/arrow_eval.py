@@ -120,6 +120,7 @@ class ArrowEvaluator:
             exp.Case: self._case,
             exp.Like: self._like,
             exp.Extract: self._extract,
+            exp.Substring: self._substring,
         }
 
     @classmethod
@@ -287,6 +288,22 @@ class ArrowEvaluator:
             raise NotOnDriver(f"{node_key(node)}: a part of {value.type}, not of a date")
         return self._typed(pc.call_function(function, [value]), node)
 
+    def _substring(self, node: Any) -> Value:
+        """``SUBSTRING(s, start[, length])`` with constant ``start >= 1`` (TPC-H q22's key).
+
+        Spark counts characters (code points), as Arrow's slice does; a start
+        below 1 (counted from the end, or Spark's own reading of 0) is Spark's.
+        """
+        start, length = _count(node.args.get("start")), node.args.get("length")
+        count = _count(length) if length is not None else None
+        if start is None or start < 1 or (length is not None and count is None):
+            raise NotOnDriver(f"{node_key(node)}: only constant positions from 1 on")
+        value = self.value(node.this)
+        if not pa.types.is_string(value.type) and not pa.types.is_large_string(value.type):
+            raise NotOnDriver(f"{node_key(node)}: a substring of {value.type}")
+        stop = None if count is None else start - 1 + count
+        return pc.utf8_slice_codeunits(value, start=start - 1, stop=stop)
+
     def _like(self, node: Any) -> Value:
         pattern = node.expression
         constant = isinstance(pattern, exp.Literal) and pattern.is_string
@@ -298,6 +315,13 @@ class ArrowEvaluator:
         found = pc.match_like(value, pattern.this)
         # sqlglot spells ``x NOT LIKE p`` as a LIKE node that says ``negate``, not as NOT.
         return pc.invert(found) if node.args.get("negate") else found
+
+
+def _count(node: Any) -> int | None:
+    """A non-negative integer literal's value, else None."""
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        return int(node.this)
+    return None
 
 
 #: Date parts ``EXTRACT`` takes on the driver, and the Arrow function of each.

@@ -73,12 +73,20 @@ class SnapshotRows:
 
     def where_null(self, column: str) -> pa.Table:
         """The live rows whose ``column`` is NULL (a keyed rule's null-safe key)."""
+        return self.where_true(lambda rows: pc.is_null(rows.column(column)))
 
-        def nulls(entry: ManifestEntry, rows: pa.Table) -> np.ndarray:
-            mask = pc.is_null(rows.column(column)).to_numpy(zero_copy_only=False)
+    def where_true(self, keep: Callable[[pa.Table], pa.Array]) -> pa.Table:
+        """The live rows for which ``keep`` (over a file's rows, a boolean array) is true.
+
+        A scan of the cached columns of every live file, not a lookup: for
+        conditions no index answers (a parameter's flipped rows).
+        """
+
+        def kept(entry: ManifestEntry, rows: pa.Table) -> np.ndarray:
+            mask = pc.fill_null(keep(rows), False).to_numpy(zero_copy_only=False)
             return np.nonzero(np.asarray(mask, dtype=bool))[0]
 
-        return self._taken(nulls)
+        return self._taken(kept)
 
     def _taken(self, positions: Callable[[ManifestEntry, pa.Table], np.ndarray]) -> pa.Table:
         """The live rows at ``positions(entry, rows)`` of every live data file, in file order."""

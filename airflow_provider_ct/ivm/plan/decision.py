@@ -222,8 +222,8 @@ def _subquery_moved(facts: TickFacts, plan: Plan) -> str | None:
     fixed = plan.fixed_inputs
     if not not_keyed:  # keyed: the tick recomputes the keys their changes hold
         fixed -= plan.keyed_inputs
-    if plan.strategy == AGGREGATE:  # its semi-joins' changes are maintained in place
-        fixed -= plan.semi_inputs
+    if plan.strategy == AGGREGATE:  # semi-joins' and parameters' changes: kept in place
+        fixed -= plan.semi_inputs | plan.param_inputs
     moved = sorted(fixed & facts.base.changed)
     if not moved:
         return None

@@ -35,6 +35,9 @@ def flatten_derived_tables(tree: Any) -> Any:
     """
     if not _mergeable(tree):
         return tree
+    inner = tree.args.get("from_") or tree.args.get("from")
+    if _where_subqueries(inner.this.this):
+        return _substituted(tree)
     return merge_derived_tables(tree)
 
 
@@ -51,7 +54,12 @@ def _mergeable(tree: Any) -> bool:
     inner = source.this
     if any(inner.args.get(arg) for arg in ("group", "having", "distinct", "limit", "offset")):
         return False
-    if inner.args.get("order") or inner.find(exp.AggFunc, exp.Window, exp.Subquery, exp.Exists):
+    if inner.args.get("order") or any(
+        p.find(exp.AggFunc, exp.Window, exp.Subquery, exp.Exists) for p in inner.expressions
+    ):
+        return False
+    outside = [n for n in inner.find_all(exp.Subquery, exp.Exists) if not _in_where(n, inner)]
+    if outside or (not _where_subqueries(inner) and inner.find(exp.AggFunc, exp.Window)):
         return False
     alias = source.args.get("alias")
     # ``AS s(a, b)`` renames the inner columns; sqlglot merges it, but keep it simple and safe.
@@ -61,7 +69,73 @@ def _mergeable(tree: Any) -> bool:
 def _has_subquery_outside(tree: Any, source: Any) -> bool:
     """Whether the reader has a subquery other than its derived table (kept as written)."""
     for node in tree.find_all(exp.Subquery, exp.Exists):
-        if node is source:
+        if node is source or node.find_ancestor(exp.Subquery) is source:
             continue
         return True
     return False
+
+
+def _where_subqueries(inner: Any) -> bool:
+    """Whether the inner select's ``WHERE`` holds a subquery."""
+    where = inner.args.get("where")
+    return where is not None and where.find(exp.Subquery, exp.Exists) is not None
+
+
+def _in_where(node: Any, inner: Any) -> bool:
+    where = inner.args.get("where")
+    return where is not None and node.find_ancestor(exp.Where) is where
+
+
+def _substituted(tree: Any) -> Any:
+    """The reader with each derived-table column replaced by its defining expression.
+
+    ``tree`` itself when a column of the reader is not an output of the
+    derived table (Spark would refuse the query anyway) or an output is
+    not named (a ``*``).
+    """
+    source = (tree.args.get("from_") or tree.args.get("from")).this
+    inner, alias = source.this, source.alias_or_name.lower()
+    outputs: dict[str, Any] = {}
+    for projection in inner.expressions:
+        if isinstance(projection, exp.Star) or not projection.alias_or_name:
+            return tree
+        outputs[projection.alias_or_name.lower()] = projection.unalias()
+    merged = tree.copy()
+    inside = (merged.args.get("from_") or merged.args.get("from")).this
+    names = {p.alias.lower() for p in merged.expressions if isinstance(p, exp.Alias)}
+    order = merged.args.get("order")
+    reader = [c for c in merged.find_all(exp.Column) if not _within(c, inside)]
+    for column in reader:
+        if _orders_by_name(column, order, names | set(outputs)):
+            continue  # ORDER BY an output's name: the merged select keeps its names
+        if column.table and column.table.lower() != alias:
+            return tree
+        found = outputs.get(column.name.lower())
+        if found is None:
+            return tree
+        replacement = found.copy()
+        if any(column is projection for projection in merged.expressions):
+            replacement = exp.alias_(replacement, column.name)  # keep the output's name
+        elif not isinstance(replacement, exp.Column | exp.Literal | exp.Func | exp.Paren):
+            replacement = exp.paren(replacement)  # an operator keeps its operands together
+        column.replace(replacement)
+    merged.set("from_", inner.args.get("from_") or inner.args.get("from"))
+    merged.set("joins", inner.args.get("joins"))
+    where = inner.args.get("where")
+    if where is not None:
+        merged.where(where.this.copy(), copy=False)
+    return merged
+
+
+def _within(node: Any, ancestor: Any) -> bool:
+    parent = node.parent
+    while parent is not None and parent is not ancestor:
+        parent = parent.parent
+    return parent is ancestor
+
+
+def _orders_by_name(column: Any, order: Any, names: set[str]) -> bool:
+    """Whether ``column`` is a bare name in ``ORDER BY`` that names an output."""
+    if order is None or column.table or not _within(column, order):
+        return False
+    return column.name.lower() in names

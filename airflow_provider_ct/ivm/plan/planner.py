@@ -87,6 +87,7 @@ from airflow_provider_ct.ivm.plan.left_join import (
 )
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.nested import Nested, split_nested
+from airflow_provider_ct.ivm.plan.parameters import parameter_tables
 from airflow_provider_ct.ivm.plan.reads import occurrence_keys
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 from airflow_provider_ct.ivm.plan.select_shape import (
@@ -134,6 +135,10 @@ class Block:
     #: Whether every subquery may be tied to the block by one key (:mod:`.keyed`, placed
     #: when a tick runs): a change of their tables then moves only the keys it holds.
     keyed: bool = False
+    #: Of ``fixed``, the tables read only by uncorrelated scalar subqueries the block
+    #: compares its rows with (:mod:`.parameters`): a value of each snapshot, whose
+    #: change an in-place tick maintains on the driver (the rows it flips).
+    params: tuple[str, ...] = ()
 
     @property
     def occurrences(self) -> tuple[str, ...]:
@@ -185,6 +190,11 @@ class Plan:
     def semi_inputs(self) -> frozenset[str]:
         """The tables read only by semi-joins: an in-place tick may maintain their changes."""
         return frozenset(n for b in self.blocks for n in b.semi)
+
+    @property
+    def param_inputs(self) -> frozenset[str]:
+        """The tables read only by parameters: an in-place tick may maintain their changes."""
+        return frozenset(n for b in self.blocks for n in b.params)
 
     @property
     def keyed_inputs(self) -> frozenset[str]:
@@ -471,7 +481,8 @@ def _block(select: Any, catalog_name: str) -> Block:
         raise NotIncremental("subqueries beside a LEFT JOIN are recomputed in full")
     semi = semi_tables(select, catalog_name, fixed)
     keyed = bool(fixed) and keyed_shape(select) is None
-    return Block(select, tuple(names), left, fixed, semi, keyed)
+    params = parameter_tables(select, catalog_name, fixed)
+    return Block(select, tuple(names), left, fixed, semi, keyed, params)
 
 
 def block_tables(select: Any) -> list[Any]:

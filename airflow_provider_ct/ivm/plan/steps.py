@@ -29,7 +29,7 @@ def in_place_reason(shape: InPlace) -> str:
 
 def in_place_steps(block: Block, shape: InPlace) -> tuple[str, ...]:
     steps = [
-        block_step(0, block, block.semi),
+        block_step(0, block, (*block.semi, *block.params)),
         "aggregate the signed change per group: row count, and per argument its sum and "
         "non-NULL count",
         "add it to the groups' kept state; compute their rows; correct only their rows",
@@ -40,6 +40,13 @@ def in_place_steps(block: Block, shape: InPlace) -> tuple[str, ...]:
             f"semi-joins over {', '.join(block.semi)}: their changes are kept by key on the "
             "driver (the keys entering or leaving the subquery, read at both snapshots); a "
             "tick the driver does not take runs in full",
+        )
+    if block.params:
+        steps.insert(
+            1,
+            f"scalar subqueries over {', '.join(block.params)} compared with the rows: a value "
+            "of each snapshot; the rows whose comparison the new value flips are added or "
+            "removed, found on the driver; a tick the driver does not take runs in full",
         )
     if shape.extrema:
         steps[-2] += "; per MIN/MAX, the extremum of the inserted and of the deleted values"

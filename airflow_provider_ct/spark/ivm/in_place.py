@@ -51,6 +51,7 @@ from airflow_provider_ct.ivm.driver.arrow_eval import (
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
+from airflow_provider_ct.ivm.driver.parameter_rows import Parameter
 from airflow_provider_ct.ivm.plan.in_place import AVG, MAX, SUM, InPlace
 from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.ivm.plan.rewrites import bind_tables, rows_select
@@ -121,6 +122,9 @@ class Aggregation:
     #: A nested plan's (:attr:`Plan.nested`): the target's columns, which the outer
     #: query computes; ``schema`` and ``columns`` are then the inner select's.
     target_columns: list[str] | None = None
+    #: The block's parameters, evaluated at both snapshots, when its tree holds their
+    #: placeholders (the driver's copy, :mod:`.parameters`).
+    parameters: tuple[Parameter, ...] = ()
 
     @property
     def in_place(self) -> InPlace:

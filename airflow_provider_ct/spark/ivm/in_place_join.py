@@ -17,8 +17,9 @@ shape the driver refuses, the tick uses Spark's jobs, under the cost model's joi
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -53,9 +54,16 @@ from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, cache_refusal, column_bytes
 from airflow_provider_ct.ivm.driver.left_join_rows import LeftShape, left_shape, left_terms
+from airflow_provider_ct.ivm.driver.parameter_rows import (
+    Parameter,
+    bound,
+    flipped_rows,
+    placeholders,
+)
 from airflow_provider_ct.ivm.driver.semi_join import SemiJoin, filtered, flipped, semi_joins
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.subqueries import semi_join_query, where_conjuncts
+from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
 from airflow_provider_ct.spark.ivm.in_place import (
     Aggregation,
     changes_schema,
@@ -78,6 +86,21 @@ class JoinedChange:
     details: dict[str, Any] = field(default_factory=dict)
     #: The block's semi- and anti-joins, maintained here (:mod:`~..driver.semi_join`).
     semis: tuple[SemiJoin, ...] = ()
+    #: The conjuncts comparing with a parameter, placed on the table they read.
+    params: tuple[ParamConjunct, ...] = ()
+
+
+@dataclass(frozen=True)
+class ParamConjunct:
+    """A conjunct of ``WHERE`` comparing one table's rows with a parameter."""
+
+    conjunct: Any
+    #: The placeholder it names (:class:`~..driver.parameter_rows.Parameter`'s name).
+    parameter: str
+    #: The table it reads: its alias, input and position in the join.
+    alias: str
+    input: str
+    position: int
 
 
 def joined_change(
@@ -85,9 +108,10 @@ def joined_change(
 ) -> JoinedChange | None:
     """The changed inputs' changes, read on the driver, when the driver can join them."""
     block = agg.plan.blocks[0]
-    if len(agg.plan.blocks) != 1 or (block.left_join is not None and block.semi):
+    kept = bool(block.semi or agg.parameters)  # subqueries maintained here
+    if len(agg.plan.blocks) != 1 or (block.left_join is not None and kept):
         return None
-    if len(block.inputs) < (1 if block.semi else 2) or set(block.fixed) - set(block.semi):
+    if len(block.inputs) < (1 if kept else 2) or set(block.fixed) - set(block.semi):
         return None  # one table is the one-input route's; other subqueries are Spark's
     names = sorted({*block.inputs, *block.semi})
     after = {n: tick.desc.inputs.get(n) for n in names}
@@ -103,7 +127,7 @@ def joined_change(
         for n in names
     }
     try:
-        shape, semis, columns = _shapes(agg, schemas, tick.config.name)
+        shape, semis, params, columns = _shapes(agg, schemas, tick.config.name)
     except NotOnDriver as exc:
         log.info("the change's join is left to Spark: %s", exc)
         return None
@@ -112,21 +136,27 @@ def joined_change(
     changes = {
         n: table_changes(inputs[n], before.get(n), pinned[n], columns=columns[n]) for n in changed
     }
-    return JoinedChange(changes, shape, columns, semis=semis)
+    return JoinedChange(changes, shape, columns, semis=semis, params=params)
 
 
 def _shapes(
     agg: Aggregation, schemas: dict[str, list[str]], catalog_name: str
-) -> tuple[JoinShape | LeftShape, tuple[SemiJoin, ...], dict[str, list[str]]]:
-    """The block's join, its semi-joins, and the columns of each input they read."""
+) -> tuple[
+    JoinShape | LeftShape, tuple[SemiJoin, ...], tuple[ParamConjunct, ...], dict[str, list[str]]
+]:
+    """The block's join, its semi-joins and parameters, and the columns of each input they read."""
     block = agg.plan.blocks[0]
-    if block.left_join is not None or not block.semi:
+    values = {p.name: p for p in agg.parameters}
+    if block.left_join is not None or not (block.semi or values):
         columns = referenced_columns(agg.plan, schemas, catalog_name)
         if block.left_join is not None:
-            return left_shape(block.tree, catalog_name, columns, block.left_join), (), columns
-        return join_shape(block.tree, catalog_name, columns), (), columns
+            left = left_shape(block.tree, catalog_name, columns, block.left_join)
+            return left, (), (), columns
+        return join_shape(block.tree, catalog_name, columns), (), (), columns
     where = block.tree.args["where"].this
-    conjuncts = [c for c in where_conjuncts(where) if semi_join_query(c) is not None]
+    compared = [c for c in where_conjuncts(where) if placeholders(c, values)]
+    joins = [c for c in where_conjuncts(where) if semi_join_query(c) is not None]
+    conjuncts = [*joins, *compared]
     stripped = block.tree.copy()
     kept = [c.copy() for c in where_conjuncts(where) if not any(c is k for k in conjuncts)]
     stripped.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
@@ -134,6 +164,7 @@ def _shapes(
     outer = {n: schemas[n] for n in block.inputs}
     columns = referenced_columns(outer_plan, outer, catalog_name)
     named = {c.name.lower() for conjunct in conjuncts for c in conjunct.find_all(exp.Column)}
+    named -= set(values)
     for name in outer:  # the block's columns the subqueries are tied to (a superset)
         have = set(columns[name])
         columns[name] = [c for c in schemas[name] if c in have or c.lower() in named]
@@ -146,7 +177,29 @@ def _shapes(
         }
         have = set(columns.get(semi.name, []))
         columns[semi.name] = [c for c in schemas[semi.name] if c.lower() in wanted or c in have]
-    return shape, semis, columns
+    params = tuple(_placed(c, shape, schemas, values) for c in compared)
+    return shape, semis, params, columns
+
+
+def _placed(
+    conjunct: Any, shape: JoinShape, schemas: dict[str, list[str]], values: Mapping[str, Any]
+) -> ParamConjunct:
+    """The table a parameter's conjunct reads; :class:`NotOnDriver` unless exactly one."""
+    aliases: set[str] = set()
+    for column in conjunct.find_all(exp.Column):
+        if column.table:
+            aliases.add(column.table.lower())
+        elif column.name not in values:
+            name = column.name.lower()
+            aliases.update(
+                i.alias for i in shape.inputs if name in {c.lower() for c in schemas[i.name]}
+            )
+    positions = [i for i, joined in enumerate(shape.inputs) if joined.alias in aliases]
+    if len(aliases) != 1 or len(positions) != 1:
+        raise NotOnDriver("a scalar subquery compared with other than one table's columns")
+    joined = shape.inputs[positions[0]]
+    (parameter,) = placeholders(conjunct, values)
+    return ParamConjunct(conjunct, parameter, joined.alias, joined.name, positions[0])
 
 
 def _fits_cache(
@@ -191,9 +244,10 @@ def joined_change_state(
         return _left_change_state(agg, base, read, fetch, schema)
     parts = replace(base, where=read.shape.condition)
     try:
-        types = node_types(agg, parts)
+        types = {**node_types(agg, parts), **_param_types(agg, read)}
         inner_types = _semi_types(agg, read.semis)
-        prefilter = _prefilter(read.shape, types)
+        values = {p.name: p for p in agg.parameters}
+        prefilter = _prefilter(read, types, values, {p.parameter: OLD for p in read.params})
         sides = []
         for position, joined in enumerate(read.shape.inputs):
             changes = read.changes.get(joined.name)
@@ -206,6 +260,8 @@ def joined_change_state(
                         terms = filtered(terms, semi, fetch, OLD, inner_types)
                     sides.append((sign, ArrowEvaluator.joined(terms, types)))
         sides.extend(_semi_terms(read, fetch, prefilter, types, inner_types))
+        rows_now = functools.partial(reader, side=NEW)
+        sides.extend(_flip_terms(read, values, rows_now, fetch, types, inner_types))
         read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
         return change_state_rows(sides, parts, schema)
     except NotOnDriver as exc:
@@ -271,29 +327,108 @@ def _semi_terms(
 
 def _semi_types(agg: Aggregation, semis: tuple[SemiJoin, ...]) -> dict[str, pa.DataType]:
     """The Spark types of the semi-joins' predicates, typed over their tables (no job)."""
-    from pyspark.sql.pandas.types import to_arrow_type
-
     out: dict[str, pa.DataType] = {}
     for semi in semis:
-        nodes = typed_nodes(semi.predicate_nodes())
-        if not nodes:
-            continue
-        select = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
-        view = agg.new_views[semi.name]
-        fields = agg.spark.sql(f"SELECT {select} FROM {view} AS {semi.alias}").schema.fields
-        for node, found in zip(nodes, fields, strict=True):
-            try:
-                out[node_key(node)] = to_arrow_type(found.dataType)
-            except TypeError:
-                continue
+        out.update(_types_over(agg, semi.name, semi.alias, typed_nodes(semi.predicate_nodes())))
     return out
 
 
-def _prefilter(shape: JoinShape, types: dict[str, pa.DataType]) -> Prefilter:
-    """Each table's rows kept by the condition's conjuncts that read it alone (before joins)."""
-    from sqlglot import exp
+def _types_over(
+    agg: Aggregation, name: str, alias: str, nodes: list[Any]
+) -> dict[str, pa.DataType]:
+    """The Spark types of ``nodes`` over one input read as ``alias`` (an analysis, kept)."""
+    if not nodes:
+        return {}
+    select = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
+    sql = f"SELECT {select} FROM {agg.new_views[name]} AS {alias}"
+    what = f"types {name} {alias} {select}"
+    return analyzed(agg.analysis_key, what, lambda: _typed(agg, sql, nodes))
 
-    conditions = {a: exp.and_(*cs, copy=True) for a, cs in single_table_conjuncts(shape).items()}
+
+def _typed(agg: Aggregation, sql: str, nodes: list[Any]) -> dict[str, pa.DataType]:
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    out: dict[str, pa.DataType] = {}
+    for node, found in zip(nodes, agg.spark.sql(sql).schema.fields, strict=True):
+        try:
+            out[node_key(node)] = to_arrow_type(found.dataType)
+        except TypeError:
+            continue
+    return out
+
+
+def _flip_terms(
+    read: JoinedChange,
+    values: Mapping[str, Parameter],
+    rows_now: Callable[[str], SnapshotRows],
+    fetch: Fetch,
+    types: dict[str, pa.DataType],
+    inner_types: dict[str, pa.DataType],
+) -> list[tuple[int, ArrowEvaluator]]:
+    """The terms of the parameters' moves: the rows whose conjunct the new value flips.
+
+    Telescoped over the parameters in order (those before one as they are
+    now, those after it as they were), every table and semi-join as it is
+    now (:mod:`airflow_provider_ct.ivm.plan.parameters`).
+    """
+    assert isinstance(read.shape, JoinShape)  # a LEFT JOIN block has no parameters here
+    out = []
+    order = [placed.parameter for placed in read.params]
+    for index, placed in enumerate(read.params):
+        parameter = values[placed.parameter]
+        if not parameter.moved:
+            continue
+        sides = {name: NEW if i < index else OLD for i, name in enumerate(order)}
+        plus, minus = flipped_rows(
+            rows_now(placed.input), placed.conjunct, placed.alias, parameter, sides, types
+        )
+        read.details["flipped_rows"] = read.details.get("flipped_rows", 0) + len(plus) + len(minus)
+        for sign, rows, side in ((1, plus, NEW), (-1, minus, OLD)):
+            if not rows.num_rows:
+                continue
+            keep = _prefilter(read, types, values, {**sides, placed.parameter: side})
+            terms = term_rows(read.shape, placed.position, rows, fetch, keep, all_new=True)
+            for semi in read.semis:
+                terms = filtered(terms, semi, fetch, NEW, inner_types)
+            out.append((sign, ArrowEvaluator.joined(terms, types)))
+    return out
+
+
+def _param_types(agg: Aggregation, read: JoinedChange) -> dict[str, pa.DataType]:
+    """The Spark types of the parameters' conjuncts' nodes, and of their values' literals."""
+    out: dict[str, pa.DataType] = {}
+    values = {p.name: p for p in agg.parameters}
+    for placed in read.params:
+        nodes = [
+            n
+            for n in typed_nodes([placed.conjunct])
+            if not placeholders(n, values) and not _is_placeholder(n, values)
+        ]
+        out.update(_types_over(agg, placed.input, placed.alias, nodes))
+        out.update(values[placed.parameter].types())
+    return out
+
+
+def _is_placeholder(node: Any, values: Mapping[str, Parameter]) -> bool:
+    return isinstance(node, exp.Column) and not node.table and node.name in values
+
+
+def _prefilter(
+    read: JoinedChange,
+    types: dict[str, pa.DataType],
+    values: Mapping[str, Parameter],
+    sides: Mapping[str, str],
+) -> Prefilter:
+    """Each table's rows kept by the condition's conjuncts that read it alone (before joins).
+
+    The parameters' conjuncts are applied here only (the shape's condition
+    leaves them out), each with its parameter's value on ``sides``.
+    """
+    assert isinstance(read.shape, JoinShape)
+    found = {a: list(cs) for a, cs in single_table_conjuncts(read.shape).items()}
+    for placed in read.params:
+        found.setdefault(placed.alias, []).append(bound(placed.conjunct, values, sides))
+    conditions = {a: exp.and_(*cs, copy=True) for a, cs in found.items()}
 
     def keep(alias: str, rows: pa.Table) -> pa.Table:
         condition = conditions.get(alias)

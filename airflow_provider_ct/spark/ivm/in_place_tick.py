@@ -66,6 +66,7 @@ from airflow_provider_ct.spark.ivm.in_place_join import report as joined_report
 from airflow_provider_ct.spark.ivm.in_place_rescan import ExtremaReader
 from airflow_provider_ct.spark.ivm.input_changes import bind_inputs
 from airflow_provider_ct.spark.ivm.nested import inner_schema
+from airflow_provider_ct.spark.ivm.parameters import inline_parameters
 from airflow_provider_ct.spark.tick import Computed, Target, Tick
 
 log = logging.getLogger("airflow_provider_ct.write_job")
@@ -137,7 +138,7 @@ def _kept(
     before = decision.base.before
     try:
         kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), before)
-        moved = agg.plan.semi_inputs & decision.base.changed
+        moved = (agg.plan.semi_inputs | agg.plan.param_inputs) & decision.base.changed
         outcome = _incremental(tick, target, agg, before, kept, moved)
     except KeyedReadError as exc:  # the keyed rule does not serve this tick: not the state
         return Fallback(Discovery.NOT_KEYED, str(exc), exc.details)
@@ -177,13 +178,14 @@ def _incremental(
 ) -> tuple[InPlaceResult, dict[str, Any]] | Fallback:
     """The tick from the kept state: on the driver when it can, else with Spark's jobs.
 
-    :param semi_moved: tables read by semi-joins whose rows changed: only the
-        driver maintains those; without it the aggregates give way this tick.
+    :param semi_moved: tables read by semi-joins or parameters whose rows changed:
+        only the driver maintains those; without it the aggregates give way this tick.
     """
     inputs = tick.inputs()
     agg = replace(agg, inputs=inputs, pins=dict(tick.desc.inputs))
     reader = ExtremaReader(agg, kept.schema)  # the groups whose extremum a deletion removed
     driver = inline_fixed_lists(agg, tick.desc.inputs, before)  # what the driver evaluates
+    driver = inline_parameters(driver, tick.desc.inputs, before)
     read = _one_input_change(tick, driver, inputs, before)
     if read is not None and _rows(read[1]) <= agg.driver_rows:
         name, changes = read
@@ -206,8 +208,8 @@ def _incremental(
         known = joined.changes
     if semi_moved - agg.plan.keyed_inputs:  # keyed ones: Spark recomputes their keys
         why = (
-            f"{', '.join(sorted(semi_moved))} changed under a semi-join, which only the "
-            "driver maintains, and the driver did not take this tick"
+            f"{', '.join(sorted(semi_moved))} changed under a semi-join or a scalar "
+            "subquery, which only the driver maintains, and the driver did not take this tick"
         )
         return Fallback(Discovery.NOT_IN_PLACE, why)
     return _on_spark(tick, target, agg, before, kept, reader, known)
@@ -259,8 +261,8 @@ def _one_input_change(
     Read before any Spark view is made: a tick the driver computes needs none.
     """
     block = agg.plan.blocks[0]
-    if len(block.inputs) != 1 or agg.driver_rows <= 0 or block.fixed:
-        return None  # a subquery is evaluated by Spark
+    if len(block.inputs) != 1 or agg.driver_rows <= 0 or block.fixed or agg.parameters:
+        return None  # a subquery is evaluated by Spark, a parameter by the joined route
     name = block.inputs[0]
     after = tick.desc.inputs.get(name)
     if after is None or estimated_change_rows(inputs[name], before.get(name), after) > (

@@ -1,0 +1,103 @@
+"""Uncorrelated scalar subqueries in ``WHERE`` as parameters: a value of each snapshot.
+
+TPC-H q22 keeps the customers whose balance is above the average balance:
+``c_acctbal > (SELECT AVG(c_acctbal) FROM customer WHERE ...)``. The
+subquery reads a table that changes on every tick, so as a fixed filter
+(:mod:`.subqueries`) it sent every tick in full. But it names no column
+of the outer row: it is one value ``p`` for every row, a *parameter* of
+the block. Between two snapshots the block changes by
+
+    B(R1, p1) - B(R0, p0) = [B(R1, p1) - B(R1, p0)] + [B(R1, p0) - B(R0, p0)]
+
+The second bracket is the usual delta rules with ``p0`` as a constant. The
+first holds only the rows of ``R1`` whose conjunct is true under one value
+and not the other (a customer whose balance lies between the two
+averages): added under ``p1``, removed under ``p0``. Those *flipped* rows
+are found by evaluating the conjunct both ways over the input the conjunct
+reads (:mod:`airflow_provider_ct.ivm.driver.parameter_rows`), and are few
+when the value moves little, which an aggregate over many rows does.
+
+Told from the SQL here (the shape); the tick evaluates the values at both
+snapshots and confirms the subquery is uncorrelated (Spark analyzes it
+alone), and on the driver only (:mod:`airflow_provider_ct.spark.ivm.parameters`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_provider_ct.core.query import (
+    nondeterministic_calls,
+    normalize_table_name,
+    qualified_table_name,
+)
+from airflow_provider_ct.ivm.plan.subqueries import where_conjuncts
+
+#: The name a parameter's place takes in the driver's tree (``__ct_param0``...).
+PLACEHOLDER = "__ct_param"
+
+
+def parameter_query(conjunct: Any) -> Any | None:
+    """The scalar subquery (a ``SELECT``) a conjunct compares the row with, else None.
+
+    The conjunct holds exactly one subquery, a scalar one (not under ``IN``
+    or ``EXISTS``) of one output, without window or nondeterministic calls,
+    whose qualified columns all name its own tables (an outer alias would
+    make it correlated; an unqualified outer column is found when Spark
+    analyzes it alone, and the tick then runs as it did before).
+    """
+    found = list(conjunct.find_all(exp.Subquery, exp.Exists))
+    nested_in = [n for n in conjunct.find_all(exp.In) if n.args.get("query") is not None]
+    if len(found) != 1 or nested_in or not isinstance(found[0], exp.Subquery):
+        return None
+    query = found[0].this
+    if not isinstance(query, exp.Select) or len(query.expressions) != 1:
+        return None
+    if query.find(exp.Window, exp.Subquery, exp.Exists) or nondeterministic_calls(query):
+        return None
+    own = {t.alias_or_name.lower() for t in query.find_all(exp.Table)}
+    if any(c.table and c.table.lower() not in own for c in query.find_all(exp.Column)):
+        return None
+    return query
+
+
+def parameter_conjuncts(select: Any) -> list[Any]:
+    """The top-level conjuncts of ``select``'s ``WHERE`` that compare with a parameter."""
+    where = select.args.get("where")
+    if where is None:
+        return []
+    return [c for c in where_conjuncts(where.this) if parameter_query(c) is not None]
+
+
+def parameter_tables(select: Any, catalog_name: str, fixed: tuple[str, ...]) -> tuple[str, ...]:
+    """The tables of ``fixed`` read by parameters' subqueries and by no other subquery.
+
+    A table the block itself reads as well stays a parameter table: its
+    changes there are the delta rules', its changes to the value are the
+    flipped rows'.
+    """
+    if not fixed:
+        return ()
+    params = parameter_conjuncts(select)
+    inside: set[str] = set()
+    for conjunct in params:
+        inside.update(_names(conjunct, catalog_name))
+    kinds = (exp.Subquery, exp.Exists, exp.In)
+    theirs = {id(node) for conjunct in params for node in conjunct.find_all(*kinds)}
+    elsewhere: set[str] = set()
+    for node in select.find_all(*kinds):
+        if isinstance(node, exp.Subquery) and isinstance(node.parent, exp.From | exp.Join):
+            continue
+        if id(node) not in theirs:
+            elsewhere.update(_names(node, catalog_name))
+    return tuple(sorted((inside - elsewhere) & set(fixed)))
+
+
+def _names(node: Any, catalog_name: str) -> set[str]:
+    return {
+        normalize_table_name(qualified_table_name(t), catalog_name)
+        for t in node.find_all(exp.Table)
+        if t.name
+    }
