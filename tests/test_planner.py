@@ -240,7 +240,9 @@ def test_a_filtering_derived_table_with_subqueries_is_merged_by_substitution() -
         ("a.v > (SELECT AVG(w) FROM s.b b WHERE b.k = a.k)", ()),  # correlated: keyed
         ("a.v > (SELECT AVG(w) FROM s.b) AND a.k IN (SELECT k FROM s.b)", ()),
         ("a.v BETWEEN (SELECT MIN(w) FROM s.b) AND (SELECT MAX(w) FROM s.b)", ()),
-        ("a.v > (SELECT MAX(w) - MIN(w) FROM s.b, s.c WHERE b_k = c_k)", ("s.b", "s.c")),
+        ("a.v > (SELECT MAX(x.w) - MIN(y.w) FROM s.b x, s.c y WHERE x.k = y.k)", ("s.b", "s.c")),
+        ("a.v > (SELECT MAX(w) FROM s.b, s.c WHERE b_k = c_k)", ()),  # may be correlated
+        ("a.v > (SELECT 0.2 * AVG(w) FROM s.b WHERE b_k = k)", ()),  # TPC-H q17: keyed
     ],
 )
 def test_uncorrelated_scalar_subqueries_compared_with_rows_are_parameters(

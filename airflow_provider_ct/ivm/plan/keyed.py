@@ -180,7 +180,9 @@ def keyed_shape(select: Any) -> str | None:
     for sub in subs:
         if any(_subqueries(sub)):
             return "a subquery inside a subquery is not keyed"
-        if _in_tie(sub) is None and not _equalities(sub):
+        own = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
+        ties = [c for c in _equalities(sub) if not _both_own(c, own)]
+        if _in_tie(sub) is None and not ties:
             return "a subquery not tied to the block by an equality (or an IN) is not keyed"
         node = _owner(sub)
         if isinstance(node, exp.In) and _negated(node, select):
@@ -363,6 +365,12 @@ def _equalities(sub: Any) -> list[Any]:
         and isinstance(c.this, exp.Column)
         and isinstance(c.expression, exp.Column)
     ]
+
+
+def _both_own(conjunct: Any, own: set[str]) -> bool:
+    """Whether both columns of an equality are qualified by the subquery's own tables."""
+    sides = (conjunct.this, conjunct.expression)
+    return all(c.table and c.table.lower() in own for c in sides)
 
 
 def _block_equalities(select: Any) -> list[Any]:

@@ -60,7 +60,25 @@ def parameter_query(conjunct: Any) -> Any | None:
     own = {t.alias_or_name.lower() for t in query.find_all(exp.Table)}
     if any(c.table and c.table.lower() not in own for c in query.find_all(exp.Column)):
         return None
+    if _may_tie(query, own):
+        return None
     return query
+
+
+def _may_tie(query: Any, own: set[str]) -> bool:
+    """Whether the subquery's ``WHERE`` equals two columns not both qualified as its own.
+
+    TPC-H q17 writes its correlation bare (``l_partkey = p_partkey``): told
+    from the SQL alone, such an equality may tie the subquery to the outer
+    row (the keyed rule's shape, :mod:`.keyed`), so it is not a parameter.
+    """
+    where = query.args.get("where")
+    for conjunct in where_conjuncts(where.this) if where is not None else []:
+        sides = (conjunct.this, conjunct.expression) if isinstance(conjunct, exp.EQ) else ()
+        columns = [s for s in sides if isinstance(s, exp.Column)]
+        if len(columns) == 2 and not all(c.table and c.table.lower() in own for c in columns):
+            return True
+    return False
 
 
 def parameter_conjuncts(select: Any) -> list[Any]:

@@ -481,7 +481,7 @@ def _block(select: Any, catalog_name: str) -> Block:
         raise NotIncremental("subqueries beside a LEFT JOIN are recomputed in full")
     semi = semi_tables(select, catalog_name, fixed)
     keyed = bool(fixed) and keyed_shape(select) is None
-    params = parameter_tables(select, catalog_name, fixed)
+    params = () if keyed else parameter_tables(select, catalog_name, fixed)
     return Block(select, tuple(names), left, fixed, semi, keyed, params)
 
 

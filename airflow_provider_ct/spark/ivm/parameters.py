@@ -98,6 +98,8 @@ def _evaluated(
             if t.name
         }
     )
+    if not _alone(agg, query, tables):
+        return None
     new = _value(agg, query, {t: pins.get(t) for t in tables})
     old = _value(agg, query, {t: before.get(t) for t in tables})
     if new is None or old is None:
@@ -107,6 +109,25 @@ def _evaluated(
         log.info("a parameter of type %s is left to Spark", kind)
         return None
     return Parameter(name, old_value, new_value, kind)
+
+
+def _alone(agg: Aggregation, query: Any, tables: list[str]) -> bool:
+    """Whether Spark analyzes the subquery alone (no outer column): kept per query and schemas."""
+    from pyspark.errors import PySparkException
+
+    if any(t not in agg.new_views for t in tables):
+        return False
+
+    def analyze() -> bool:
+        bound = bind_tables(query, agg.new_views, agg.catalog_name).sql(dialect="spark")
+        try:
+            agg.spark.sql(f"SELECT ({bound}) AS __ct_value").schema  # noqa: B018
+        except PySparkException as exc:
+            log.info("a scalar subquery is not a parameter: %s", str(exc).split("\n")[0])
+            return False
+        return True
+
+    return analyzed(agg.analysis_key, f"parameter alone {query.sql(dialect='spark')}", analyze)
 
 
 def _value(agg: Aggregation, query: Any, snapshots: Mapping[str, int | None]) -> Any:
