@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 import pyarrow as pa
@@ -30,6 +30,7 @@ from sqlglot import exp
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver, node_key
 from airflow_provider_ct.ivm.driver.driver_join import NEW, OLD
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows
+from airflow_provider_ct.ivm.state.aggregate_state import spark_decimal_average
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class Parameter:
     new: Any
     #: The Arrow type of the subquery's Spark type.
     arrow_type: pa.DataType
+    #: Where the values were computed: ``driver`` (both sides) or ``spark``.
+    computed_on: str = "spark"
 
     @property
     def moved(self) -> bool:
@@ -126,3 +129,55 @@ def flipped_rows(
         return moved, moved
     old, new = masks(moved)
     return moved.filter(new), moved.filter(old)
+
+
+def aggregate_value(function: str, values: pa.Array | None, rows: int, kind: pa.DataType) -> Any:
+    """``function`` of ``values`` (``rows`` rows; ``values`` None for ``COUNT(*)``) as Spark
+    computes it into ``kind``, its result type; :class:`NotOnDriver` where Spark may differ.
+
+    Sums are exact (Python integers and decimals); ``AVG`` of decimals is
+    Spark's rounding (:func:`~..state.aggregate_state.spark_decimal_average`);
+    a sum past its type (Spark wraps or returns NULL), an ``AVG`` of
+    integers (a double) or an extremum of another type than integers,
+    decimals and strings is Spark's to compute.
+    """
+    if function == "COUNT":
+        return rows if values is None else rows - values.null_count
+    assert values is not None
+    present = pc.drop_null(values)
+    if not len(present):
+        return None
+    if function in ("MIN", "MAX"):
+        if not _ordered(present.type):
+            raise NotOnDriver(f"{function} of {present.type} is Spark's")
+        found = pc.min_max(present)
+        return found["min" if function == "MIN" else "max"].as_py()
+    total = _exact_sum(present.to_pylist())
+    if function == "SUM" and _fits(total, kind):
+        return total
+    if function == "AVG" and pa.types.is_decimal(kind) and pa.types.is_decimal(present.type):
+        average = spark_decimal_average(Decimal(total), len(present), kind.precision, kind.scale)
+        if average is not None:
+            return average
+    raise NotOnDriver(f"{function} into {kind} is Spark's")
+
+
+def _ordered(kind: pa.DataType) -> bool:
+    """Types whose order Arrow and Spark agree on (strings: by their UTF-8 bytes)."""
+    return pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_string(kind)
+
+
+def _exact_sum(values: list[Any]) -> Any:
+    with localcontext() as context:
+        context.prec = 200
+        return sum(values, Decimal(0) if isinstance(values[0], Decimal) else 0)
+
+
+def _fits(total: Any, kind: pa.DataType) -> bool:
+    """Whether a sum is a value of ``kind`` (Spark's sum type) as it is."""
+    if pa.types.is_decimal(kind) and isinstance(total, Decimal):
+        digits = total.adjusted() + 1 if total else 0
+        return digits <= kind.precision - kind.scale
+    if pa.types.is_int64(kind) and isinstance(total, int):
+        return -(2**63) <= total < 2**63
+    return False

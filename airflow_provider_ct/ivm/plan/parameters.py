@@ -24,6 +24,7 @@ alone), and on the driver only (:mod:`airflow_provider_ct.spark.ivm.parameters`)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
@@ -79,6 +80,50 @@ def _may_tie(query: Any, own: set[str]) -> bool:
         if len(columns) == 2 and not all(c.table and c.table.lower() in own for c in columns):
             return True
     return False
+
+
+@dataclass(frozen=True)
+class AggregateShape:
+    """A parameter of one aggregate over one table: what the driver computes itself."""
+
+    #: ``SUM``, ``COUNT``, ``AVG``, ``MIN`` or ``MAX``.
+    function: str
+    #: The aggregated expression (None: ``COUNT(*)``) and the ``WHERE`` (None: none).
+    argument: Any
+    where: Any
+    table: Any
+    alias: str
+
+
+#: sqlglot's aggregate nodes the driver computes, by name.
+_AGGREGATES: dict[type, str] = {
+    exp.Sum: "SUM",
+    exp.Count: "COUNT",
+    exp.Avg: "AVG",
+    exp.Min: "MIN",
+    exp.Max: "MAX",
+}
+
+
+def aggregate_shape(query: Any) -> AggregateShape | None:
+    """``SELECT f(x) FROM t [alias] [WHERE c]`` (one bare aggregate, one table), else None."""
+    if query.args.get("joins") or any(
+        query.args.get(a) for a in ("group", "having", "distinct", "limit", "offset", "qualify")
+    ):
+        return None
+    from_ = query.args.get("from_") or query.args.get("from")
+    table = from_.this if from_ is not None else None
+    call = query.expressions[0].unalias() if len(query.expressions) == 1 else None
+    function = _AGGREGATES.get(type(call)) if call is not None else None
+    if call is None or function is None or not isinstance(table, exp.Table) or not table.name:
+        return None
+    argument = None if isinstance(call.this, exp.Star) else call.this
+    if argument is not None and argument.find(exp.AggFunc, exp.Distinct):
+        return None
+    where = query.args.get("where")
+    return AggregateShape(
+        function, argument, where.this if where is not None else None, table, table.alias_or_name
+    )
 
 
 def parameter_conjuncts(select: Any) -> list[Any]:

@@ -300,6 +300,28 @@ def _node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
     return out
 
 
+def types_over(agg: Aggregation, name: str, alias: str, nodes: list[Any]) -> dict[str, pa.DataType]:
+    """The Spark types of ``nodes`` over one input read as ``alias`` (an analysis, kept)."""
+    if not nodes:
+        return {}
+    select = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
+    sql = f"SELECT {select} FROM {agg.new_views[name]} AS {alias}"
+    what = f"types {name} {alias} {select}"
+    return analyzed(agg.analysis_key, what, lambda: _types_of(agg, sql, nodes))
+
+
+def _types_of(agg: Aggregation, sql: str, nodes: list[Any]) -> dict[str, pa.DataType]:
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    out: dict[str, pa.DataType] = {}
+    for node, found in zip(nodes, agg.spark.sql(sql).schema.fields, strict=True):
+        try:
+            out[node_key(node)] = to_arrow_type(found.dataType)
+        except TypeError:
+            continue
+    return out
+
+
 def full_state(agg: Aggregation) -> pa.Table:
     """The state of every group, aggregated from the pinned inputs (one scan)."""
     from pyspark.sql import functions as F

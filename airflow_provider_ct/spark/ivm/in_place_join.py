@@ -36,7 +36,6 @@ from airflow_provider_ct.ivm.changes.table_changes import (
 from airflow_provider_ct.ivm.driver.arrow_eval import (
     ArrowEvaluator,
     NotOnDriver,
-    node_key,
     typed_nodes,
 )
 from airflow_provider_ct.ivm.driver.driver_join import (
@@ -63,12 +62,12 @@ from airflow_provider_ct.ivm.driver.parameter_rows import (
 from airflow_provider_ct.ivm.driver.semi_join import SemiJoin, filtered, flipped, semi_joins
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.subqueries import semi_join_query, where_conjuncts
-from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
 from airflow_provider_ct.spark.ivm.in_place import (
     Aggregation,
     changes_schema,
     expressions,
     node_types,
+    types_over,
 )
 from airflow_provider_ct.spark.tick import Tick
 
@@ -329,31 +328,7 @@ def _semi_types(agg: Aggregation, semis: tuple[SemiJoin, ...]) -> dict[str, pa.D
     """The Spark types of the semi-joins' predicates, typed over their tables (no job)."""
     out: dict[str, pa.DataType] = {}
     for semi in semis:
-        out.update(_types_over(agg, semi.name, semi.alias, typed_nodes(semi.predicate_nodes())))
-    return out
-
-
-def _types_over(
-    agg: Aggregation, name: str, alias: str, nodes: list[Any]
-) -> dict[str, pa.DataType]:
-    """The Spark types of ``nodes`` over one input read as ``alias`` (an analysis, kept)."""
-    if not nodes:
-        return {}
-    select = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
-    sql = f"SELECT {select} FROM {agg.new_views[name]} AS {alias}"
-    what = f"types {name} {alias} {select}"
-    return analyzed(agg.analysis_key, what, lambda: _typed(agg, sql, nodes))
-
-
-def _typed(agg: Aggregation, sql: str, nodes: list[Any]) -> dict[str, pa.DataType]:
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    out: dict[str, pa.DataType] = {}
-    for node, found in zip(nodes, agg.spark.sql(sql).schema.fields, strict=True):
-        try:
-            out[node_key(node)] = to_arrow_type(found.dataType)
-        except TypeError:
-            continue
+        out.update(types_over(agg, semi.name, semi.alias, typed_nodes(semi.predicate_nodes())))
     return out
 
 
@@ -372,6 +347,8 @@ def _flip_terms(
     now (:mod:`airflow_provider_ct.ivm.plan.parameters`).
     """
     assert isinstance(read.shape, JoinShape)  # a LEFT JOIN block has no parameters here
+    if values:
+        read.details["parameters_on"] = sorted({p.computed_on for p in values.values()})
     out = []
     order = [placed.parameter for placed in read.params]
     for index, placed in enumerate(read.params):
@@ -404,7 +381,7 @@ def _param_types(agg: Aggregation, read: JoinedChange) -> dict[str, pa.DataType]
             for n in typed_nodes([placed.conjunct])
             if not placeholders(n, values) and not _is_placeholder(n, values)
         ]
-        out.update(_types_over(agg, placed.input, placed.alias, nodes))
+        out.update(types_over(agg, placed.input, placed.alias, nodes))
         out.update(values[placed.parameter].types())
     return out
 

@@ -26,18 +26,30 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
-from airflow_provider_ct.ivm.driver.parameter_rows import Parameter, literal_value
+from airflow_provider_ct.exceptions import ChangesUnavailableError
+from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver, typed_nodes
+from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, cache_refusal, column_bytes
+from airflow_provider_ct.ivm.driver.parameter_rows import (
+    Parameter,
+    aggregate_value,
+    literal_value,
+)
 from airflow_provider_ct.ivm.plan.parameters import (
     PLACEHOLDER,
+    AggregateShape,
+    aggregate_shape,
     parameter_conjuncts,
     parameter_query,
 )
 from airflow_provider_ct.ivm.plan.rewrites import bind_tables
 from airflow_provider_ct.ivm.plan.subqueries import fixed_subquery_tables
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
+from airflow_provider_ct.spark.ivm.in_place import types_over
 from airflow_provider_ct.spark.snapshots import read_at
 
 if TYPE_CHECKING:
@@ -98,47 +110,105 @@ def _evaluated(
             if t.name
         }
     )
-    if not _alone(agg, query, tables):
+    kind = _alone(agg, query, tables)
+    if kind is None:
         return None
-    new = _value(agg, query, {t: pins.get(t) for t in tables})
-    old = _value(agg, query, {t: before.get(t) for t in tables})
+    new = _value(agg, query, {t: pins.get(t) for t in tables}, kind)
+    old = _value(agg, query, {t: before.get(t) for t in tables}, kind)
     if new is None or old is None:
         return None
-    (new_value, kind), (old_value, old_kind) = new, old
-    if kind != old_kind or not (literal_value(new_value, kind) and literal_value(old_value, kind)):
+    if not (literal_value(new[0], kind) and literal_value(old[0], kind)):
         log.info("a parameter of type %s is left to Spark", kind)
         return None
-    return Parameter(name, old_value, new_value, kind)
+    on = "driver" if old[1] == new[1] == "driver" else "spark"
+    return Parameter(name, old[0], new[0], kind, on)
 
 
-def _alone(agg: Aggregation, query: Any, tables: list[str]) -> bool:
-    """Whether Spark analyzes the subquery alone (no outer column): kept per query and schemas."""
+def _alone(agg: Aggregation, query: Any, tables: list[str]) -> pa.DataType | None:
+    """The subquery's type as Spark analyzes it alone; None: it names an outer column, or
+    has a type without an Arrow one. Kept per query and schemas."""
     from pyspark.errors import PySparkException
+    from pyspark.sql.pandas.types import to_arrow_type
 
     if any(t not in agg.new_views for t in tables):
-        return False
+        return None
 
-    def analyze() -> bool:
+    def analyze() -> pa.DataType | None:
         bound = bind_tables(query, agg.new_views, agg.catalog_name).sql(dialect="spark")
         try:
-            agg.spark.sql(f"SELECT ({bound}) AS __ct_value").schema  # noqa: B018
-        except PySparkException as exc:
+            field = agg.spark.sql(f"SELECT ({bound}) AS __ct_value").schema.fields[0]
+            return to_arrow_type(field.dataType)
+        except (PySparkException, TypeError) as exc:
             log.info("a scalar subquery is not a parameter: %s", str(exc).split("\n")[0])
-            return False
-        return True
+            return None
 
     return analyzed(agg.analysis_key, f"parameter alone {query.sql(dialect='spark')}", analyze)
 
 
-def _value(agg: Aggregation, query: Any, snapshots: Mapping[str, int | None]) -> Any:
-    """``(value, Arrow type)`` of the subquery over ``snapshots``, or None (kept per snapshots)."""
+def _value(
+    agg: Aggregation, query: Any, snapshots: Mapping[str, int | None], kind: pa.DataType
+) -> tuple[Any, str] | None:
+    """``(value, where computed)`` of the subquery over ``snapshots``, or None: kept per
+    snapshots.
+
+    On the driver when it is one aggregate over one table whose columns the
+    file cache holds (:func:`_on_driver`), else a Spark job.
+    """
     sql = query.sql(dialect="spark")
     key = (agg.analysis_key, sql, tuple(sorted(snapshots.items())))
-    return analyzed(
-        key if agg.analysis_key is not None else None,
-        "parameter",
-        lambda: _run(agg, query, snapshots),
-    )
+
+    def compute() -> tuple[Any, str] | None:
+        try:
+            return _on_driver(agg, query, snapshots, kind), "driver"
+        except NotOnDriver as exc:
+            log.info("a parameter is evaluated by Spark: %s", exc)
+        found = _run(agg, query, snapshots)
+        return None if found is None else (found[0], "spark")
+
+    return analyzed(key if agg.analysis_key is not None else None, "parameter", compute)
+
+
+def _on_driver(
+    agg: Aggregation, query: Any, snapshots: Mapping[str, int | None], kind: pa.DataType
+) -> Any:
+    """The value of a one-aggregate subquery from the table's cached columns, as Spark's."""
+    shape = aggregate_shape(query)
+    if shape is None or agg.inputs is None:
+        raise NotOnDriver("not one aggregate over one table")
+    name = normalize_table_name(qualified_table_name(shape.table), agg.catalog_name)
+    table, snapshot = agg.inputs.get(name), snapshots.get(name)
+    if table is None:
+        raise NotOnDriver(f"{name} is not an input")
+    if snapshot is None:
+        return aggregate_value(shape.function, pa.nulls(0), 0, kind)
+    nodes = [n for n in (shape.argument, shape.where) if n is not None]
+    types = types_over(agg, name, shape.alias, typed_nodes(nodes))
+    wanted = {c.name.lower() for n in nodes for c in n.find_all(exp.Column)}
+    try:
+        names = [
+            f.name for f in snapshot_schema(table, table.metadata.snapshot_by_id(snapshot)).fields
+        ]
+        columns = [c for c in names if c.lower() in wanted] or names[:1]
+        why = cache_refusal(column_bytes(table, snapshot, columns))
+        if why is not None:
+            raise NotOnDriver(why)
+        rows = SnapshotRows(table, snapshot, columns).where_true(_kept(shape, types))
+    except (ValueError, KeyError, ChangesUnavailableError) as exc:
+        raise NotOnDriver(f"{name} at {snapshot}: {exc}") from None
+    evaluator = ArrowEvaluator(rows, shape.alias, types)
+    values = evaluator.column(shape.argument) if shape.argument is not None else None
+    return aggregate_value(shape.function, values, rows.num_rows, kind)
+
+
+def _kept(shape: AggregateShape, types: Mapping[str, pa.DataType]) -> Any:
+    """A file's rows the subquery's ``WHERE`` keeps, as a mask."""
+
+    def keep(rows: pa.Table) -> pa.Array:
+        if shape.where is None:
+            return pa.array([True] * rows.num_rows, pa.bool_())
+        return ArrowEvaluator(rows, shape.alias, types).mask(shape.where)
+
+    return keep
 
 
 def _run(agg: Aggregation, query: Any, snapshots: Mapping[str, int | None]) -> Any:
