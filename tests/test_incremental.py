@@ -445,26 +445,41 @@ def test_semi_and_anti_joins_are_kept_in_place(
     """Ticks that change ``a`` and the subquery's ``b`` run in place on the driver; with the
     driver's routes off, Spark recomputes the keys the changes hold (the subqueries are
     keyed); every tick equals DuckDB's."""
-    ns, catalog, inputs = _inputs_of(spark_catalog_config, name)
+    ns, _, inputs = _inputs_of(spark_catalog_config, name)
     sql = SEMI_JOINS[name].format(ns=ns)
     plan = plan_query(parse_query(sql))
     assert (plan.strategy, plan.semi_inputs) == ("aggregate", {f"{ns}.b"})
-    target, seen = f"{ns}.view", []
-    for n in range(1, 7):
+    reports = _ticks_driver_off_at_5(spark, spark_catalog_config, inputs, sql, 6, monkeypatch)
+    seen = [(r["strategy"], r.get("change_state_on")) for r in reports]
+    in_place = ("aggregate", "driver")
+    # semi_in_joined: b joins the block by k while the IN ties v; b's change is bridged.
+    assert seen[1:4] == [in_place] * 3 and seen[4] == ("aggregate", "spark"), seen
+    assert seen[5] == in_place, seen
+
+
+def _ticks_driver_off_at_5(
+    spark: Any,
+    config: CatalogConfig,
+    inputs: Inputs,
+    sql: str,
+    count: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[dict[str, Any]]:
+    """``count`` ticks of ``<ns>.view`` after changes of ``a`` and ``b``, tick 5 with the
+    driver's routes off; every tick equals DuckDB's. Their reports."""
+    catalog, target, reports = config.load(), f"{inputs.ns}.view", []
+    for n in range(1, count + 1):
         time = 1_000 * n
         inputs.mutate(time - 500, change_b=True)
         inputs.seal(time)
         if n == 5:
             monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")
-        report = _tick(spark, spark_catalog_config, target, sql, time)
+        report = _tick(spark, config, target, sql, time)
         monkeypatch.delenv("CT_DRIVER_DIFF_ROWS", raising=False)
-        seen.append((report["strategy"], report.get("change_state_on")))
+        reports.append(report)
         got = rows_of(catalog.load_table(target))
-        assert _normalized(got) == _normalized(inputs.oracle(sql)), (name, n, report)
-    in_place = ("aggregate", "driver")
-    # semi_in_joined: b joins the block by k while the IN ties v; b's change is bridged.
-    assert seen[1:4] == [in_place] * 3 and seen[4] == ("aggregate", "spark"), seen
-    assert seen[5] == in_place, seen
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+    return reports
 
 
 #: Views comparing rows with an uncorrelated scalar subquery over a table that changes
@@ -504,26 +519,16 @@ def test_scalar_subqueries_over_changing_tables_are_parameters(
     """Ticks that change ``a`` and ``b`` (and so the scalar subqueries' values) run in place
     on the driver, adding and removing the rows a moved value flips; with the driver's
     routes off, the tick runs in full; every tick equals DuckDB's."""
-    ns, catalog, inputs = _inputs_of(spark_catalog_config, name)
+    ns, _, inputs = _inputs_of(spark_catalog_config, name)
     template, computed_on = PARAMETERS[name]
     sql = template.format(ns=ns)
     plan = plan_query(parse_query(sql))
     assert plan.strategy == "aggregate" and plan.param_inputs, plan.explain()
-    target, seen, flipped = f"{ns}.view", [], 0
-    for n in range(1, 9):
-        time = 1_000 * n
-        inputs.mutate(time - 500, change_b=True)
-        inputs.seal(time)
-        if n == 5:
-            monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")
-        report = _tick(spark, spark_catalog_config, target, sql, time)
-        monkeypatch.delenv("CT_DRIVER_DIFF_ROWS", raising=False)
-        seen.append((report["strategy"], report.get("change_state_on")))
-        flipped += report.get("flipped_rows", 0)
-        if seen[-1] == ("aggregate", "driver"):  # where the values were computed
-            assert report["parameters_on"] == computed_on, report
-        got = rows_of(catalog.load_table(target))
-        assert _normalized(got) == _normalized(inputs.oracle(sql)), (name, n, report)
+    reports = _ticks_driver_off_at_5(spark, spark_catalog_config, inputs, sql, 8, monkeypatch)
+    seen = [(r["strategy"], r.get("change_state_on")) for r in reports]
+    flipped = sum(r.get("flipped_rows", 0) for r in reports)
+    on = [r["parameters_on"] for r in reports if r.get("change_state_on") == "driver"]
+    assert on and all(o == computed_on for o in on), on  # where the values were computed
     in_place = ("aggregate", "driver")
     # Tick 5 runs in full (the value is maintained on the driver only), tick 6 rebuilds.
     assert seen[1:4] == [in_place] * 3 and seen[4][0] == "full", seen
