@@ -536,6 +536,35 @@ def test_scalar_subqueries_over_changing_tables_are_parameters(
     assert flipped > 0  # some tick moved a value across rows (the rule was exercised)
 
 
+def test_a_value_that_flips_more_rows_than_the_driver_takes_runs_in_full(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only ``b`` changes, moving ``MAX(k)`` from 2 to 4: ``a``'s 8 rows of keys 3 and 4
+    flip in. Under a driver row limit of 3 the tick runs in full; under the default one
+    it runs in place and reports them; every tick equals DuckDB's."""
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, "param_limit")
+    sql = (
+        f"SELECT a.s, COUNT(*) AS n, SUM(a.v) AS t FROM {ns}.a a"
+        f" WHERE a.k <= (SELECT MAX(k) FROM {ns}.b) GROUP BY a.s"
+    )
+    inputs.a = [(i, i % 5, i, "x" if i % 2 else "y") for i in range(1, 21)]
+    replace_contents(inputs.a_t, 100, _arrow(inputs.a, A))
+    seen = []
+    for n, top in ((1, 2), (2, 4), (3, 2), (4, 4)):
+        time = 1_000 * n
+        inputs.b = [(k, f"n{k}") for k in range(1, top + 1)]
+        replace_contents(inputs.b_t, time - 500, _arrow(inputs.b, B))
+        inputs.seal(time)
+        if n == 2:
+            monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "3")
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, time)
+        monkeypatch.delenv("CT_DRIVER_DIFF_ROWS", raising=False)
+        seen.append((report["strategy"], report.get("flipped_rows")))
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+    assert seen[1][0] == "full" and seen[3] == ("aggregate", 8), seen
+
+
 #: Views whose subqueries are tied to the block by a key (TPC-H q17, q18, q21, q2's
 #: shapes): ``a`` and ``b`` change on every tick, NULL keys and duplicates included.
 KEYED = {

@@ -260,7 +260,8 @@ def joined_change_state(
                     sides.append((sign, ArrowEvaluator.joined(terms, types)))
         sides.extend(_semi_terms(read, fetch, prefilter, types, inner_types))
         rows_now = functools.partial(reader, side=NEW)
-        sides.extend(_flip_terms(read, values, rows_now, fetch, types, inner_types))
+        flips = _flip_terms(read, values, rows_now, fetch, types, inner_types, agg.driver_rows)
+        sides.extend(flips)
         read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
         return change_state_rows(sides, parts, schema)
     except NotOnDriver as exc:
@@ -339,12 +340,15 @@ def _flip_terms(
     fetch: Fetch,
     types: dict[str, pa.DataType],
     inner_types: dict[str, pa.DataType],
+    limit: int,
 ) -> list[tuple[int, ArrowEvaluator]]:
     """The terms of the parameters' moves: the rows whose conjunct the new value flips.
 
     Telescoped over the parameters in order (those before one as they are
     now, those after it as they were), every table and semi-join as it is
-    now (:mod:`airflow_provider_ct.ivm.plan.parameters`).
+    now (:mod:`airflow_provider_ct.ivm.plan.parameters`). More than
+    ``limit`` flipped rows (a value that moved far) are Spark's: the tick
+    gives way.
     """
     assert isinstance(read.shape, JoinShape)  # a LEFT JOIN block has no parameters here
     if values:
@@ -360,6 +364,8 @@ def _flip_terms(
             rows_now(placed.input), placed.conjunct, placed.alias, parameter, sides, types
         )
         read.details["flipped_rows"] = read.details.get("flipped_rows", 0) + len(plus) + len(minus)
+        if read.details["flipped_rows"] > limit:
+            raise NotOnDriver(f"more than {limit} rows flipped by a parameter's move")
         for sign, rows, side in ((1, plus, NEW), (-1, minus, OLD)):
             if not rows.num_rows:
                 continue
