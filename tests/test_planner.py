@@ -102,6 +102,11 @@ CASES = [
     ("SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b)", "linear", "projection and filter"),
     ("SELECT id FROM s.a a WHERE NOT EXISTS (SELECT 1 FROM s.b b WHERE a.k = b.k)", "linear", ""),
     ("SELECT id, (SELECT MAX(k) FROM s.b) FROM s.a", "full", "a subquery outside WHERE"),
+    (  # TPC-H q20's nesting
+        "SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b WHERE w IN (SELECT w FROM s.c))",
+        "full",
+        "a subquery inside a subquery",
+    ),
     ("SELECT k, SUM(v) FROM s.a GROUP BY k HAVING SUM(v) > (SELECT 1)", "full", "outside WHERE"),
     (
         "SELECT a.id FROM s.a a LEFT JOIN s.c c ON a.k = c.k WHERE a.k IN (SELECT k FROM s.b)",

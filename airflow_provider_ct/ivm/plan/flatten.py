@@ -25,6 +25,7 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import merge_derived_tables
+from airflow_provider_ct.ivm.plan.subqueries import within
 
 
 def flatten_derived_tables(tree: Any) -> Any:
@@ -104,7 +105,7 @@ def _substituted(tree: Any) -> Any:
     inside = (merged.args.get("from_") or merged.args.get("from")).this
     names = {p.alias.lower() for p in merged.expressions if isinstance(p, exp.Alias)}
     order = merged.args.get("order")
-    reader = [c for c in merged.find_all(exp.Column) if not _within(c, inside)]
+    reader = [c for c in merged.find_all(exp.Column) if not within(c, inside)]
     for column in reader:
         if _orders_by_name(column, order, names | set(outputs)):
             continue  # ORDER BY an output's name: the merged select keeps its names
@@ -127,15 +128,8 @@ def _substituted(tree: Any) -> Any:
     return merged
 
 
-def _within(node: Any, ancestor: Any) -> bool:
-    parent = node.parent
-    while parent is not None and parent is not ancestor:
-        parent = parent.parent
-    return parent is ancestor
-
-
 def _orders_by_name(column: Any, order: Any, names: set[str]) -> bool:
     """Whether ``column`` is a bare name in ``ORDER BY`` that names an output."""
-    if order is None or column.table or not _within(column, order):
+    if order is None or column.table or not within(column, order):
         return False
     return column.name.lower() in names

@@ -140,6 +140,8 @@ def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...] | s
         if isinstance(node, exp.Subquery) and isinstance(node.parent, exp.From | exp.Join):
             continue  # a derived table: block_tables refuses it with its reason
         if where is None or node.find_ancestor(exp.Where) is not where:
+            if where is not None and within(node, where):  # TPC-H q20's nested IN
+                return "a subquery inside a subquery is recomputed in full"
             return "a subquery outside WHERE is recomputed in full"
         query = node.args.get("query") if isinstance(node, exp.In) else node.this
         if query is None or query.find(exp.Window) or nondeterministic_calls(query):
@@ -148,3 +150,11 @@ def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...] | s
             if table.name:
                 found.add(normalize_table_name(qualified_table_name(table), catalog_name))
     return tuple(sorted(found))
+
+
+def within(node: Any, ancestor: Any) -> bool:
+    """Whether ``ancestor`` (a node, by identity) is above ``node`` in its tree."""
+    parent = node.parent
+    while parent is not None and parent is not ancestor:
+        parent = parent.parent
+    return parent is ancestor
