@@ -238,6 +238,17 @@ def test_a_filtering_derived_table_with_subqueries_is_merged_by_substitution() -
 
 
 @pytest.mark.parametrize(
+    "outer",
+    ["*", "d.*", "k, (SELECT MAX(b) FROM s.u) AS m"],  # all columns; a subquery of its own
+)
+def test_a_derived_table_with_subqueries_read_other_ways_is_kept(outer: str) -> None:
+    """``SELECT *`` means the derived table's columns, not its tables': no substitution."""
+    sql = f"SELECT {outer} FROM (SELECT a AS k FROM s.t WHERE b > (SELECT MAX(b) FROM s.u)) d"
+    plan = plan_query(parse_query(sql))
+    assert plan.strategy == "full" and "derived table" in plan.reason, plan.reason
+
+
+@pytest.mark.parametrize(
     ("where", "params"),
     [
         ("a.v > (SELECT AVG(w) FROM s.b)", ("s.b",)),

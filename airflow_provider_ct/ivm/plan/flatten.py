@@ -103,6 +103,9 @@ def _substituted(tree: Any) -> Any:
         outputs[projection.alias_or_name.lower()] = projection.unalias()
     merged = tree.copy()
     inside = (merged.args.get("from_") or merged.args.get("from")).this
+    stars = [s for s in merged.find_all(exp.Star) if not within(s, inside)]
+    if any(not isinstance(s.parent, exp.Count) for s in stars):
+        return tree  # SELECT *: the derived table's columns, not its tables'; kept as is
     names = {p.alias.lower() for p in merged.expressions if isinstance(p, exp.Alias)}
     order = merged.args.get("order")
     reader = [c for c in merged.find_all(exp.Column) if not within(c, inside)]
