@@ -237,6 +237,41 @@ def test_a_filtering_derived_table_with_subqueries_is_merged_by_substitution() -
     assert "scalar subqueries over s.c compared with the rows" in " ".join(plan.explain())
 
 
+_INNER = "SELECT a AS c, b AS k FROM t WHERE b > (SELECT MAX(b) FROM u)"
+
+
+@pytest.mark.parametrize(
+    ("reader", "inner", "merged"),
+    [
+        (  # ORDER BY a derived column the reader does not output: its expression
+            "SELECT c FROM ({inner}) d ORDER BY k",
+            _INNER,
+            "SELECT a AS c FROM t WHERE b > (SELECT MAX(b) FROM u) ORDER BY b",
+        ),
+        (  # ORDER BY the reader's own outputs: kept by name
+            "SELECT c, SUM(k) AS total FROM ({inner}) d GROUP BY c ORDER BY total DESC, c",
+            _INNER,
+            "SELECT a AS c, SUM(b) AS total FROM t WHERE b > (SELECT MAX(b) FROM u) GROUP BY a"
+            " ORDER BY total DESC, c",
+        ),
+        (  # an operator keeps its operands together; a qualified reader column
+            "SELECT d.c * 2 AS c2 FROM ({inner}) d WHERE k + 1 > 3",
+            _INNER.replace("a AS c", "a + 1 AS c"),
+            "SELECT (a + 1) * 2 AS c2 FROM t WHERE b + 1 > 3 AND b > (SELECT MAX(b) FROM u)",
+        ),
+    ],
+)
+def test_the_merge_by_substitution_keeps_names_and_meaning(
+    reader: str, inner: str, merged: str
+) -> None:
+    import sqlglot
+
+    from airflow_provider_ct.ivm.plan.flatten import flatten_derived_tables
+
+    tree = sqlglot.parse_one(reader.format(inner=inner), read="spark")
+    assert flatten_derived_tables(tree).sql(dialect="spark") == merged
+
+
 @pytest.mark.parametrize(
     "outer",
     ["*", "d.*", "k, (SELECT MAX(b) FROM s.u) AS m"],  # all columns; a subquery of its own

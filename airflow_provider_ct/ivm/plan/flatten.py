@@ -106,11 +106,11 @@ def _substituted(tree: Any) -> Any:
     stars = [s for s in merged.find_all(exp.Star) if not within(s, inside)]
     if any(not isinstance(s.parent, exp.Count) for s in stars):
         return tree  # SELECT *: the derived table's columns, not its tables'; kept as is
-    names = {p.alias.lower() for p in merged.expressions if isinstance(p, exp.Alias)}
+    names = {p.alias_or_name.lower() for p in merged.expressions}  # the reader's outputs
     order = merged.args.get("order")
     reader = [c for c in merged.find_all(exp.Column) if not within(c, inside)]
     for column in reader:
-        if _orders_by_name(column, order, names | set(outputs)):
+        if _orders_by_name(column, order, names):
             continue  # ORDER BY an output's name: the merged select keeps its names
         if column.table and column.table.lower() != alias:
             return tree
