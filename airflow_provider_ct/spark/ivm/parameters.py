@@ -2,13 +2,16 @@
 
 A parameter (:mod:`airflow_provider_ct.ivm.plan.parameters`) is an
 uncorrelated scalar subquery a conjunct of ``WHERE`` compares the row with.
-Spark evaluates it over its tables as the tick pins them and as the last
-batch read them, each as ``SELECT (<subquery>)``: Spark's own value, type
-and errors (more than one row), and an analysis error if it names a column
-of the outer row after all (correlated: not a parameter; the tick runs as
-before). A value is kept by the warm driver per subquery and snapshots
+Spark analyzes it alone as ``SELECT (<subquery>)``: its type, or an
+analysis error if it names a column of the outer row after all
+(correlated: not a parameter; the tick runs as before). Its value over
+its tables as the tick pins them and as the last batch read them: one
+aggregate over one table is computed on the driver from the table's
+cached columns, as Spark computes it (:func:`_on_driver`); anything else
+is that query run by Spark (its own value and errors, more than one row
+included). A value is kept by the warm driver per subquery and snapshots
 (:mod:`.analysis_cache`), so the old side is usually the last tick's new
-side, and a tick runs one small job per parameter.
+side.
 
 The driver's tree gets a placeholder column in the subquery's place
 (:data:`~airflow_provider_ct.ivm.plan.parameters.PLACEHOLDER`), which the
@@ -181,8 +184,13 @@ def _on_driver(
         raise NotOnDriver(f"{name} is not an input")
     if snapshot is None:
         return aggregate_value(shape.function, pa.nulls(0), 0, kind)
+    from pyspark.errors import PySparkException
+
     nodes = [n for n in (shape.argument, shape.where) if n is not None]
-    types = types_over(agg, name, shape.alias, typed_nodes(nodes))
+    try:
+        types = types_over(agg, name, shape.alias, typed_nodes(nodes))
+    except PySparkException as exc:
+        raise NotOnDriver(f"the subquery's nodes over {name}: {exc}") from None
     wanted = {c.name.lower() for n in nodes for c in n.find_all(exp.Column)}
     try:
         names = [
@@ -193,11 +201,11 @@ def _on_driver(
         if why is not None:
             raise NotOnDriver(why)
         rows = SnapshotRows(table, snapshot, columns).where_true(_kept(shape, types))
-    except (ValueError, KeyError, ChangesUnavailableError) as exc:
+        evaluator = ArrowEvaluator(rows, shape.alias, types)
+        values = evaluator.column(shape.argument) if shape.argument is not None else None
+        return aggregate_value(shape.function, values, rows.num_rows, kind)
+    except (ValueError, KeyError, ChangesUnavailableError, pa.ArrowException) as exc:
         raise NotOnDriver(f"{name} at {snapshot}: {exc}") from None
-    evaluator = ArrowEvaluator(rows, shape.alias, types)
-    values = evaluator.column(shape.argument) if shape.argument is not None else None
-    return aggregate_value(shape.function, values, rows.num_rows, kind)
 
 
 def _kept(shape: AggregateShape, types: Mapping[str, pa.DataType]) -> Any:
