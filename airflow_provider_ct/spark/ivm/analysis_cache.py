@@ -18,6 +18,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
+from airflow_provider_ct.ivm.driver.arrow_eval import node_key
+
 T = TypeVar("T")
 
 #: Analyses kept per process.
@@ -64,3 +66,17 @@ def analyzed(key: tuple | None, what: str, compute: Callable[[], T]) -> T:
         while len(_kept) > ENTRIES:
             _kept.popitem(last=False)
     return value
+
+
+def spark_types(spark: Any, sql: str, nodes: list[Any]) -> dict[str, Any]:
+    """The Arrow types of ``nodes``, the select list of ``sql`` in order, as Spark analyzes
+    them (no job); a type Arrow cannot carry is left out (the evaluator refuses the node)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    out: dict[str, Any] = {}
+    for node, found in zip(nodes, spark.sql(sql).schema.fields, strict=True):
+        try:
+            out[node_key(node)] = to_arrow_type(found.dataType)
+        except TypeError:
+            continue
+    return out

@@ -73,7 +73,7 @@ from airflow_provider_ct.ivm.state.state_add import Added, add_change
 from airflow_provider_ct.ivm.state.state_rows import every_row
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
-from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
+from airflow_provider_ct.spark.ivm.analysis_cache import analyzed, spark_types
 from airflow_provider_ct.spark.ivm.in_place_derived import derived_values
 from airflow_provider_ct.spark.ivm.in_place_diff import driver_correction
 from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
@@ -280,7 +280,6 @@ def node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
 
 
 def _node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
-    from pyspark.sql.pandas.types import to_arrow_type
     from sqlglot import exp
 
     roots = [*parts.keys, *parts.arguments, *([parts.where] if parts.where is not None else [])]
@@ -290,14 +289,7 @@ def _node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
         tree.set(arg, None)
     tree.set("expressions", [exp.alias_(n.copy(), f"__ct_t{i}") for i, n in enumerate(nodes)])
     bound = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
-    fields = agg.spark.sql(bound).schema.fields
-    out: dict[str, pa.DataType] = {}
-    for node, field in zip(nodes, fields, strict=True):
-        try:
-            out[node_key(node)] = to_arrow_type(field.dataType)
-        except TypeError:
-            continue  # a type Arrow cannot carry: the node is left to Spark
-    return out
+    return spark_types(agg.spark, bound, nodes)
 
 
 def types_over(agg: Aggregation, name: str, alias: str, nodes: list[Any]) -> dict[str, pa.DataType]:
@@ -307,19 +299,7 @@ def types_over(agg: Aggregation, name: str, alias: str, nodes: list[Any]) -> dic
     select = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
     sql = f"SELECT {select} FROM {agg.new_views[name]} AS {alias}"
     what = f"types {name} {alias} {select}"
-    return analyzed(agg.analysis_key, what, lambda: _types_of(agg, sql, nodes))
-
-
-def _types_of(agg: Aggregation, sql: str, nodes: list[Any]) -> dict[str, pa.DataType]:
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    out: dict[str, pa.DataType] = {}
-    for node, found in zip(nodes, agg.spark.sql(sql).schema.fields, strict=True):
-        try:
-            out[node_key(node)] = to_arrow_type(found.dataType)
-        except TypeError:
-            continue
-    return out
+    return analyzed(agg.analysis_key, what, lambda: spark_types(agg.spark, sql, nodes))
 
 
 def full_state(agg: Aggregation) -> pa.Table:

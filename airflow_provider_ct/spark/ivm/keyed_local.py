@@ -23,12 +23,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
-from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
-from airflow_provider_ct.ivm.driver.driver_join import join_shape, single_table_conjuncts
+from airflow_provider_ct.ivm.driver.arrow_eval import (
+    ArrowEvaluator,
+    NotOnDriver,
+    node_key,
+    typed_nodes,
+)
+from airflow_provider_ct.ivm.driver.driver_join import (
+    join_shape,
+    single_table_conjuncts,
+    spelled,
+)
 from airflow_provider_ct.ivm.driver.keyed_fetch import KeyedFetch
 from airflow_provider_ct.ivm.plan.keyed import KeyedRead
+from airflow_provider_ct.spark.ivm.analysis_cache import spark_types
 from airflow_provider_ct.spark.ivm.bindings import NEW, OLD
 
 if TYPE_CHECKING:
@@ -86,10 +98,12 @@ def local_views(
     views: dict[str, dict[str, str]] = {}
     try:
         for narrowing in _narrowings(tree, placed, keyed, catalog_name, local.fetch.columns):
-            views[narrowing.name] = _views(local, bindings, spark, narrowing.name, keyed, values)
-            values = _narrowed(spark, views[narrowing.name], narrowing)
+            fetched = local.fetch.rows(narrowing.name, keyed[narrowing.name][0], values)
+            views[narrowing.name] = _views(local, bindings, spark, narrowing.name, fetched)
+            values = _narrowed(spark, views[narrowing.name], narrowing, fetched)
         for name in sorted(set(keyed) - set(views)):
-            views[name] = _views(local, bindings, spark, name, keyed, values)
+            fetched = local.fetch.rows(name, keyed[name][0], values)
+            views[name] = _views(local, bindings, spark, name, fetched)
     except NotOnDriver as exc:
         log.info("keyed rows are read by Spark: %s", exc)
         return None
@@ -102,11 +116,10 @@ def _views(
     bindings: Bindings,
     spark: SparkSession,
     name: str,
-    keyed: Mapping[str, list[str]],
-    values: list[Any],
+    fetched: tuple[pa.Table, pa.Table],
 ) -> dict[str, str]:
-    """Input ``name``'s rows of ``values`` at both snapshots, as two temp views."""
-    new, old = local.fetch.rows(name, keyed[name][0], values)
+    """Input ``name``'s ``fetched`` rows (as they are, as they were) as two temp views."""
+    new, old = fetched
     base = bindings.views[name]
     schema = spark.table(base[NEW]).select(*[f"`{c}`" for c in local.fetch.columns[name]]).schema
     names = {NEW: f"{base[NEW]}_keyed", OLD: f"{base[OLD]}_keyed"}
@@ -117,17 +130,54 @@ def _views(
     return names
 
 
-def _narrowed(spark: SparkSession, views: Mapping[str, str], narrowing: _Narrowing) -> list[Any]:
-    """The keys of ``narrowing``'s rows (as they are or as they were) that pass its conditions."""
+def _narrowed(
+    spark: SparkSession,
+    views: Mapping[str, str],
+    narrowing: _Narrowing,
+    fetched: tuple[pa.Table, pa.Table],
+) -> list[Any]:
+    """The keys of ``narrowing``'s rows (as they are or as they were) that pass its conditions.
+
+    On the driver over the fetched rows, with Spark's types (one analysis,
+    no job); a condition the driver leaves to Spark is one Spark query.
+    """
+    try:
+        found = _narrowed_on_driver(spark, views, narrowing, fetched)
+    except (NotOnDriver, pa.ArrowException) as exc:
+        log.info("keyed rows: narrowed by Spark: %s", exc)
+        found = _narrowed_by_spark(spark, views, narrowing)
+    log.info("keyed rows: %s's own conditions keep %d key(s)", narrowing.name, len(found))
+    return found
+
+
+def _narrowed_on_driver(
+    spark: SparkSession,
+    views: Mapping[str, str],
+    narrowing: _Narrowing,
+    fetched: tuple[pa.Table, pa.Table],
+) -> list[Any]:
+    nodes = typed_nodes([narrowing.condition])
+    select = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
+    sql = f"SELECT {select} FROM {views[NEW]} AS {narrowing.alias}"
+    types = spark_types(spark, sql, nodes)
+    found: dict[Any, None] = {}
+    for rows in {id(t): t for t in fetched}.values():
+        kept = rows.filter(ArrowEvaluator(rows, narrowing.alias, types).mask(narrowing.condition))
+        column = kept.column(spelled(rows.column_names, narrowing.column))
+        found.update(dict.fromkeys(pc.unique(column.combine_chunks()).to_pylist()))
+    return list(found)
+
+
+def _narrowed_by_spark(
+    spark: SparkSession, views: Mapping[str, str], narrowing: _Narrowing
+) -> list[Any]:
     column = exp.column(narrowing.column, table=narrowing.alias, quoted=True).sql("spark")
     sides = " UNION ALL ".join(f"SELECT * FROM {v}" for v in dict.fromkeys(views.values()))
     query = (
         f"SELECT DISTINCT {column} FROM ({sides}) AS {narrowing.alias} "
         f"WHERE {narrowing.condition.sql('spark')}"
     )
-    found = [row[0] for row in spark.sql(query).collect()]
-    log.info("keyed rows: %s's own conditions keep %d key(s)", narrowing.name, len(found))
-    return found
+    return [row[0] for row in spark.sql(query).collect()]
 
 
 def _narrowings(
