@@ -156,6 +156,8 @@ def _narrowed_on_driver(
     narrowing: _Narrowing,
     fetched: tuple[pa.Table, pa.Table],
 ) -> list[Any]:
+    """The passing keys from the fetched rows (both sides), NULL included as Spark's
+    ``DISTINCT`` keeps it; :class:`NotOnDriver` for a condition the evaluator refuses."""
     nodes = typed_nodes([narrowing.condition])
     select = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
     sql = f"SELECT {select} FROM {views[NEW]} AS {narrowing.alias}"
