@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
-from airflow_provider_ct.ivm.plan.planner import qualified_name
+from airflow_provider_ct.ivm.plan.select_shape import qualified_name
 
 #: A fetch of an input's rows: (input, ``"new"`` or ``"old"``, column, values) -> rows.
 Fetch = Callable[[str, str, str, pa.Array], pa.Table]

@@ -42,7 +42,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     qualified,
 )
 from airflow_provider_ct.ivm.plan.left_join import LeftJoin
-from airflow_provider_ct.ivm.plan.planner import qualified_name
+from airflow_provider_ct.ivm.plan.select_shape import qualified_name
 
 #: Joined rows -> which of them a condition keeps (``ON``, evaluated with Spark's types).
 Mask = Callable[[pa.Table], pa.Array]

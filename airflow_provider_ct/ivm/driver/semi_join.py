@@ -33,7 +33,7 @@ from sqlglot import exp
 from airflow_provider_ct.core.query import normalize_table_name
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import Fetch, JoinInput, place_column
-from airflow_provider_ct.ivm.plan.planner import qualified_name
+from airflow_provider_ct.ivm.plan.select_shape import qualified_name
 from airflow_provider_ct.ivm.plan.subqueries import semi_join_query, where_conjuncts
 
 

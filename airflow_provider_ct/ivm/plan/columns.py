@@ -9,8 +9,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name
-from airflow_provider_ct.ivm.plan.planner import Block, Plan, block_tables, qualified_name
-from airflow_provider_ct.ivm.plan.select_shape import is_count_star
+from airflow_provider_ct.ivm.plan.planner import Block, Plan
+from airflow_provider_ct.ivm.plan.select_shape import block_tables, is_count_star, qualified_name
 
 
 def referenced_columns(

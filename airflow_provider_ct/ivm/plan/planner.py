@@ -66,7 +66,6 @@ from airflow_provider_ct.core.query import (
     ParsedQuery,
     nondeterministic_calls,
     normalize_table_name,
-    qualified_table_name,
 )
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.ivm.plan.flatten import flatten_derived_tables
@@ -91,9 +90,11 @@ from airflow_provider_ct.ivm.plan.parameters import parameter_tables
 from airflow_provider_ct.ivm.plan.reads import occurrence_keys
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 from airflow_provider_ct.ivm.plan.select_shape import (
+    block_tables,
     check_linear_select,
     has_own_aggregate,
     is_count_star,
+    qualified_name,
     union_all_leaves,
 )
 from airflow_provider_ct.ivm.plan.steps import (
@@ -483,25 +484,3 @@ def _block(select: Any, catalog_name: str) -> Block:
     keyed = bool(fixed) and keyed_shape(select) is None
     params = () if keyed else parameter_tables(select, catalog_name, fixed)
     return Block(select, tuple(names), left, fixed, semi, keyed, params)
-
-
-def block_tables(select: Any) -> list[Any]:
-    """The FROM table and every joined one, in order."""
-    from_ = select.args.get("from_") or select.args.get("from")
-    if from_ is not None and isinstance(from_.this, exp.Subquery):
-        raise NotIncremental(
-            "a derived table (a subquery in FROM) is recomputed in full unless it only "
-            "projects and filters and is the query's only source"
-        )
-    if from_ is None or not isinstance(from_.this, exp.Table):
-        raise NotIncremental("the FROM clause is not a table")
-    return [from_.this, *(j.this for j in select.args.get("joins") or [])]
-
-
-def qualified_name(table: Any) -> str:
-    """A table node's name as the query wrote it (``catalog.db.name``, parts present only).
-
-    Public because the rewrites (:mod:`.rewrites`) name a block's inputs the
-    same way the planner did when it found them.
-    """
-    return qualified_table_name(table)

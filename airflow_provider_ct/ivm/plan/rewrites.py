@@ -28,12 +28,9 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name
-from airflow_provider_ct.ivm.plan.planner import (
-    NotIncremental,
-    block_tables,
-    qualified_name,
-)
 from airflow_provider_ct.ivm.plan.reads import occurrence_key
+from airflow_provider_ct.ivm.plan.refusals import NotIncremental
+from airflow_provider_ct.ivm.plan.select_shape import block_tables, qualified_name
 
 #: Temp views a tick registers (``__ct_keyed_keys_0``...): never an input to bind.
 TICK_VIEW_PREFIX = "__ct_"

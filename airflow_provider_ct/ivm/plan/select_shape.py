@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from airflow_provider_ct.core.query import qualified_table_name
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 from airflow_provider_ct.ivm.plan.windows import own_windows, windowed
 
@@ -62,3 +63,25 @@ def check_linear_select(select: Any) -> None:
         raise NotIncremental("LIMIT is recomputed in full")
     if select.args.get("having") is not None:
         raise NotIncremental("HAVING without GROUP BY is recomputed in full")
+
+
+def block_tables(select: Any) -> list[Any]:
+    """The FROM table and every joined one, in order."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is not None and isinstance(from_.this, exp.Subquery):
+        raise NotIncremental(
+            "a derived table (a subquery in FROM) is recomputed in full unless it only "
+            "projects and filters and is the query's only source"
+        )
+    if from_ is None or not isinstance(from_.this, exp.Table):
+        raise NotIncremental("the FROM clause is not a table")
+    return [from_.this, *(j.this for j in select.args.get("joins") or [])]
+
+
+def qualified_name(table: Any) -> str:
+    """A table node's name as the query wrote it (``catalog.db.name``, parts present only).
+
+    Public because the rewrites (:mod:`.rewrites`) and the driver's joins name
+    a block's inputs the same way the planner did when it found them.
+    """
+    return qualified_table_name(table)
