@@ -223,7 +223,7 @@ def _subquery_moved(facts: TickFacts, plan: Plan) -> str | None:
     if not not_keyed:  # keyed: the tick recomputes the keys their changes hold
         fixed -= plan.keyed_inputs
     if plan.strategy == AGGREGATE:  # semi-joins' and parameters' changes: kept in place
-        fixed -= plan.semi_inputs | plan.param_inputs
+        fixed -= plan.driver_kept_inputs
     moved = sorted(fixed & facts.base.changed)
     if not moved:
         return None

@@ -198,6 +198,12 @@ class Plan:
         return frozenset(n for b in self.blocks for n in b.params)
 
     @property
+    def driver_kept_inputs(self) -> frozenset[str]:
+        """Tables whose changes only the driver maintains under an in-place plan: those read
+        only by semi-joins or by parameters."""
+        return self.semi_inputs | self.param_inputs
+
+    @property
     def keyed_inputs(self) -> frozenset[str]:
         """The tables read in keyed subqueries: a tick that changes them recomputes the keys
         their changes hold (:mod:`.keyed`), unless the tick finds the tie does not hold."""

@@ -138,7 +138,7 @@ def _kept(
     before = decision.base.before
     try:
         kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), before)
-        moved = (agg.plan.semi_inputs | agg.plan.param_inputs) & decision.base.changed
+        moved = agg.plan.driver_kept_inputs & decision.base.changed
         outcome = _incremental(tick, target, agg, before, kept, moved)
     except KeyedReadError as exc:  # the keyed rule does not serve this tick: not the state
         return Fallback(Discovery.NOT_KEYED, str(exc), exc.details)
