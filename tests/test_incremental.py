@@ -573,6 +573,11 @@ KEYED = {
         "SELECT SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a WHERE a.v >= (SELECT AVG(a2.v)"
         " FROM {ns}.a a2 WHERE a2.k = a.k)",
     ),
+    "keyed_scalar_decimal": (  # q17 as written: a multiple of a decimal AVG, on the driver
+        "aggregate",
+        "SELECT SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a WHERE a.v * 2 >= (SELECT 0.5 *"
+        " AVG(CAST(a2.v AS DECIMAL(12, 2))) FROM {ns}.a a2 WHERE a2.k = a.k AND a2.s <> 'z')",
+    ),
     "keyed_in_having": (  # q18: IN over a subquery grouped by its output, with HAVING
         "aggregate",
         "SELECT a.k, b.name, SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a JOIN {ns}.b b"
@@ -609,13 +614,25 @@ KEYED = {
 }
 
 
+#: The in-place views whose keyed blocks the driver evaluates itself (no Spark job);
+#: ``keyed_scalar``'s AVG of integers is a double, which only Spark computes.
+KEYED_ON_DRIVER = {
+    "keyed_scalar_decimal",
+    "keyed_in_having",
+    "keyed_exists_inequality",
+    "keyed_bridged",
+    "keyed_narrowed",
+}
+
+
 @pytest.mark.parametrize("name", sorted(KEYED))
 def test_keyed_subqueries_recompute_the_keys_a_change_holds(
     spark: Any, spark_catalog_config: CatalogConfig, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every tick after the first runs the plan's strategy though the subqueries' tables
     change, and equals DuckDB's: the keys' rows fetched by the driver, and on tick 4
-    (the driver's file cache off) read by Spark."""
+    (the driver's file cache off) read by Spark; the in-place views' blocks evaluated by
+    the driver itself but on tick 4."""
     strategy, template = KEYED[name]
     ns, catalog, inputs = _inputs_of(spark_catalog_config, name)
     sql = template.format(ns=ns)
@@ -630,12 +647,15 @@ def test_keyed_subqueries_recompute_the_keys_a_change_holds(
             monkeypatch.setenv(CACHE_MB_ENV, "0")
         report = _tick(spark, spark_catalog_config, target, sql, time)
         monkeypatch.delenv(CACHE_MB_ENV, raising=False)
-        seen.append((report["strategy"], report.get("keyed_rows_on"), report.get("reason", "")))
+        seen.append((report["strategy"], report.get("keyed_rows_on"), report.get("keyed_on")))
         got = rows_of(catalog.load_table(target))
         assert _normalized(got) == _normalized(inputs.oracle(sql)), (name, n, report)
     assert [s for s, _, _ in seen[1:]] == [strategy] * 4, seen
     routes = [on for _, on, _ in seen[1:]]
     assert routes == [["driver"], ["driver"], ["spark"], ["driver"]], seen
+    evaluated = [on for _, _, on in seen[1:]]
+    driver = "driver" if name in KEYED_ON_DRIVER else None
+    assert evaluated == [driver, driver, None, driver], seen
 
 
 def test_keys_narrowed_by_a_filter_keep_those_whose_rows_passed_before(

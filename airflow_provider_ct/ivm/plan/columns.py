@@ -6,6 +6,8 @@ question every strategy's tick asks of the plan it runs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name
@@ -48,7 +50,7 @@ def _block_columns(
 ) -> dict[str, set[str]] | None:
     """Lower-cased columns read per input of ``block``; ``None``: cannot tell."""
     tree = block.tree
-    if any(not is_count_star(star) for star in tree.find_all(exp.Star)):
+    if any(not is_count_star(s) and not _exists_output(s) for s in tree.find_all(exp.Star)):
         return None
     if any(j.args.get("method") for j in tree.args.get("joins") or []):
         return None
@@ -75,3 +77,14 @@ def _block_columns(
         for owner in owners:
             placed.setdefault(owner, set()).add(name)
     return placed
+
+
+def _exists_output(star: Any) -> bool:
+    """Whether ``star`` is the output of an ``EXISTS`` subquery (which reads no column)."""
+    select = star.parent
+    if not isinstance(select, exp.Select) or not any(e is star for e in select.expressions):
+        return False
+    node = select.parent
+    while isinstance(node, exp.Subquery | exp.Paren):
+        node = node.parent
+    return isinstance(node, exp.Exists)

@@ -85,7 +85,7 @@ class KeyedRead:
 
     #: The block's columns in the key's equality class.
     members: tuple[Member, ...]
-    #: Per subquery (in :func:`_subqueries` order), its tied side's SQL in its own scope.
+    #: Per subquery (in :func:`direct_subqueries` order), its tied side's SQL in its own scope.
     inner_sql: tuple[str, ...]
     #: Per subquery, the input whose column its tied side is (None: an expression).
     inner_inputs: tuple[str | None, ...]
@@ -148,7 +148,7 @@ class KeyedRead:
             are equal has its key in ``keys``).
         """
         tree = select.copy()
-        subs = _subqueries(tree)  # before the keys' own subqueries join the tree
+        subs = direct_subqueries(tree)  # before the keys' own subqueries join the tree
         for name, alias, column in self.members:
             if name not in restricted:
                 ref = exp.column(column, table=alias, quoted=True)
@@ -174,17 +174,17 @@ def _null_safe_in(ref: Any, keys: Any) -> Any:
 def keyed_shape(select: Any) -> str | None:
     """Why ``select``'s subqueries cannot all be keyed, judged from the SQL alone; None if
     they may be (the tick places the ties, :func:`place_keyed`)."""
-    subs = _subqueries(select)
+    subs = direct_subqueries(select)
     if not subs:
         return "the block has no subquery"
     for sub in subs:
-        if any(_subqueries(sub)):
+        if any(direct_subqueries(sub)):
             return "a subquery inside a subquery is not keyed"
         own = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
         ties = [c for c in _equalities(sub) if not _both_own(c, own)]
         if _in_tie(sub) is None and not ties:
             return "a subquery not tied to the block by an equality (or an IN) is not keyed"
-        node = _owner(sub)
+        node = subquery_owner(sub)
         if isinstance(node, exp.In) and _negated(node, select):
             return "NOT IN is not keyed: a NULL in the subquery makes it unknown everywhere"
     return None
@@ -198,7 +198,7 @@ def place_keyed(
     :param columns: input name -> its column names (the pinned snapshots').
     """
     lower = {name: {c.lower() for c in cols} for name, cols in columns.items()}
-    outer = _scope(select, catalog_name)
+    outer = table_scope(select, catalog_name)
     classes = _Classes()
     pairs = []
     for conjunct in _block_equalities(select):
@@ -208,8 +208,8 @@ def place_keyed(
             classes.union(left[2:], right[2:])
             pairs.append((left[1:], right[1:]))
     ties: list[_Tie] = []
-    for sub in _subqueries(select):
-        tie = _tie(sub, outer, _scope(sub, catalog_name), lower, classes)
+    for sub in direct_subqueries(select):
+        tie = _tie(sub, outer, table_scope(sub, catalog_name), lower, classes)
         if isinstance(tie, str):
             return tie
         ties.append(tie)
@@ -229,7 +229,9 @@ def place_keyed(
         inner_members=tuple(t.member for t in ties if t.member is not None),
         tied_inputs=_tied_inputs(select, ties, catalog_name),
         subquery_inputs=frozenset(
-            name for sub in _subqueries(select) for name in _scope(sub, catalog_name).values()
+            name
+            for sub in direct_subqueries(select)
+            for name in table_scope(sub, catalog_name).values()
         ),
         keyed_block_inputs=keyed_inputs,
         bridges=_bridges(pairs, members, keyed_inputs, list(outer.values())),
@@ -258,8 +260,8 @@ def _tied_inputs(select: Any, ties: list[_Tie], catalog_name: str) -> frozenset[
     """Inputs every subquery reading them ties by one of their columns (and reads once)."""
     tied: set[str] = set()
     untied: set[str] = set()
-    for sub, tie in zip(_subqueries(select), ties, strict=True):
-        names = list(_scope(sub, catalog_name).values())
+    for sub, tie in zip(direct_subqueries(select), ties, strict=True):
+        names = list(table_scope(sub, catalog_name).values())
         for name in names:
             once = names.count(name) == 1
             if tie.member is not None and tie.member[0] == name and once:
@@ -310,7 +312,7 @@ def _negated(node: Any, select: Any) -> bool:
     return False
 
 
-def _subqueries(select: Any) -> list[Any]:
+def direct_subqueries(select: Any) -> list[Any]:
     """The ``SELECT``s directly under ``select`` (its subqueries, not theirs), in tree order."""
     return [
         s for s in select.find_all(exp.Select) if s is not select and _parent_select(s) is select
@@ -324,7 +326,7 @@ def _parent_select(node: Any) -> Any:
     return parent
 
 
-def _owner(sub: Any) -> Any:
+def subquery_owner(sub: Any) -> Any:
     """The node that uses subquery ``sub``: an ``IN``, an ``EXISTS``, or a scalar's ``Subquery``."""
     node = sub.parent
     while isinstance(node, exp.Subquery | exp.Paren):
@@ -337,7 +339,7 @@ def _owner(sub: Any) -> Any:
 def _in_tie(sub: Any) -> tuple[Any, Any] | None:
     """``(outer column, output)`` of ``x IN (SELECT output ...)`` when the output keys the
     subquery (not aggregated, or grouped by exactly the output); else None."""
-    node = _owner(sub)
+    node = subquery_owner(sub)
     if not isinstance(node, exp.In) or not isinstance(node.this, exp.Column):
         return None
     if len(sub.expressions) != 1 or sub.args.get("limit") or sub.args.get("offset"):
@@ -385,7 +387,7 @@ def _block_equalities(select: Any) -> list[Any]:
     return [c for c in conjuncts if isinstance(c, exp.EQ)]
 
 
-def _scope(select: Any, catalog_name: str) -> dict[str, str]:
+def table_scope(select: Any, catalog_name: str) -> dict[str, str]:
     """Lower-cased alias -> input name, for the tables of ``select``'s ``FROM`` and joins."""
     return {
         t.alias_or_name.lower(): normalize_table_name(qualified_table_name(t), catalog_name)

@@ -130,7 +130,7 @@ def joined_change(
     except NotOnDriver as exc:
         log.info("the change's join is left to Spark: %s", exc)
         return None
-    if not _fits_cache(inputs, pinned, columns):
+    if not fits_cache(inputs, pinned, columns):
         return None
     changes = {
         n: table_changes(inputs[n], before.get(n), pinned[n], columns=columns[n]) for n in changed
@@ -201,9 +201,10 @@ def _placed(
     return ParamConjunct(conjunct, parameter, joined.alias, joined.name, positions[0])
 
 
-def _fits_cache(
-    inputs: dict[str, Any], after: dict[str, int], columns: dict[str, list[str]]
+def fits_cache(
+    inputs: Mapping[str, Any], after: Mapping[str, int], columns: Mapping[str, list[str]]
 ) -> bool:
+    """Whether the columns the driver would fetch from stay in its file cache (logged if not)."""
     stored = sum(column_bytes(inputs[n], after[n], columns[n]) for n in columns)
     why = cache_refusal(stored)
     if why is not None:

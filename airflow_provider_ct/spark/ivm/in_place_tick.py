@@ -65,6 +65,8 @@ from airflow_provider_ct.spark.ivm.in_place_join import joined_change, joined_ch
 from airflow_provider_ct.spark.ivm.in_place_join import report as joined_report
 from airflow_provider_ct.spark.ivm.in_place_rescan import ExtremaReader
 from airflow_provider_ct.spark.ivm.input_changes import bind_inputs
+from airflow_provider_ct.spark.ivm.keyed_driver import keyed_change_state, keyed_read
+from airflow_provider_ct.spark.ivm.keyed_driver import report as keyed_report
 from airflow_provider_ct.spark.ivm.nested import inner_schema
 from airflow_provider_ct.spark.ivm.parameters import inline_parameters
 from airflow_provider_ct.spark.tick import Computed, Target, Tick
@@ -206,6 +208,16 @@ def _incremental(
             details = {**joined_report(joined), "aggregate_state": "kept"}
             return result, {**details, "change_state_on": "driver", **reader.notes}
         known = joined.changes
+    keyed = keyed_read(tick, driver, inputs, before)
+    if keyed is not None:
+        tick.clock.lap("changes")
+        sides = {NEW: dict(tick.desc.inputs), OLD: dict(before)}
+        change = keyed_change_state(driver, keyed, inputs, sides, kept.schema)
+        if change is not None:
+            result = correct(agg, lambda: target.persisted, kept, change, reader)
+            details = {**keyed_report(keyed), "aggregate_state": "kept"}
+            return result, {**details, "change_state_on": "driver", **reader.notes}
+        known = keyed.changes
     if semi_moved - agg.plan.keyed_inputs:  # keyed ones: Spark recomputes their keys
         why = (
             f"{', '.join(sorted(semi_moved))} changed under a semi-join or a scalar "

@@ -1,0 +1,171 @@
+"""A keyed block's subqueries evaluated on the driver, over the rows of the keys a tick moved.
+
+The keyed rule (:mod:`airflow_provider_ct.ivm.plan.keyed`) computes a
+block's change as its rows of the keys ``K`` the changes hold, as they are
+minus as they were. Spark evaluated those two terms over the keys' rows
+(about 0.3 s each even over a few rows: the subqueries are decorrelated
+into joins and aggregates). Here the driver evaluates each side: the
+block's join of the keys' rows (:func:`~.driver_join.term_rows`), then each
+subquery taken apart by :mod:`~airflow_provider_ct.ivm.plan.keyed_parts`,
+computed per key from its table's rows of those keys at the same snapshot,
+and kept as a column of the joined rows in the subquery's place; the
+conjuncts holding them are evaluated like the rest of the condition
+(:class:`~.arrow_eval.ArrowEvaluator`, Spark's types, exact or refused).
+
+Aggregates per key are exact (:func:`~.parameter_rows.aggregate_value`:
+sums in Python integers and decimals, ``AVG`` with Spark's rounding); what
+it does not compute exactly raises :class:`NotOnDriver` and the tick gives
+the block to Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver, node_key
+from airflow_provider_ct.ivm.driver.driver_join import join_on, qualified
+from airflow_provider_ct.ivm.driver.parameter_rows import aggregate_value
+from airflow_provider_ct.ivm.plan.keyed_parts import (
+    AGGREGATE_ALIAS,
+    EXISTS,
+    IN,
+    VALUE_ALIAS,
+    KeyedPart,
+)
+
+#: ``(input, column, keys)`` -> the input's rows whose ``column`` is one of ``keys``, on the
+#: side being evaluated (the input's own column names).
+InnerFetch = Callable[[str, str, pa.Array], pa.Table]
+
+_FUNCTIONS = {exp.Sum: "SUM", exp.Count: "COUNT", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
+_ROW = "__ct_row.id"
+
+
+def kept_rows(
+    rows: pa.Table,
+    parts: Sequence[KeyedPart],
+    fetch: InnerFetch,
+    types: Mapping[str, pa.DataType],
+) -> pa.Table:
+    """The joined ``rows`` (columns ``alias.column``) whose subquery conjuncts all hold."""
+    if not rows.num_rows:
+        return rows
+    with_values = rows
+    for part in parts:
+        value = _part_value(rows, part, fetch, types)
+        name = f"{VALUE_ALIAS}.v{part.index}"
+        with_values = with_values.append_column(pa.field(name, value.type), value)
+    evaluator = ArrowEvaluator.joined(with_values, types)
+    mask = None
+    for part in parts:
+        kept = evaluator.mask(part.replaced)
+        mask = kept if mask is None else pc.and_(mask, kept)
+    assert mask is not None
+    return rows.filter(mask)
+
+
+def _part_value(
+    rows: pa.Table, part: KeyedPart, fetch: InnerFetch, types: Mapping[str, pa.DataType]
+) -> pa.Array:
+    """The part's value for every row of ``rows``."""
+    outer = _combined(rows.column(f"{part.outer[0]}.{part.outer[1]}"))
+    keys = pc.unique(pc.drop_null(outer))
+    inner = qualified(fetch(part.input, part.tie, keys), part.alias)
+    if part.where is not None and inner.num_rows:
+        inner = inner.filter(ArrowEvaluator.joined(inner, types).mask(part.where))
+    if part.kind == EXISTS:
+        return _exists(rows, outer, inner, part, types)
+    codes = _codes(inner.column(f"{part.alias}.{part.tie}"), keys)
+    if part.kind == IN:
+        present = np.bincount(codes, minlength=len(keys)) > 0
+        if part.value is not None:
+            having = _per_key(inner, codes, len(keys), part, types)
+            present &= np.asarray(pc.fill_null(having, False).to_pylist()[:-1], dtype=bool)
+        kept = keys.filter(pa.array(present, pa.bool_()))
+        return pc.fill_null(pc.is_in(outer, value_set=kept), False)
+    values = _per_key(inner, codes, len(keys), part, types)
+    positions = pc.index_in(outer, value_set=keys)
+    empty = pa.scalar(values[len(keys)].as_py(), values.type)  # the value of no rows
+    return pc.if_else(pc.is_null(positions), empty, values.take(positions))
+
+
+def _per_key(
+    inner: pa.Table,
+    codes: np.ndarray,
+    keys: int,
+    part: KeyedPart,
+    types: Mapping[str, pa.DataType],
+) -> pa.Array:
+    """``part.value`` per key (``keys`` of them, by ``codes``), then once over no rows."""
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(keys + 1))
+    evaluator = ArrowEvaluator.joined(inner, types)
+    columns: dict[str, pa.Array] = {}
+    for j, aggregate in enumerate(part.aggregates):
+        function = _FUNCTIONS[type(aggregate)]
+        kind = types.get(node_key(aggregate))
+        if kind is None:
+            raise NotOnDriver(f"no Spark type for {node_key(aggregate)}")
+        argument = aggregate.this
+        values = None
+        if argument is not None and not isinstance(argument, exp.Star):
+            values = evaluator.column(argument).take(pa.array(order, pa.int64()))
+        found = []
+        for k in range(keys + 1):
+            start, stop = (bounds[k], bounds[k + 1]) if k < keys else (0, 0)
+            group = None if values is None else values.slice(start, stop - start)
+            found.append(aggregate_value(function, group, int(stop - start), kind))
+        columns[f"{AGGREGATE_ALIAS}.a{j}"] = pa.array(found, kind)
+    table = pa.table(columns) if columns else pa.table({"__ct_none": [None] * (keys + 1)})
+    return ArrowEvaluator.joined(table, types).column(part.value)
+
+
+def _exists(
+    rows: pa.Table,
+    outer: pa.Array,
+    inner: pa.Table,
+    part: KeyedPart,
+    types: Mapping[str, pa.DataType],
+) -> pa.Array:
+    """Per outer row: whether a row of its key passes the conditions between the two."""
+    tie = inner.column(f"{part.alias}.{part.tie}")
+    if part.correlated is None:
+        return pc.fill_null(pc.is_in(outer, value_set=pc.unique(_combined(tie))), False)
+    if any(name.startswith(f"{part.alias}.") for name in rows.column_names):
+        raise NotOnDriver(f"the subquery's alias {part.alias} is also the block's")
+    numbered = rows.append_column(_ROW, pa.array(np.arange(rows.num_rows), pa.int64()))
+    joined = join_on(numbered, inner, [(part.outer, (part.alias, part.tie))])
+    if not joined.num_rows:
+        return pa.array(np.zeros(rows.num_rows, dtype=bool), pa.bool_())
+    passed = joined.filter(ArrowEvaluator.joined(joined, types).mask(part.correlated))
+    found = pc.unique(passed.column(_ROW))
+    return pc.is_in(numbered.column(_ROW), value_set=found)
+
+
+def _codes(column: Any, keys: pa.Array) -> np.ndarray:
+    """Each inner row's key position (the rows were fetched by ``keys``: every one has one)."""
+    positions = pc.index_in(_combined(column), value_set=keys)
+    if positions.null_count:
+        raise NotOnDriver("a fetched row's key is not one of the keys asked for")
+    return np.asarray(positions.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _combined(column: Any) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def value_nodes(part: KeyedPart) -> list[Any]:
+    """The nodes of ``part`` evaluated over one row per key (with their aggregates), for
+    Spark to type: every aggregate, and every typed node of the value around them."""
+    from airflow_provider_ct.ivm.driver.arrow_eval import typed_nodes
+
+    nodes = list(part.aggregates)
+    if part.value is not None:
+        nodes.extend(typed_nodes([part.value]))
+    return nodes

@@ -1,0 +1,352 @@
+"""A keyed block's subqueries taken apart, for the driver to evaluate them key by key.
+
+A keyed subquery (:mod:`.keyed`) depends, for an outer row of key ``k``,
+only on its own table's rows whose tied column is ``k``. So once the tick
+holds those rows (fetched by key), each kind is a small computation per
+key rather than a query:
+
+* a **scalar** ``x < (SELECT 0.2 * AVG(l_quantity) FROM lineitem WHERE
+  l_partkey = p_partkey)`` (TPC-H q17) is one value per key: its aggregates
+  over the key's rows, the expression around them, put in the subquery's
+  place as a column of the outer rows (a key without rows gets the value
+  of no rows: ``NULL``, or ``0`` for ``COUNT``);
+* an **IN** ``o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY
+  l_orderkey HAVING SUM(l_quantity) > 300)`` (q18) is one boolean per key:
+  the key has rows (after the subquery's ``WHERE``) and its ``HAVING``
+  holds;
+* an **EXISTS** / **NOT EXISTS** with conditions between the two rows (q21's
+  ``l2.l_suppkey <> l1.l_suppkey``) is one boolean per outer row: some row
+  of its key passes them.
+
+This module only takes the SQL apart (with the tables' columns, to place
+bare columns); :mod:`airflow_provider_ct.ivm.driver.keyed_terms` evaluates.
+Every column of a part is qualified: the subquery's own by its alias, the
+block's by theirs. What it does not take (two tables in a subquery, a
+subquery that is not a conjunct of ``WHERE``, a correlated column outside
+``EXISTS``, ``DISTINCT`` aggregates) is refused with the reason, and the
+tick evaluates the block in Spark as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_provider_ct.ivm.plan.keyed import direct_subqueries, subquery_owner, table_scope
+from airflow_provider_ct.ivm.plan.subqueries import unnegated, where_conjuncts
+
+SCALAR = "scalar"
+IN = "in"
+EXISTS = "exists"
+
+#: The aggregates a part computes per key (exactly, as Spark does, or the driver refuses).
+AGGREGATES = (exp.Sum, exp.Count, exp.Avg, exp.Min, exp.Max)
+#: The placeholders' qualifier: a part's value in the outer rows, an aggregate in a key's row.
+VALUE_ALIAS = "__ct_keyed"
+AGGREGATE_ALIAS = "__ct_agg"
+
+
+@dataclass(frozen=True)
+class KeyedPart:
+    """One keyed subquery of a block's ``WHERE``, as the driver evaluates it."""
+
+    kind: str
+    #: The block's ``WHERE`` conjunct holding it (a node of the block's tree).
+    conjunct: Any
+    #: That conjunct with the subquery replaced by :attr:`placeholder` (``NOT`` kept).
+    replaced: Any
+    #: The subquery's one table, and its alias there (lower-cased).
+    input: str
+    alias: str
+    #: The subquery table's column tied to the key, and the block's ``(alias, column)``.
+    tie: str
+    outer: tuple[str, str]
+    #: Conditions on the subquery's table alone (qualified), or None.
+    where: Any = None
+    #: ``EXISTS`` only: conditions between its rows and the outer row (qualified), or None.
+    correlated: Any = None
+    #: ``SCALAR``: its output expression; ``IN``: its ``HAVING`` (or None); aggregates
+    #: replaced by ``__ct_agg.a<j>`` columns, :attr:`aggregates` in that order.
+    value: Any = None
+    aggregates: tuple[Any, ...] = ()
+    index: int = 0
+
+    @property
+    def placeholder(self) -> Any:
+        """The column holding this part's value in the outer rows."""
+        return exp.column(f"v{self.index}", table=VALUE_ALIAS)
+
+    def original(self, node: Any) -> Any:
+        """A copy of ``node`` (a part of :attr:`value`) with the aggregates written back."""
+        names = {f"a{j}": agg for j, agg in enumerate(self.aggregates)}
+
+        def back(found: Any) -> Any:
+            if isinstance(found, exp.Column) and found.table == AGGREGATE_ALIAS:
+                return names[found.name].copy()
+            return found
+
+        return node.copy().transform(back)
+
+
+def keyed_parts(
+    select: Any, columns: Mapping[str, Collection[str]], catalog_name: str
+) -> list[KeyedPart] | str:
+    """Every subquery of ``select`` as a :class:`KeyedPart`, or why the driver does not take one.
+
+    :param columns: input name -> its column names (the pinned snapshots').
+    """
+    lower = {name: {c.lower() for c in cols} for name, cols in columns.items()}
+    outer = table_scope(select, catalog_name)
+    where = select.args.get("where")
+    conjuncts = where_conjuncts(where.this) if where is not None else []
+    parts: list[KeyedPart] = []
+    for index, sub in enumerate(direct_subqueries(select)):
+        conjunct = next((c for c in conjuncts if c is sub or _holds(c, sub)), None)
+        if conjunct is None:
+            return "a subquery outside the conjuncts of WHERE is evaluated by Spark"
+        found = _part(conjunct, sub, outer, lower, catalog_name, index)
+        if isinstance(found, str):
+            return found
+        parts.append(found)
+    return parts or "the block has no subquery"
+
+
+def _holds(node: Any, sub: Any) -> bool:
+    return any(found is sub for found in node.find_all(exp.Select))
+
+
+def _part(
+    conjunct: Any,
+    sub: Any,
+    outer: dict[str, str],
+    lower: Mapping[str, set[str]],
+    catalog_name: str,
+    index: int,
+) -> KeyedPart | str:
+    """One subquery taken apart, or why not."""
+    inner = table_scope(sub, catalog_name)
+    if len(inner) != 1 or sub.args.get("joins") or len(direct_subqueries(sub)) > 0:
+        return "a subquery over other than one table is evaluated by Spark"
+    if any(sub.args.get(a) for a in ("distinct", "limit", "offset", "order", "qualify")):
+        return "a subquery with DISTINCT, ORDER BY or LIMIT is evaluated by Spark"
+    if sub.find(exp.Window):
+        return "a subquery with a window is evaluated by Spark"
+    ((alias, name),) = inner.items()
+    qualified = _qualified(sub, alias, name, outer, lower)
+    if isinstance(qualified, str):
+        return qualified
+    owner = subquery_owner(sub)
+    node, negated = unnegated(conjunct)
+    if isinstance(node, exp.Exists):
+        return _exists(conjunct, qualified, alias, name, outer, index)
+    if negated:
+        return "a negated subquery other than NOT EXISTS is evaluated by Spark"
+    if isinstance(node, exp.In) and node.args.get("query") is not None:
+        return _in(conjunct, node, qualified, alias, name, lower, outer, index)
+    if owner is not None and isinstance(owner, exp.In | exp.Exists):
+        return "an IN or EXISTS inside an expression is evaluated by Spark"
+    return _scalar(conjunct, sub, qualified, alias, name, outer, index)
+
+
+def _qualified(
+    sub: Any, alias: str, name: str, outer: dict[str, str], lower: Mapping[str, set[str]]
+) -> Any:
+    """A copy of ``sub`` whose every column names its table's alias, or why not: bare
+    columns are the subquery table's when it has them (SQL's innermost scope), else the
+    one block table's that has them."""
+    copy = sub.copy()
+    for column in list(copy.find_all(exp.Column)):
+        if column.args.get("db") or not column.name:
+            return f"column {column.sql()} is not placed"
+        table = column.table.lower()
+        if table:
+            if table != alias and table not in outer:
+                return f"column {column.sql()} is not placed"
+            continue
+        if column.name.lower() in lower.get(name, set()):
+            column.set("table", exp.to_identifier(alias))
+            continue
+        owners = [a for a, t in outer.items() if column.name.lower() in lower.get(t, set())]
+        if len(owners) != 1:
+            return f"column {column.name} is not placed in exactly one table"
+        column.set("table", exp.to_identifier(owners[0]))
+    return copy
+
+
+def _split(select: Any, alias: str) -> tuple[list[Any], list[Any]]:
+    """The subquery's ``WHERE`` conjuncts on its own table, and those that read the block."""
+    where = select.args.get("where")
+    own: list[Any] = []
+    correlated: list[Any] = []
+    for conjunct in where_conjuncts(where.this) if where is not None else []:
+        tables = {c.table.lower() for c in conjunct.find_all(exp.Column)}
+        (own if tables <= {alias} else correlated).append(conjunct)
+    return own, correlated
+
+
+def _tie(
+    correlated: list[Any], alias: str, outer: dict[str, str]
+) -> tuple[str, tuple[str, str], list[Any]] | str:
+    """The first equality of a subquery column with a block column, and the rest."""
+    for position, conjunct in enumerate(correlated):
+        if not isinstance(conjunct, exp.EQ):
+            continue
+        sides = [conjunct.this, conjunct.expression]
+        if not all(isinstance(s, exp.Column) for s in sides):
+            continue
+        mine = [s for s in sides if s.table.lower() == alias]
+        theirs = [s for s in sides if s.table.lower() != alias and s.table.lower() in outer]
+        if len(mine) == 1 and len(theirs) == 1:
+            rest = correlated[:position] + correlated[position + 1 :]
+            tied = (theirs[0].table.lower(), theirs[0].name.lower())
+            return mine[0].name.lower(), tied, rest
+    return "a subquery not tied by an equality with a block column is evaluated by Spark"
+
+
+def _and(conjuncts: list[Any]) -> Any:
+    return exp.and_(*conjuncts, copy=True) if conjuncts else None
+
+
+def _exists(
+    conjunct: Any, sub: Any, alias: str, name: str, outer: dict[str, str], index: int
+) -> KeyedPart | str:
+    if sub.args.get("group") or sub.args.get("having") or sub.find(exp.AggFunc):
+        return "an EXISTS over an aggregate is evaluated by Spark"
+    own, correlated = _split(sub, alias)
+    tie = _tie(correlated, alias, outer)
+    if isinstance(tie, str):
+        return tie
+    column, tied, rest = tie
+    placeholder = exp.column(f"v{index}", table=VALUE_ALIAS)
+    _, negated = unnegated(conjunct)
+    replaced = exp.not_(placeholder) if negated else placeholder
+    return KeyedPart(
+        EXISTS, conjunct, replaced, name, alias, column, tied, _and(own), _and(rest), index=index
+    )
+
+
+def _in(
+    conjunct: Any,
+    node: Any,
+    sub: Any,
+    alias: str,
+    name: str,
+    lower: Mapping[str, set[str]],
+    outer: dict[str, str],
+    index: int,
+) -> KeyedPart | str:
+    """``x IN (SELECT tie FROM t [WHERE own] [GROUP BY tie [HAVING h]])``."""
+    outputs = [e.unalias() for e in sub.expressions]
+    if len(outputs) != 1 or not isinstance(outputs[0], exp.Column):
+        return "an IN whose subquery does not output one column is evaluated by Spark"
+    if not isinstance(node.this, exp.Column):
+        return "an IN of an expression is evaluated by Spark"
+    output = outputs[0]
+    group = sub.args.get("group")
+    if group is not None and [g.sql() for g in group.expressions] != [output.sql()]:
+        return "an IN whose subquery groups by other than its output is evaluated by Spark"
+    if group is None and (sub.args.get("having") or sub.find(exp.AggFunc)):
+        return "an IN over an aggregate without GROUP BY is evaluated by Spark"
+    own, correlated = _split(sub, alias)
+    if correlated:
+        return "a correlated IN is evaluated by Spark"
+    tied = _outer_column(node.this, outer, lower)
+    if tied is None:
+        return f"IN's column {node.this.sql()} is not a column of the block"
+    having = sub.args.get("having")
+    value, aggregates = _aggregates_out(having.this) if having is not None else (None, ())
+    if isinstance(value, str):
+        return value
+    placeholder = exp.column(f"v{index}", table=VALUE_ALIAS)
+    return KeyedPart(
+        IN,
+        conjunct,
+        placeholder,
+        name,
+        alias,
+        output.name.lower(),
+        tied,
+        _and(own),
+        value=value,
+        aggregates=aggregates,
+        index=index,
+    )
+
+
+def _outer_column(
+    column: Any, outer: dict[str, str], lower: Mapping[str, set[str]]
+) -> tuple[str, str] | None:
+    if column.table:
+        alias = column.table.lower()
+        return (alias, column.name.lower()) if alias in outer else None
+    owners = [a for a, t in outer.items() if column.name.lower() in lower.get(t, set())]
+    return (owners[0], column.name.lower()) if len(owners) == 1 else None
+
+
+def _scalar(
+    conjunct: Any, sub: Any, qualified: Any, alias: str, name: str, outer: dict, index: int
+) -> KeyedPart | str:
+    """``... (SELECT f(aggregates) FROM t WHERE tie [AND own]) ...``: one value per key."""
+    if len(qualified.expressions) != 1 or qualified.args.get("group"):
+        return "a scalar subquery with GROUP BY is evaluated by Spark"
+    if qualified.args.get("having"):
+        return "a scalar subquery with HAVING is evaluated by Spark"
+    own, correlated = _split(qualified, alias)
+    tie = _tie(correlated, alias, outer)
+    if isinstance(tie, str):
+        return tie
+    column, tied, rest = tie
+    if rest:
+        return "a scalar subquery correlated beyond its key is evaluated by Spark"
+    value, aggregates = _aggregates_out(qualified.expressions[0].unalias())
+    if isinstance(value, str):
+        return value
+    if not aggregates:
+        return "a scalar subquery without an aggregate is evaluated by Spark"
+    placeholder = exp.column(f"v{index}", table=VALUE_ALIAS)
+    replaced = conjunct.copy()
+    target = next(s for s in replaced.find_all(exp.Select) if s == sub)
+    node = target.parent if isinstance(target.parent, exp.Subquery) else target
+    if node is replaced:
+        return "a scalar subquery alone as a condition is evaluated by Spark"
+    node.replace(placeholder)
+    return KeyedPart(
+        SCALAR,
+        conjunct,
+        replaced,
+        name,
+        alias,
+        column,
+        tied,
+        _and(own),
+        value=value,
+        aggregates=aggregates,
+        index=index,
+    )
+
+
+def _aggregates_out(expression: Any) -> tuple[Any, tuple[Any, ...]] | tuple[str, tuple]:
+    """``expression`` with each aggregate replaced by ``__ct_agg.a<j>``, and the aggregates;
+    a column outside them (no single value per key) or an aggregate the driver does not
+    compute is refused."""
+    copy = expression.copy()
+    found: list[Any] = []
+    for agg in list(copy.find_all(exp.AggFunc)):
+        if agg.find_ancestor(exp.AggFunc) is not None:
+            continue
+        if not isinstance(agg, AGGREGATES) or agg.find(exp.Distinct):
+            return f"{agg.sql()} per key is evaluated by Spark", ()
+        if any(isinstance(n, exp.AggFunc) for n in agg.this.walk()) if agg.this else False:
+            return "an aggregate of an aggregate is evaluated by Spark", ()
+        found.append(agg.copy())
+        replacement = exp.column(f"a{len(found) - 1}", table=AGGREGATE_ALIAS)
+        if agg is copy:
+            copy = replacement
+        else:
+            agg.replace(replacement)
+    if any(c.table != AGGREGATE_ALIAS for c in copy.find_all(exp.Column)):
+        return "a column outside the aggregates of a subquery is evaluated by Spark", ()
+    return copy, tuple(found)

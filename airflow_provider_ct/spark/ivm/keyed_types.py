@@ -1,0 +1,108 @@
+"""Spark's types for a keyed block's subqueries evaluated on the driver (analyses, no job).
+
+The driver's evaluator (:class:`~airflow_provider_ct.ivm.driver.arrow_eval.ArrowEvaluator`)
+computes every node exactly and casts it to the type Spark gives it, or
+refuses. A keyed part (:mod:`airflow_provider_ct.ivm.plan.keyed_parts`)
+holds nodes in four places, each typed where Spark would type it:
+
+* its table's own conditions and its aggregates' arguments: over that
+  table alone;
+* its aggregates and the expression around them: as an aggregate query
+  over that table (the placeholders written back as the aggregates);
+* ``EXISTS``' conditions between the two rows: over the subquery's table
+  and the block tables they name;
+* the conjunct in the block: over the block's tables, the placeholder
+  written back as the subquery itself (a scalar subquery's type is its
+  value's); ``IN`` and ``EXISTS`` placeholders are booleans.
+
+Each analysis is kept per schemas (:mod:`.analysis_cache`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from airflow_provider_ct.ivm.driver.arrow_eval import node_key, typed_nodes
+from airflow_provider_ct.ivm.plan.keyed import table_scope
+from airflow_provider_ct.ivm.plan.keyed_parts import SCALAR, VALUE_ALIAS, KeyedPart
+from airflow_provider_ct.ivm.plan.rewrites import bind_tables
+from airflow_provider_ct.spark.ivm.analysis_cache import analyzed, spark_types
+from airflow_provider_ct.spark.ivm.in_place import Aggregation, types_over
+
+
+def part_types(agg: Aggregation, parts: Sequence[KeyedPart]) -> dict[str, pa.DataType]:
+    """Every node of ``parts`` the driver evaluates, by node key -> its Arrow type."""
+    out: dict[str, pa.DataType] = {}
+    for part in parts:
+        own = [part.where] if part.where is not None else []
+        own += [a.this for a in part.aggregates if a.this is not None]
+        own = [n for n in own if not isinstance(n, exp.Star)]
+        out.update(types_over(agg, part.input, part.alias, typed_nodes(own)))
+        if part.aggregates or part.value is not None:
+            out.update(_value_types(agg, part))
+        if part.correlated is not None:
+            out.update(_correlated_types(agg, part))
+        out.update(_conjunct_types(agg, part))
+    return out
+
+
+def _value_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataType]:
+    """The aggregates and the value around them, as an aggregate query over the table."""
+    nodes = list(part.aggregates)
+    if part.value is not None:
+        nodes += typed_nodes([part.value])
+    items = ", ".join(
+        f"{part.original(n).sql(dialect='spark')} AS __ct_t{i}" for i, n in enumerate(nodes)
+    )
+    sql = f"SELECT {items} FROM {agg.new_views[part.input]} AS {part.alias}"
+    return analyzed(
+        agg.analysis_key, f"keyed value {sql}", lambda: spark_types(agg.spark, sql, nodes)
+    )
+
+
+def _correlated_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataType]:
+    """``EXISTS``' conditions between the rows: over its table and the block's they name."""
+    block = agg.plan.blocks[0].tree
+    scope = table_scope(block, agg.catalog_name)
+    named = {c.table.lower() for c in part.correlated.find_all(exp.Column)} - {part.alias}
+    reads = [f"{agg.new_views[part.input]} AS {part.alias}"]
+    reads += [f"{agg.new_views[scope[a]]} AS {a}" for a in sorted(named)]
+    nodes = typed_nodes([part.correlated])
+    items = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
+    sql = f"SELECT {items} FROM {', '.join(reads)}"
+    return analyzed(
+        agg.analysis_key, f"keyed correlated {sql}", lambda: spark_types(agg.spark, sql, nodes)
+    )
+
+
+def _conjunct_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataType]:
+    """The conjunct's nodes over the block's tables, the subquery in its placeholder's place."""
+    if part.kind != SCALAR:
+        return {node_key(part.placeholder): pa.bool_()}
+    subquery = _subquery(part.conjunct)
+
+    def back(node: Any) -> Any:
+        if isinstance(node, exp.Column) and node.table == VALUE_ALIAS:
+            return subquery.copy()
+        return node
+
+    nodes = typed_nodes([part.replaced])
+    tree = agg.plan.blocks[0].tree.copy()
+    for arg in ("where", "group", "having", "order", "limit", "distinct"):
+        tree.set(arg, None)
+    items = [exp.alias_(n.copy().transform(back), f"__ct_t{i}") for i, n in enumerate(nodes)]
+    tree.set("expressions", items)
+    sql = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
+    return analyzed(
+        agg.analysis_key, f"keyed conjunct {sql}", lambda: spark_types(agg.spark, sql, nodes)
+    )
+
+
+def _subquery(conjunct: Any) -> Any:
+    """The conjunct's scalar subquery, as a ``Subquery`` node."""
+    select = conjunct.find(exp.Select)
+    return select.parent if isinstance(select.parent, exp.Subquery) else exp.Subquery(this=select)
