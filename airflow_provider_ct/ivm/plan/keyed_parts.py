@@ -114,6 +114,24 @@ def keyed_parts(
     return parts or "the block has no subquery"
 
 
+def driver_shape(select: Any) -> str | None:
+    """Why the driver would not take ``select``'s keyed subqueries, from SQL alone; None
+    if it may (placing bare columns needs the tables' columns: :func:`keyed_parts`).
+
+    For the refresh rules, which price a keyed tick before it reads anything.
+    """
+    where = select.args.get("where")
+    conjuncts = where_conjuncts(where.this) if where is not None else []
+    for sub in direct_subqueries(select):
+        if not any(c is sub or _holds(c, sub) for c in conjuncts):
+            return "a subquery outside the conjuncts of WHERE is evaluated by Spark"
+        if sub.args.get("joins") or len(list(sub.find_all(exp.Table))) != 1:
+            return "a subquery over other than one table is evaluated by Spark"
+        if any(sub.args.get(a) for a in ("distinct", "limit", "offset", "order", "qualify")):
+            return "a subquery with DISTINCT, ORDER BY or LIMIT is evaluated by Spark"
+    return None
+
+
 def _holds(node: Any, sub: Any) -> bool:
     return any(found is sub for found in node.find_all(exp.Select))
 

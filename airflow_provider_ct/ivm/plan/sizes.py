@@ -18,13 +18,19 @@ from typing import Any
 
 from sqlglot import exp
 
+from airflow_provider_ct.core.file_cache import file_cache
 from airflow_provider_ct.core.keys import SummaryKeys
-from airflow_provider_ct.core.settings import RETRY_INCREMENTAL_AFTER, SMALL_RESULT_ROWS
+from airflow_provider_ct.core.settings import (
+    RETRY_INCREMENTAL_AFTER,
+    SMALL_RESULT_ROWS,
+    rows_on_driver,
+)
 from airflow_provider_ct.core.tables import live_bytes, live_rows
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.ivm.changes.table_changes import estimated_change_rows
 from airflow_provider_ct.ivm.plan.decision import Discovery, Fallback, RefreshSettings, SizeRules
-from airflow_provider_ct.ivm.plan.planner import FULL, Plan
+from airflow_provider_ct.ivm.plan.keyed_parts import driver_shape
+from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, Plan
 from airflow_provider_ct.ivm.plan.read_estimate import (
     Restriction,
     estimate_reads,
@@ -182,9 +188,24 @@ def _keyed_reads(plan: Plan, before: Mapping[str, int | None], pins: Mapping[str
     """The query's table reads when this tick changes a table its keyed subqueries read
     (not one the driver keeps as a semi-join), else 0."""
     moved = {name for name, snap in pins.items() if before.get(name) != snap}
-    if not (plan.keyed_inputs - plan.semi_inputs) & moved:
+    if not (plan.keyed_inputs - plan.semi_inputs) & moved or keyed_on_driver(plan):
         return 0
     return sum(len(list(block.tree.find_all(exp.Table))) for block in plan.blocks)
+
+
+def keyed_on_driver(plan: Plan) -> bool:
+    """Whether a warm driver would likely evaluate the plan's keyed block itself, with no
+    Spark job (:mod:`airflow_provider_ct.spark.ivm.keyed_driver`): an in-place aggregate
+    over one block whose subqueries each read one table, a driver that takes rows, and
+    a file cache to fetch them from. Such a tick costs what its keys' rows cost, not two
+    evaluations of the query, so the keyed-reads rule does not send it to full; a tick
+    the driver then refuses runs Spark's keyed terms, and the view's history judges them.
+    """
+    if plan.strategy != AGGREGATE or len(plan.blocks) != 1 or not plan.blocks[0].keyed:
+        return False
+    if rows_on_driver() <= 0 or file_cache() is None:
+        return False
+    return driver_shape(plan.blocks[0].tree) is None
 
 
 def view_history(table: Any, digest: str, depth: int = 24) -> list[PastTick]:
