@@ -587,6 +587,12 @@ SCHEMAS = {
         # COUNT(*) alone reads no column: one is kept so rows still count.
         ("SELECT COUNT(*) AS n, k FROM s.a GROUP BY k", {"s.a": ["k"], "s.b": ["k"]}),
         ("SELECT id FROM s.a UNION ALL SELECT w FROM s.b", {"s.a": ["id"], "s.b": ["w"]}),
+        # EXISTS (SELECT * ...) reads only what its WHERE names (TPC-H q21).
+        (
+            "SELECT a.s, COUNT(*) AS n FROM s.a a WHERE EXISTS (SELECT * FROM s.b b "
+            "WHERE b.k = a.k AND b.w <> a.v) GROUP BY a.s",
+            {"s.a": ["k", "v", "s"], "s.b": ["k", "w"]},
+        ),
     ],
 )
 def test_referenced_columns(sql: str, expected: dict[str, list[str]]) -> None:
@@ -601,6 +607,7 @@ def test_referenced_columns(sql: str, expected: dict[str, list[str]]) -> None:
         "SELECT * FROM s.a WHERE k > 1",
         "SELECT a.* FROM s.a a JOIN s.b b ON a.k = b.k",
         "SELECT a.s.f FROM s.a a",  # a struct field, or a name this cannot place
+        "SELECT id FROM s.a WHERE k IN (SELECT * FROM s.b)",  # a star IN outputs
         "SELECT id, v * 2 AS x FROM s.a WHERE k = 1 AND unknown_col > 0",
     ],
 )

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import normalize_table_name
-from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
 from airflow_provider_ct.ivm.plan.select_shape import qualified_name
 
 #: A fetch of an input's rows: (input, ``"new"`` or ``"old"``, column, values) -> rows.
@@ -155,6 +155,23 @@ def single_table_conjuncts(shape: JoinShape) -> dict[str, list[Any]]:
     if shape.condition is None:
         return {}
     return _implied_filters(shape.condition, shape.inputs)
+
+
+def conjunct_prefilter(
+    conjuncts: Mapping[str, Sequence[Any]], types: Mapping[str, pa.DataType]
+) -> Prefilter:
+    """A :data:`Prefilter` keeping each table's rows that pass its ``conjuncts`` (by alias),
+    evaluated with Spark's ``types``."""
+
+    conditions = {a: exp.and_(*cs, copy=True) for a, cs in conjuncts.items() if cs}
+
+    def keep(alias: str, rows: pa.Table) -> pa.Table:
+        condition = conditions.get(alias)
+        if condition is None or not rows.num_rows:
+            return rows
+        return rows.filter(ArrowEvaluator.joined(rows, types).mask(condition))
+
+    return keep
 
 
 def _implied_filters(condition: Any, inputs: Sequence[JoinInput]) -> dict[str, list[Any]]:

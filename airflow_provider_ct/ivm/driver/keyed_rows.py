@@ -30,7 +30,7 @@ from airflow_provider_ct.ivm.changes.snapshot_files import (
 from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from pyiceberg.manifest import ManifestEntry
     from pyiceberg.table import Table
@@ -169,6 +169,30 @@ class SnapshotRows:
             key, build, lambda index: int(index[0].nbytes + index[1].nbytes)
         )
         return found
+
+
+class SideReaders:
+    """One :class:`SnapshotRows` per input and snapshot, for a tick's two sides.
+
+    An input unchanged between the sides is one reader for both, so what it
+    decoded and indexed serves both.
+    """
+
+    def __init__(
+        self,
+        inputs: Mapping[str, Table],
+        snapshots: Mapping[str, Mapping[str, int | None]],
+        columns: Mapping[str, Sequence[str]],
+    ) -> None:
+        """:param snapshots: side (``"new"``/``"old"``) -> input -> its snapshot there."""
+        self._inputs, self._snapshots, self._columns = inputs, snapshots, columns
+        self._readers: dict[tuple[str, int | None], SnapshotRows] = {}
+
+    def __call__(self, name: str, side: str) -> SnapshotRows:
+        key = (name, self._snapshots[side].get(name))
+        if key not in self._readers:
+            self._readers[key] = SnapshotRows(self._inputs[name], key[1], self._columns[name])
+        return self._readers[key]
 
 
 def _indexable(arrow_type: pa.DataType) -> bool:

@@ -54,11 +54,11 @@ def _block_columns(
         return None
     if any(j.args.get("method") for j in tree.args.get("joins") or []):
         return None
-    tables = block_tables(tree)
-    aliases = {
-        t.alias_or_name.lower(): normalize_table_name(qualified_name(t), catalog_name)
-        for t in tables
-    }
+    block_tables(tree)  # refuses a FROM that is not a table
+    aliases: dict[str, set[str]] = {}  # a subquery may reuse an alias: every owner reads it
+    for table in tree.find_all(exp.Table):
+        name = normalize_table_name(qualified_name(table), catalog_name)
+        aliases.setdefault(table.alias_or_name.lower(), set()).add(name)
     lower = {name: {c.lower() for c in columns} for name, columns in schemas.items()}
     placed: dict[str, set[str]] = {}
     for column in tree.find_all(exp.Column):
@@ -66,12 +66,13 @@ def _block_columns(
         if column.args.get("db") or column.args.get("catalog"):
             return None  # a.s.f: a struct field, or a name this cannot place
         if column.table:
-            owner = aliases.get(column.table.lower())
-            if owner is None or name not in lower.get(owner, set()):
+            found = [n for n in aliases.get(column.table.lower(), ()) if name in lower.get(n, ())]
+            if not found:
                 return None
-            placed.setdefault(owner, set()).add(name)
+            for owner in found:
+                placed.setdefault(owner, set()).add(name)
             continue
-        owners = [n for n in aliases.values() if name in lower.get(n, set())]
+        owners = [n for n in set().union(*aliases.values()) if name in lower.get(n, set())]
         if not owners:
             return None
         for owner in owners:

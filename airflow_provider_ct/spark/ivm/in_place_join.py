@@ -44,6 +44,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     Fetch,
     JoinShape,
     Prefilter,
+    conjunct_prefilter,
     join_shape,
     single_table_conjuncts,
     spelled,
@@ -51,7 +52,12 @@ from airflow_provider_ct.ivm.driver.driver_join import (
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
-from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows, cache_refusal, column_bytes
+from airflow_provider_ct.ivm.driver.keyed_rows import (
+    SideReaders,
+    SnapshotRows,
+    cache_refusal,
+    column_bytes,
+)
 from airflow_provider_ct.ivm.driver.left_join_rows import LeftShape, left_shape, left_terms
 from airflow_provider_ct.ivm.driver.parameter_rows import (
     Parameter,
@@ -224,13 +230,7 @@ def joined_change_state(
 
     :param snapshots: ``"new"``/``"old"`` -> input -> its snapshot on that side.
     """
-    fetchers: dict[tuple[str, int | None], SnapshotRows] = {}
-
-    def reader(name: str, side: str) -> SnapshotRows:
-        key = (name, snapshots[side].get(name))  # an unchanged input: one reader for both sides
-        if key not in fetchers:
-            fetchers[key] = SnapshotRows(inputs[name], key[1], read.columns[name])
-        return fetchers[key]
+    reader = SideReaders(inputs, snapshots, read.columns)
 
     def fetch(name: str, side: str, column: str, values: pa.Array) -> pa.Table:
         return reader(name, side).where(column, values)
@@ -412,15 +412,7 @@ def _prefilter(
     found = {a: list(cs) for a, cs in single_table_conjuncts(read.shape).items()}
     for placed in read.params:
         found.setdefault(placed.alias, []).append(bound(placed.conjunct, values, sides))
-    conditions = {a: exp.and_(*cs, copy=True) for a, cs in found.items()}
-
-    def keep(alias: str, rows: pa.Table) -> pa.Table:
-        condition = conditions.get(alias)
-        if condition is None or not rows.num_rows:
-            return rows
-        return rows.filter(ArrowEvaluator.joined(rows, types).mask(condition))
-
-    return keep
+    return conjunct_prefilter(found, types)
 
 
 def report(read: JoinedChange) -> dict[str, Any]:

@@ -198,26 +198,18 @@ def _incremental(
             details = {**_report(name, changes), "change_state_on": "driver"}
             return result, {**details, **reader.notes}
     known = {read[0]: read[1]} if read is not None else None
-    joined = joined_change(tick, driver, inputs, before)
-    if joined is not None:
+    sides = {NEW: dict(tick.desc.inputs), OLD: dict(before)}
+    for read_of, state_of, report_of in _JOINED_ROUTES:
+        joined = read_of(tick, driver, inputs, before)
+        if joined is None:
+            continue
         tick.clock.lap("changes")
-        sides = {NEW: dict(tick.desc.inputs), OLD: dict(before)}
-        change = joined_change_state(driver, joined, inputs, sides, kept.schema)
+        change = state_of(driver, joined, inputs, sides, kept.schema)
         if change is not None:
             result = correct(agg, lambda: target.persisted, kept, change, reader)
-            details = {**joined_report(joined), "aggregate_state": "kept"}
+            details = {**report_of(joined), "aggregate_state": "kept"}
             return result, {**details, "change_state_on": "driver", **reader.notes}
         known = joined.changes
-    keyed = keyed_read(tick, driver, inputs, before)
-    if keyed is not None:
-        tick.clock.lap("changes")
-        sides = {NEW: dict(tick.desc.inputs), OLD: dict(before)}
-        change = keyed_change_state(driver, keyed, inputs, sides, kept.schema)
-        if change is not None:
-            result = correct(agg, lambda: target.persisted, kept, change, reader)
-            details = {**keyed_report(keyed), "aggregate_state": "kept"}
-            return result, {**details, "change_state_on": "driver", **reader.notes}
-        known = keyed.changes
     if semi_moved - agg.plan.keyed_inputs:  # keyed ones: Spark recomputes their keys
         why = (
             f"{', '.join(sorted(semi_moved))} changed under a semi-join or a scalar "
@@ -225,6 +217,14 @@ def _incremental(
         )
         return Fallback(Discovery.NOT_IN_PLACE, why)
     return _on_spark(tick, target, agg, before, kept, reader, known)
+
+
+#: The driver's routes over several inputs, tried in order (each None when it does not
+#: apply): the delta rules' joined terms, then a keyed block's two sides.
+_JOINED_ROUTES: tuple[tuple[Any, Any, Any], ...] = (
+    (joined_change, joined_change_state, joined_report),
+    (keyed_read, keyed_change_state, keyed_report),
+)
 
 
 def _on_spark(

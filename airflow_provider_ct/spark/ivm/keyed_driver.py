@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlglot import exp
 
 from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
 from airflow_provider_ct.ivm.changes.table_changes import (
@@ -49,13 +48,14 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     NEW,
     OLD,
     JoinShape,
+    conjunct_prefilter,
     join_shape,
     single_table_conjuncts,
     spelled,
     term_rows,
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
-from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows
+from airflow_provider_ct.ivm.driver.keyed_rows import SideReaders, SnapshotRows
 from airflow_provider_ct.ivm.driver.keyed_terms import kept_rows
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.keyed import KeyedRead, place_keyed
@@ -145,22 +145,21 @@ def keyed_change_state(
 
     :param snapshots: ``"new"``/``"old"`` -> input -> its snapshot on that side.
     """
-    readers: dict[tuple[str, int | None], SnapshotRows] = {}
+    from pyspark.errors import PySparkException
 
-    def reader(name: str, side: str) -> SnapshotRows:
-        key = (name, snapshots[side].get(name))
-        if key not in readers:
-            readers[key] = SnapshotRows(inputs[name], key[1], read.columns[name])
-        return readers[key]
-
+    reader = SideReaders(inputs, snapshots, read.columns)
+    parts = replace(expressions(agg), where=read.shape.condition)
     try:
-        parts = replace(expressions(agg), where=read.shape.condition)
         types = {**node_types(agg, parts), **part_types(agg, read.parts)}
+    except PySparkException as exc:  # a node Spark types only inside its query: Spark's
+        log.info("the keyed block's change is computed by Spark: %s", exc)
+        return None
+    try:
         keys = _keys(read, reader)
         if len(keys) > agg.driver_rows:
             raise NotOnDriver(f"the changes hold {len(keys):,} keys")
         read.details["keyed_keys"] = len(keys)
-        prefilter = _prefilter(read.shape, types)
+        prefilter = conjunct_prefilter(single_table_conjuncts(read.shape), types)
         sides = []
         for sign, side in ((1, NEW), (-1, OLD)):
             rows = _side_rows(read, keys, side, reader, prefilter, types, agg.driver_rows)
@@ -238,21 +237,6 @@ def _keys(read: KeyedDriverRead, reader: Callable[[str, str], SnapshotRows]) -> 
             raise NotOnDriver(f"the key's columns differ in type: {sorted(map(str, kinds))}")
         chunks = [c.cast(pa.int64()) for c in chunks]
     return pc.unique(pa.chunked_array(chunks).combine_chunks())
-
-
-def _prefilter(
-    shape: JoinShape, types: Mapping[str, pa.DataType]
-) -> Callable[[str, pa.Table], pa.Table]:
-    """Each table's rows kept by the condition's conjuncts that read it alone."""
-    conditions = {a: exp.and_(*cs, copy=True) for a, cs in single_table_conjuncts(shape).items()}
-
-    def keep(alias: str, rows: pa.Table) -> pa.Table:
-        condition = conditions.get(alias)
-        if condition is None or not rows.num_rows:
-            return rows
-        return rows.filter(ArrowEvaluator.joined(rows, types).mask(condition))
-
-    return keep
 
 
 def report(read: KeyedDriverRead) -> dict[str, Any]:
