@@ -578,6 +578,11 @@ KEYED = {
         "SELECT SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a WHERE a.v * 2 >= (SELECT 0.5 *"
         " AVG(CAST(a2.v AS DECIMAL(12, 2))) FROM {ns}.a a2 WHERE a2.k = a.k AND a2.s <> 'z')",
     ),
+    "keyed_count_of_none": (  # a COUNT over a key without rows is 0, not NULL (NULL keys too)
+        "aggregate",
+        "SELECT a.s, SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a WHERE a.v >= (SELECT"
+        " COUNT(*) * 2 FROM {ns}.b b WHERE b.k = a.k AND b.name <> 'same') GROUP BY a.s",
+    ),
     "keyed_in_having": (  # q18: IN over a subquery grouped by its output, with HAVING
         "aggregate",
         "SELECT a.k, b.name, SUM(a.v) AS t, COUNT(*) AS n FROM {ns}.a a JOIN {ns}.b b"
@@ -618,6 +623,7 @@ KEYED = {
 #: ``keyed_scalar``'s AVG of integers is a double, which only Spark computes.
 KEYED_ON_DRIVER = {
     "keyed_scalar_decimal",
+    "keyed_count_of_none",
     "keyed_in_having",
     "keyed_exists_inequality",
     "keyed_bridged",
