@@ -852,12 +852,14 @@ def test_auto_runs_small_inputs_in_full(
 def test_auto_runs_a_keyed_tick_over_few_rows_per_read_in_full(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tick that changes a keyed subquery's table evaluates the query twice: with at most
-    CT_FULL_BELOW_ROWS rows per table read (two reads here), auto runs it in full and says
-    why, though the plan keeps its aggregates in place; with fewer allowed, it recomputes
-    the keys (the boundaries: tests/test_refresh_rules.py). Every tick equals DuckDB's."""
+    """A tick that changes a keyed subquery's table evaluates the query twice in Spark
+    when the driver does not (no file cache here): with at most CT_FULL_BELOW_ROWS rows
+    per table read (two reads here), auto runs it in full and says why, though the plan
+    keeps its aggregates in place; with fewer allowed, it recomputes the keys (the
+    boundaries: tests/test_refresh_rules.py). Every tick equals DuckDB's."""
     ns, catalog, inputs = _inputs_of(spark_catalog_config, "keyed_per_read")
     sql = KEYED["keyed_scalar"][1].format(ns=ns)
+    monkeypatch.setenv(CACHE_MB_ENV, "0")
     reports = {}
     for n in (1, 2, 3, 4):
         inputs.mutate(1_000 * n - 500, change_b=False)
@@ -873,6 +875,26 @@ def test_auto_runs_a_keyed_tick_over_few_rows_per_read_in_full(
         "table reads" in reports[2]["reason"]
     ), reports[2]
     assert reports[4]["strategy"] == "aggregate", [r.get("reason") for r in reports.values()]
+
+
+def test_auto_keeps_in_place_a_keyed_tick_the_driver_evaluates(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same few rows per read, but a view whose keyed block the driver evaluates (a
+    decimal AVG, a file cache): its tick costs its keys' rows, not two Spark runs of the
+    query, so auto keeps it in place on the driver. Every tick equals DuckDB's."""
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, "keyed_per_read_driver")
+    sql = KEYED["keyed_scalar_decimal"][1].format(ns=ns)
+    monkeypatch.setenv("CT_FULL_BELOW_ROWS", "1000000")
+    reports = []
+    for n in (1, 2, 3):
+        inputs.mutate(1_000 * n - 500, change_b=False)
+        inputs.seal(1_000 * n)
+        reports.append(_tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n))
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, reports[-1])
+    seen = [(r["strategy"], r.get("keyed_on")) for r in reports[1:]]
+    assert seen == [("aggregate", "driver")] * 2, [r.get("reason") for r in reports]
 
 
 def test_auto_runs_a_large_change_of_a_group_view_in_full(
