@@ -158,14 +158,3 @@ def _codes(column: Any, keys: pa.Array) -> np.ndarray:
 
 def _combined(column: Any) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-
-
-def value_nodes(part: KeyedPart) -> list[Any]:
-    """The nodes of ``part`` evaluated over one row per key (with their aggregates), for
-    Spark to type: every aggregate, and every typed node of the value around them."""
-    from airflow_provider_ct.ivm.driver.arrow_eval import typed_nodes
-
-    nodes = list(part.aggregates)
-    if part.value is not None:
-        nodes.extend(typed_nodes([part.value]))
-    return nodes
