@@ -897,6 +897,31 @@ def test_auto_keeps_in_place_a_keyed_tick_the_driver_evaluates(
     assert seen == [("aggregate", "driver")] * 2, [r.get("reason") for r in reports]
 
 
+def test_a_keyed_block_whose_in_list_is_inlined_stays_on_the_driver(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """When ``b`` does not change, the ``IN`` over it is written into the driver's tree as
+    a literal list, and the other subqueries' placeholders are numbered again: the types
+    Spark gave them on a tick where ``b`` changed must not be reused under the wrong
+    names. Every tick is evaluated on the driver and equals DuckDB's."""
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, "keyed_inlined")
+    sql = (
+        f"SELECT a.s, COUNT(*) AS n, SUM(a.v) AS t FROM {ns}.a a WHERE a.k IN (SELECT k FROM"
+        f" {ns}.b GROUP BY k HAVING COUNT(*) > 0) AND EXISTS (SELECT 1 FROM {ns}.a a3 WHERE"
+        f" a3.k = a.k AND a3.id <> a.id) AND CAST(a.v AS DECIMAL(12, 2)) >= (SELECT 0.5 *"
+        f" AVG(CAST(a2.v AS DECIMAL(12, 2))) FROM {ns}.a a2 WHERE a2.k = a.k) GROUP BY a.s"
+    )
+    seen = []
+    for n, change_b in enumerate((True, True, False, True), start=1):
+        inputs.mutate(1_000 * n - 500, change_b=change_b)
+        inputs.seal(1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        seen.append((report["strategy"], report.get("keyed_on")))
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+    assert seen[1:] == [("aggregate", "driver")] * 3, seen
+
+
 def test_auto_runs_a_large_change_of_a_group_view_in_full(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

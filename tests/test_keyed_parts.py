@@ -34,7 +34,7 @@ def test_a_correlated_scalar_is_one_value_per_key() -> None:
     (part,) = parts
     assert (part.kind, part.input, part.alias, part.tie) == (SCALAR, "s.l", "l", "l_partkey")
     assert part.outer == ("p", "p_partkey") and part.where is None
-    assert part.value.sql() == "0.2 * __ct_agg.a0"
+    assert part.value.sql() == "0.2 * __ct_agg0.a0"
     assert [a.sql() for a in part.aggregates] == ["AVG(l.l_quantity)"]
     assert part.replaced.sql() == "l_quantity < __ct_keyed.v0"
     assert part.original(part.value).sql() == "0.2 * AVG(l.l_quantity)"
@@ -50,7 +50,7 @@ def test_an_in_grouped_by_its_output_keeps_its_having() -> None:
     assert not isinstance(parts, str), parts
     (part,) = parts
     assert (part.kind, part.tie, part.outer) == (IN, "l_orderkey", ("o", "o_orderkey"))
-    assert part.value.sql() == "__ct_agg.a0 > 300"
+    assert part.value.sql() == "__ct_agg0.a0 > 300"
     assert part.where.sql() == "NOT l.l_seen IS NULL"
     assert part.replaced.sql() == "__ct_keyed.v0"
 
@@ -83,7 +83,7 @@ def test_a_scalar_inside_a_condition_is_evaluated_with_it() -> None:
     assert not isinstance(parts, str), parts
     (part,) = parts
     assert part.replaced.sql() == "p_brand = 'x' OR 1 < __ct_keyed.v0"
-    assert part.value.sql() == "__ct_agg.a0 + 0"
+    assert part.value.sql() == "__ct_agg0.a0 + 0"
 
 
 @pytest.mark.parametrize(

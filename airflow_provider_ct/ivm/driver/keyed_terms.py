@@ -32,11 +32,11 @@ from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDrive
 from airflow_provider_ct.ivm.driver.driver_join import join_on, qualified
 from airflow_provider_ct.ivm.driver.parameter_rows import aggregate_value
 from airflow_provider_ct.ivm.plan.keyed_parts import (
-    AGGREGATE_ALIAS,
     EXISTS,
     IN,
     VALUE_ALIAS,
     KeyedPart,
+    aggregate_alias,
 )
 
 #: ``(input, column, keys)`` -> the input's rows whose ``column`` is one of ``keys``, on the
@@ -121,7 +121,7 @@ def _per_key(
             start, stop = (bounds[k], bounds[k + 1]) if k < keys else (0, 0)
             group = None if values is None else values.slice(start, stop - start)
             found.append(aggregate_value(function, group, int(stop - start), kind))
-        columns[f"{AGGREGATE_ALIAS}.a{j}"] = pa.array(found, kind)
+        columns[f"{aggregate_alias(part.index)}.a{j}"] = pa.array(found, kind)
     table = pa.table(columns) if columns else pa.table({"__ct_none": [None] * (keys + 1)})
     return ArrowEvaluator.joined(table, types).column(part.value)
 

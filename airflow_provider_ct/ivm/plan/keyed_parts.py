@@ -44,9 +44,15 @@ EXISTS = "exists"
 
 #: The aggregates a part computes per key (exactly, as Spark does, or the driver refuses).
 AGGREGATES = (exp.Sum, exp.Count, exp.Avg, exp.Min, exp.Max)
-#: The placeholders' qualifier: a part's value in the outer rows, an aggregate in a key's row.
+#: The placeholders' qualifiers: a part's value in the outer rows; an aggregate in a key's
+#: row, per part (``__ct_agg<index>``: the parts' types share one map).
 VALUE_ALIAS = "__ct_keyed"
 AGGREGATE_ALIAS = "__ct_agg"
+
+
+def aggregate_alias(index: int) -> str:
+    """The qualifier of part ``index``'s aggregate placeholders."""
+    return f"{AGGREGATE_ALIAS}{index}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ class KeyedPart:
     #: ``EXISTS`` only: conditions between its rows and the outer row (qualified), or None.
     correlated: Any = None
     #: ``SCALAR``: its output expression; ``IN``: its ``HAVING`` (or None); aggregates
-    #: replaced by ``__ct_agg.a<j>`` columns, :attr:`aggregates` in that order.
+    #: replaced by ``__ct_agg<index>.a<j>`` columns, :attr:`aggregates` in that order.
     value: Any = None
     aggregates: tuple[Any, ...] = ()
     index: int = 0
@@ -84,7 +90,7 @@ class KeyedPart:
         names = {f"a{j}": agg for j, agg in enumerate(self.aggregates)}
 
         def back(found: Any) -> Any:
-            if isinstance(found, exp.Column) and found.table == AGGREGATE_ALIAS:
+            if isinstance(found, exp.Column) and found.table == aggregate_alias(self.index):
                 return names[found.name].copy()
             return found
 
@@ -275,7 +281,7 @@ def _in(
     if tied is None:
         return f"IN's column {node.this.sql()} is not a column of the block"
     having = sub.args.get("having")
-    value, aggregates = _aggregates_out(having.this) if having is not None else (None, ())
+    value, aggregates = _aggregates_out(having.this, index) if having is not None else (None, ())
     if isinstance(value, str):
         return value
     placeholder = exp.column(f"v{index}", table=VALUE_ALIAS)
@@ -319,7 +325,7 @@ def _scalar(
     column, tied, rest = tie
     if rest:
         return "a scalar subquery correlated beyond its key is evaluated by Spark"
-    value, aggregates = _aggregates_out(qualified.expressions[0].unalias())
+    value, aggregates = _aggregates_out(qualified.expressions[0].unalias(), index)
     if isinstance(value, str):
         return value
     if not aggregates:
@@ -346,8 +352,8 @@ def _scalar(
     )
 
 
-def _aggregates_out(expression: Any) -> tuple[Any, tuple[Any, ...]] | tuple[str, tuple]:
-    """``expression`` with each aggregate replaced by ``__ct_agg.a<j>``, and the aggregates;
+def _aggregates_out(expression: Any, index: int) -> tuple[Any, tuple[Any, ...]] | tuple[str, tuple]:
+    """``expression`` with each aggregate replaced by ``__ct_agg<index>.a<j>``, and them;
     a column outside them (no single value per key) or an aggregate the driver does not
     compute is refused."""
     copy = expression.copy()
@@ -360,11 +366,11 @@ def _aggregates_out(expression: Any) -> tuple[Any, tuple[Any, ...]] | tuple[str,
         if any(isinstance(n, exp.AggFunc) for n in agg.this.walk()) if agg.this else False:
             return "an aggregate of an aggregate is evaluated by Spark", ()
         found.append(agg.copy())
-        replacement = exp.column(f"a{len(found) - 1}", table=AGGREGATE_ALIAS)
+        replacement = exp.column(f"a{len(found) - 1}", table=aggregate_alias(index))
         if agg is copy:
             copy = replacement
         else:
             agg.replace(replacement)
-    if any(c.table != AGGREGATE_ALIAS for c in copy.find_all(exp.Column)):
+    if any(c.table != aggregate_alias(index) for c in copy.find_all(exp.Column)):
         return "a column outside the aggregates of a subquery is evaluated by Spark", ()
     return copy, tuple(found)

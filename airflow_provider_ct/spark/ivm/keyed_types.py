@@ -97,9 +97,10 @@ def _conjunct_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataType]
     items = [exp.alias_(n.copy().transform(back), f"__ct_t{i}") for i, n in enumerate(nodes)]
     tree.set("expressions", items)
     sql = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
-    return analyzed(
-        agg.analysis_key, f"keyed conjunct {sql}", lambda: spark_types(agg.spark, sql, nodes)
-    )
+    # Kept by the placeholder's name too: the SQL writes the subquery back, and the same
+    # subquery is another part's index on a tick whose fixed lists were inlined.
+    what = f"keyed conjunct {node_key(part.placeholder)} {sql}"
+    return analyzed(agg.analysis_key, what, lambda: spark_types(agg.spark, sql, nodes))
 
 
 def _subquery(conjunct: Any) -> Any:
