@@ -978,11 +978,19 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
 def test_in_place_on_the_driver_equals_spark(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    """The same ticks kept in place by Spark jobs and on the driver: equal, and the oracle's."""
+    """The same ticks kept in place by Spark jobs and on the driver: equal, and the oracle's.
+
+    A third target finds its rows of the affected groups by an integer key's
+    index however few the keys (``by_key``), where the driver otherwise reads
+    the files the keys prune to: equal too.
+    """
+    from airflow_provider_ct.spark.ivm import in_place_diff
+
     ns = f"incr_paths_{name}"
     catalog = spark_catalog_config.load()
     inputs = Inputs(catalog, ns, seed=11 + len(name))
     sql = QUERIES[name][1].format(ns=ns)
+    lookups = set()
     for n in range(1, 6):
         time = 1_000 * n
         inputs.mutate(time - 500, change_b=name in ("joined_aggregate", "or_joined"))
@@ -990,6 +998,13 @@ def test_in_place_on_the_driver_equals_spark(
         monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")  # no driver: Spark's jobs
         by_spark = _tick(spark, spark_catalog_config, f"{ns}.by_spark", sql, time)
         monkeypatch.delenv("CT_DRIVER_DIFF_ROWS")
+        with monkeypatch.context() as patched:
+            patched.setattr(in_place_diff, "INLINE_KEYS", 0)
+            by_key = _tick(spark, spark_catalog_config, f"{ns}.by_key", sql, time)
+        lookups.add(by_key.get("target_rows_by"))
+        assert rows_of(catalog.load_table(f"{ns}.by_key")) == rows_of(
+            catalog.load_table(f"{ns}.by_spark")
+        ), (name, n, by_key)
         on_driver = _tick(spark, spark_catalog_config, f"{ns}.on_driver", sql, time)
         if n > 1:
             assert by_spark["strategy"] == on_driver["strategy"] == "aggregate"
@@ -1000,6 +1015,8 @@ def test_in_place_on_the_driver_equals_spark(
         spark_rows = rows_of(catalog.load_table(f"{ns}.by_spark"))
         assert spark_rows == rows_of(catalog.load_table(f"{ns}.on_driver")), (name, n)
         assert _normalized(spark_rows) == _normalized(inputs.oracle(sql)), (name, n)
+    # Views grouped by an integer key looked their rows up in its index at least once.
+    assert ("key index" in lookups) == (name in ("in_place_exprs", "derived")), lookups
 
 
 def test_in_place_views_verify_every_nth_tick_through_their_fallback(

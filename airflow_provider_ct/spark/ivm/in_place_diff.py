@@ -14,11 +14,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.ivm.changes.row_match import matching_rows
 from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES, rows_with_positions
+from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 from airflow_provider_ct.ivm.driver.in_place_driver import diff_rows
+from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows
 from airflow_provider_ct.ivm.state.aggregate_state import key_column
 from airflow_provider_ct.spark.fingerprints import Correction
 from airflow_provider_ct.spark.ivm.days import INLINE_KEYS
@@ -51,22 +54,65 @@ def driver_correction(
     limit = max(agg.driver_rows, agg.target_rows_on_driver)
     if live_rows(agg.table, agg.base_snapshot_id) > limit:
         return None
-    row_filter = None if rebuild or agg.scalar else _groups_filter(agg, affected)
-    have = rows_with_positions(
-        agg.table, agg.base_snapshot_id, agg.columns, row_filter, DRIVER_READ_FILES
-    )
+    have, lookup = _target_rows(agg, affected, rebuild)
     if have is None:
         return None  # more files than the driver reads one by one: Spark's scan
-    files_read = len(set(have.column("_file").to_pylist()))
-    if not rebuild:
-        have = _of_groups(agg, have, affected)
+    files_read = pc.count_distinct(have.column("_file")).as_py()
     rows = output()
     diff = diff_rows(rows.select(agg.columns), have, agg.columns)
     inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
     log.info("in-place rows diffed on the driver: +%d -%d", inserted, retracted)
     correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
     correction.notes["target_files_read"] = files_read
+    correction.notes["target_rows_by"] = lookup
     return correction
+
+
+def _target_rows(
+    agg: Aggregation, affected: pa.Table, rebuild: bool
+) -> tuple[pa.Table | None, str]:
+    """The target's rows of the affected groups (every row for a rebuild) with their
+    positions, and how they were found (``key index`` or ``files``); None when the
+    driver would read too many files.
+
+    Few keys prune the target's files (a target partitioned by a key); many
+    are looked up in the sorted index of an integer or date key column
+    (:meth:`~airflow_provider_ct.ivm.driver.keyed_rows.SnapshotRows.located_where`),
+    so a warm driver takes the affected rows and reads no other: reading a
+    500,000-row target whole took 0.35 s of a 2 s tick.
+    """
+    assert agg.base_snapshot_id is not None
+    row_filter = None if rebuild or agg.scalar else _groups_filter(agg, affected)
+    if row_filter is None and not (rebuild or agg.scalar):
+        by_key = _rows_by_key(agg, affected)
+        if by_key is not None:
+            return _of_groups(agg, by_key, affected), "key index"
+    have = rows_with_positions(
+        agg.table, agg.base_snapshot_id, agg.columns, row_filter, DRIVER_READ_FILES
+    )
+    return (have if have is None or rebuild else _of_groups(agg, have, affected)), "files"
+
+
+def _rows_by_key(agg: Aggregation, affected: pa.Table) -> pa.Table | None:
+    """The target's rows whose first integer or date key is one of the affected groups';
+    None without such a key, with a NULL among its values (never equal in a lookup),
+    or past the driver's files."""
+    reader = SnapshotRows(agg.table, agg.base_snapshot_id, agg.columns)
+    if reader.files > DRIVER_READ_FILES:
+        return None
+    for index, position in enumerate(agg.plan.key_positions):
+        name = agg.schema.fields[position].name
+        kind = reader.empty.schema.field(name).type
+        values = affected.column(key_column(index))
+        if not (pa.types.is_signed_integer(kind) or pa.types.is_date32(kind)):
+            continue
+        if values.null_count:
+            return None
+        try:
+            return reader.located_where(name, pc.unique(values.cast(kind)))
+        except (NotOnDriver, pa.ArrowInvalid):
+            return None
+    return None
 
 
 def _groups_filter(agg: Aggregation, affected: pa.Table) -> Any:
@@ -77,7 +123,10 @@ def _groups_filter(agg: Aggregation, affected: pa.Table) -> Any:
     iceberg: Any = expressions  # pydantic models: their constructors confuse mypy
     out: Any = None
     for index, position in enumerate(agg.plan.key_positions):
-        values = set(affected.column(key_column(index)).to_pylist())
+        column = affected.column(key_column(index))
+        if pc.count_distinct(column, mode="all").as_py() > INLINE_KEYS + 1:
+            continue  # too many to prune by (NULL counted as one of them)
+        values = set(column.to_pylist())
         present = [v for v in values if v is not None]
         exact = all(_prunable(v) for v in present)
         if len(present) > INLINE_KEYS or not exact:
