@@ -78,8 +78,12 @@ class BatchFiles:
     ) -> list[StagedFile]:
         """Position-delete files retracting ``positions`` (file, row), one per partition."""
         groups: dict[Any, list[tuple[str, int]]] = {}
+        partitions: dict[str, Any] = {}  # a file's partition looked up once, not per row
         for position in positions:
-            groups.setdefault(self._partition_of_file(position[0]), []).append(position)
+            path = position[0]
+            if path not in partitions:
+                partitions[path] = self._partition_of_file(path)
+            groups.setdefault(partitions[path], []).append(position)
         codec = parquet_codec(self.table.properties, deletes=True)
         staged = []
         for group in groups.values():
