@@ -219,6 +219,15 @@ def stage_snapshots(
     return tx, producers
 
 
+def stage_files(
+    table: Table, tx: Transaction, add_files: Sequence[str], delete_files: Sequence[str], props: Any
+) -> Any:
+    """One snapshot in ``tx`` adding staged data and position-delete files, no frontier keys:
+    for the tables the product keeps beside a target (an aggregate's state)."""
+    change = TimedChange(time=0, add_files=add_files, delete_files=delete_files)
+    return _stage_change(table, tx, _Partitions(table, tx), change, props)
+
+
 def _stage_change(
     table: Table, tx: Transaction, partitions: _Partitions, change: TimedChange, props: Any
 ) -> Any:

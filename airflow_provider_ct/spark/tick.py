@@ -13,8 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.query import query_hash
@@ -97,7 +95,7 @@ class Computed:
     incremental_ticks: int
     details: Mapping[str, Any] = field(default_factory=dict)
     #: In-place aggregates: the state to keep once the batch is staged.
-    state: pa.Table | None = None
+    state: Any = None  # a pa.Table, or an ivm.state.kept.StateDelta
     #: The plan that ran, as ``EXPLAIN`` lines (a fallback's, if the tick fell back).
     explain: tuple[str, ...] = ()
 
@@ -107,7 +105,7 @@ class Computed:
         decision: TickDecision,
         correction: Correction,
         details: Mapping[str, Any] | None = None,
-        state: pa.Table | None = None,
+        state: Any = None,
     ) -> Computed:
         """What carrying ``decision`` out computed, as the decision describes it."""
         notes = {**decision.details, **(details or {})}

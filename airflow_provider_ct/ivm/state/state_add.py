@@ -68,6 +68,12 @@ class Added:
     keys: int
     arguments: int
     extrema: int
+    #: The touched groups that still have rows, with their new state (``state``
+    #: without the untouched groups): what a kept state by deltas adds.
+    touched: pa.Table | None = None
+    #: Indexes of the rows of the given state the change touched (their old
+    #: state): what a kept state by deltas retracts.
+    retired: np.ndarray | None = None
 
     def __len__(self) -> int:
         return self.affected.num_rows
@@ -102,7 +108,7 @@ def add_change(
         may have removed (needed when ``extrema`` is not empty).
     """
     schema = state_schema(change.schema)
-    untouched, old = _aligned(state, change, keys, len(extrema))
+    untouched, old, retired = _aligned(state, change, keys, len(extrema))
     columns = {key_column(i): change.column(key_column(i)) for i in range(keys)}
     rows = _added(_old(old, ROWS, change), change.column(ROWS))
     counts = [
@@ -123,21 +129,23 @@ def add_change(
     affected = _table(columns, schema)
     if stale is not None and pc.any(stale).as_py():
         affected = _read_again(affected, _array(stale), extrema, keys, rescan)
-    kept = affected if scalar else affected.filter(pc.greater(affected.column(ROWS), 0))
+    touched = affected if scalar else affected.filter(pc.greater(affected.column(ROWS), 0))
+    kept = touched
     if untouched is not None and untouched.num_rows:
-        kept = pa.concat_tables([_cast(untouched.select(schema.names), schema), kept])
-    return Added(kept, affected, keys, arguments, len(extrema))
+        kept = pa.concat_tables([_cast(untouched.select(schema.names), schema), touched])
+    return Added(kept, affected, keys, arguments, len(extrema), touched, retired)
 
 
 def _aligned(
     state: pa.Table | None, change: pa.Table, keys: int, extrema: int
-) -> tuple[pa.Table | None, pa.Table | None]:
-    """``(the kept groups the change does not touch, the kept row of each change row)``.
+) -> tuple[pa.Table | None, pa.Table | None, np.ndarray | None]:
+    """``(the kept groups the change does not touch, the kept row of each change row,
+    the indexes of the kept rows it touches)``.
 
     The second has one row per change row, NULL where the group is new.
     """
     if state is None or not state.num_rows:
-        return None, None
+        return None, None, None
     missing = missing_columns(state.schema.names, extrema)
     if missing:
         raise StateMismatchError(f"the kept state has no column {missing[0]} (an older state)")
@@ -149,7 +157,7 @@ def _aligned(
     hit = np.zeros(state.num_rows, dtype=bool)
     hit[index[index >= 0]] = True
     old = state.take(pa.array(index, mask=index < 0))
-    return state.filter(pa.array(~hit)), old
+    return state.filter(pa.array(~hit)), old, np.flatnonzero(hit)
 
 
 def _old(old: pa.Table | None, name: str, change: pa.Table) -> pa.Array:

@@ -69,6 +69,7 @@ from airflow_provider_ct.ivm.state.extrema import (
     missing_columns,
     removed_column,
 )
+from airflow_provider_ct.ivm.state.kept import KeptState, StateDelta, state_rows
 from airflow_provider_ct.ivm.state.state_add import Added, add_change
 from airflow_provider_ct.ivm.state.state_rows import every_row
 from airflow_provider_ct.spark.diff import compute_correction
@@ -150,7 +151,8 @@ class InPlaceResult:
     """A tick's correction and the state to keep once its batch is staged."""
 
     correction: Correction
-    state: pa.Table
+    #: The whole state, or what changed in it (kept by deltas).
+    state: pa.Table | StateDelta
     groups: int
 
 
@@ -345,7 +347,7 @@ def pull(frame: DataFrame, limit: int, what: str) -> pa.Table:
 def correct(
     agg: Aggregation,
     persisted: Callable[[], DataFrame | None],
-    kept: pa.Table | None,
+    kept: KeptState | None,
     change: pa.Table,
     rescan: Rescan | None = None,
 ) -> InPlaceResult:
@@ -355,11 +357,16 @@ def correct(
     asked for only when the driver cannot diff. Only the groups in
     ``change`` are compared with the target: their rows (``<=>`` on every
     key), or the whole target in a rebuild. ``rescan`` reads the extrema a
-    deletion may have removed (:mod:`.in_place_rescan`).
+    deletion may have removed (:mod:`.in_place_rescan`). The state to keep
+    is a delta of the touched groups where the kept state was read by
+    their keys (:mod:`~airflow_provider_ct.ivm.state.kept`), else whole.
     """
     keys, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
+    located = None
+    if kept is not None and agg.target_columns is None and not agg.scalar:
+        located = kept.located(change, keys)
     added = add_change(
-        kept,
+        None if kept is None else kept.whole() if located is None else state_rows(located),
         change,
         keys,
         arguments,
@@ -372,6 +379,9 @@ def correct(
         outer = outer_correction(agg, _every_row(agg, state), persisted, agg.target_columns)
         outer.notes["affected_groups"] = len(added)
         return InPlaceResult(outer, state, state.num_rows)
+    kept_as: pa.Table | StateDelta = state
+    if kept is not None and located is not None:
+        kept_as = kept.delta(added, located)
     rows = functools.partial(_output, agg, added)
     correction = driver_correction(agg, added.key_table(), rows, rebuild=kept is None)
     if correction is None:
@@ -381,7 +391,10 @@ def correct(
             have = _affected_rows(agg, have, change)
         correction = compute_correction(desired, have, agg.columns, on_driver=True)
     correction.notes["affected_groups"] = len(added)
-    return InPlaceResult(correction, state, state.num_rows)
+    if isinstance(kept_as, StateDelta):
+        correction.notes["state_kept_as"] = "delta"
+        return InPlaceResult(correction, kept_as, kept_as.groups)
+    return InPlaceResult(correction, kept_as, state.num_rows)
 
 
 def _output(agg: Aggregation, added: Added) -> pa.Table:

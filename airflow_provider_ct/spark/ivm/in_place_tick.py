@@ -49,7 +49,8 @@ from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.decision import Action, Discovery, Fallback, TickDecision
 from airflow_provider_ct.ivm.plan.refresh import join_reads_reason
 from airflow_provider_ct.ivm.plan.sizes import read_check
-from airflow_provider_ct.ivm.state.table import read_state, write_state
+from airflow_provider_ct.ivm.state.kept import KeptState, StateDelta
+from airflow_provider_ct.ivm.state.table import state_head, write_state, write_state_delta
 from airflow_provider_ct.spark.ivm.analysis_cache import analysis_key
 from airflow_provider_ct.spark.ivm.fixed_lists import inline_fixed_lists
 from airflow_provider_ct.spark.ivm.in_place import (
@@ -139,7 +140,7 @@ def _kept(
     assert decision.base is not None
     before = decision.base.before
     try:
-        kept, _ = read_state(tick.catalog, tick.desc.target, query_hash(tick.sql), before)
+        kept = KeptState(state_head(tick.catalog, tick.desc.target, query_hash(tick.sql), before))
         moved = agg.plan.driver_kept_inputs & decision.base.changed
         outcome = _incremental(tick, target, agg, before, kept, moved)
     except KeyedReadError as exc:  # the keyed rule does not serve this tick: not the state
@@ -175,7 +176,7 @@ def _incremental(
     target: Target,
     agg: Aggregation,
     before: Mapping[str, int | None],
-    kept: Any,
+    kept: KeptState,
     semi_moved: frozenset[str] = frozenset(),
 ) -> tuple[InPlaceResult, dict[str, Any]] | Fallback:
     """The tick from the kept state: on the driver when it can, else with Spark's jobs.
@@ -232,7 +233,7 @@ def _on_spark(
     target: Target,
     agg: Aggregation,
     before: Mapping[str, int | None],
-    kept: Any,
+    kept: KeptState,
     reader: ExtremaReader,
     known: Mapping[str, TableChanges] | None,
 ) -> tuple[InPlaceResult, dict[str, Any]] | Fallback:
@@ -306,6 +307,12 @@ def keep_state(tick: Tick, computed: Computed) -> None:
     if computed.state is None:
         return
     digest = query_hash(tick.sql)
+    if isinstance(computed.state, StateDelta):
+        delta = computed.state
+        write_state_delta(
+            delta.head, delta.rows, delta.retracted, digest, tick.desc.inputs, batch_id=tick.desc.id
+        )
+        return
     write_state(
         tick.catalog,
         tick.desc.target,
