@@ -41,7 +41,6 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,17 +57,17 @@ from airflow_provider_ct.core.timeline import Timeline, WallClockUpper  # noqa: 
 from airflow_provider_ct.spark.conf import local_session  # noqa: E402
 from airflow_provider_ct.spark.write_job import run_write  # noqa: E402
 from bench.view_bench_data import JOIN_AGG, MOR, TOUCHED, VIEWS, ViewCase  # noqa: E402
+from bench.view_bench_output import (  # noqa: E402
+    LABELS,
+    METHODS,
+    TINY_TICKS,
+    CaseResult,
+    acceptance_summary,
+    print_table,
+    print_tiny,
+)
 
 NS = "bench"
-#: Every method, as the tables list them (they run a, b, c, e, d).
-METHODS = ("a", "b", "c", "d", "e")
-LABELS = {
-    "a": "(a) overwrite",
-    "b": "(b) merge full",
-    "c": "(c) dbt incr",
-    "d": "(d) ours full",
-    "e": "(e) ours auto",
-}
 #: Data files of each baseline target (ours are laid out by the write job).
 TARGET_FILES = 8
 MILLION = 1_000_000
@@ -77,24 +76,6 @@ ACCEPTANCE_ROWS = (1 * MILLION, 5 * MILLION, 10 * MILLION)
 ACCEPTANCE_CHANGED = 50_000
 FULL_TABLE_ROWS = ACCEPTANCE_ROWS
 FULL_TABLE_RATES: tuple[float, ...] = (0.001, 0.01, 0.1)
-
-
-@dataclass
-class CaseResult:
-    view: str
-    rows: int
-    changed: dict[str, int]
-    seconds: dict[str, float] = field(default_factory=dict)
-    bytes: dict[str, int] = field(default_factory=dict)
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: (e)'s seconds in each untimed round before the timed one (the first: a cold driver).
-    prior_e: list[float] = field(default_factory=list)
-
-    def ratio(self, num: str, den: str) -> float:
-        return self.seconds[num] / max(1e-9, self.seconds[den])
-
-    def bytes_ratio(self, num: str, den: str) -> float:
-        return self.bytes[num] / max(1, self.bytes[den])
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -314,10 +295,6 @@ def run_case(
 # --- the tiny tick ----------------------------------------------------------------------------
 
 
-#: Incremental ticks of the tiny view; the last one's phases are reported.
-TINY_TICKS = 3
-
-
 def tiny_tick(spark: Any, config: CatalogConfig) -> dict[str, Any]:
     """100 orders, one changed, the GROUP BY view, through run_write on the warm session.
 
@@ -343,55 +320,6 @@ def tiny_tick(spark: Any, config: CatalogConfig) -> dict[str, Any]:
     # and code generation for the query's shapes; a warm driver pays it once.
     report["first_tick_phases"] = first.get("phases", {})
     return report
-
-
-def print_tiny(report: dict[str, Any]) -> None:
-    phases: dict[str, float] = report.get("phases", {})
-    print(f"\ntiny tick (100 orders, 1 changed, join_agg, refresh=auto): {json.dumps(report)}")
-    print(
-        f"tiny tick phases (s): {', '.join(f'{k}={v}' for k, v in phases.items())}; "
-        f"sum {sum(phases.values()):.2f} s (target <= 3 s); whole tick {report['tick_s']:.2f} s"
-        f" (tick {TINY_TICKS} of the session; the first: {report.get('first_tick_phases')})"
-    )
-
-
-# --- output -----------------------------------------------------------------------------------
-
-
-def print_table(results: list[CaseResult]) -> None:
-    mb = 1024 * 1024
-    for view in sorted({r.view for r in results}):
-        print(f"\n### {view}\n")
-        print(
-            "| rows | changed | "
-            + " | ".join(f"{LABELS[m]} s" for m in METHODS)
-            + " | (e) first tick s | (e) strategy | (e)/(a) | (e)/(b) | (e)/(c) | (d)/(b) | "
-            + " | ".join(f"{m} MB" for m in METHODS)
-            + " | (e)/(a) bytes |"
-        )
-        print("|---" * (2 + len(METHODS) + 6 + len(METHODS) + 1) + "|")
-        for r in (r for r in results if r.view == view):
-            changed = ", ".join(f"{k} {v:,}" for k, v in r.changed.items())
-            print(
-                f"| {r.rows:,} | {changed} | "
-                + " | ".join(f"{r.seconds[m]:.2f}" for m in METHODS)
-                + f" | {', '.join(f'{s:.2f}' for s in r.prior_e) or '-'}"
-                + f" | {r.reports['e'].get('strategy', '?')} "
-                + f"| {r.ratio('e', 'a'):.2f}x | {r.ratio('e', 'b'):.2f}x "
-                + f"| {r.ratio('e', 'c'):.2f}x | {r.ratio('d', 'b'):.2f}x | "
-                + " | ".join(f"{r.bytes[m] / mb:.2f}" for m in METHODS)
-                + f" | {r.bytes_ratio('e', 'a'):.2%} |"
-            )
-
-
-def acceptance_summary(results: list[CaseResult]) -> dict[str, float]:
-    small, middle, large = results
-    return {
-        "incr_over_b": round(middle.ratio("e", "b"), 4),
-        "incr_over_c": round(middle.ratio("e", "c"), 4),
-        "growth_10x": round(large.seconds["e"] / max(1e-9, small.seconds["e"]), 4),
-        "staged_over_a": round(middle.bytes_ratio("e", "a"), 4),
-    }
 
 
 # --- main -------------------------------------------------------------------------------------

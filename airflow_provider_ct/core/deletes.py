@@ -64,13 +64,13 @@ def write_position_deletes(
     """
     if not positions:
         raise StagingError("a position-delete file needs at least one position")
-    ordered = sorted(positions)
-    if len(set(ordered)) != len(ordered):
-        raise StagingError("position deletes must not repeat a (file_path, pos) pair")
+    # Sorted and checked in Arrow: Python's sort and set of 50k tuples took 0.05 s a tick.
     table = pa.table(
-        {"file_path": [p for p, _ in ordered], "pos": [q for _, q in ordered]},
+        {"file_path": [p for p, _ in positions], "pos": [q for _, q in positions]},
         schema=POSITION_DELETE_SCHEMA,
-    )
+    ).sort_by([("file_path", "ascending"), ("pos", "ascending")])
+    if table.group_by(["file_path", "pos"]).aggregate([]).num_rows != table.num_rows:
+        raise StagingError("position deletes must not repeat a (file_path, pos) pair")
     with io.new_output(path).create(overwrite=True) as out:
         pq.write_table(table, out, **(codec or ParquetCodec(DEFAULT_CODEC)).arrow_kwargs())
     return len(io.new_input(path))
