@@ -8,6 +8,7 @@ equals DuckDB's over the test's rows, and the state table, read back with
 PyIceberg (position deletes applied), holds exactly one row per group with
 the group's row count, as DuckDB counts them. The deltas pile up to
 ``DELTA_FILES`` data files, then a tick writes the state whole again.
+A state of fewer groups than ``DELTA_MIN_GROUPS`` is always written whole.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def test_a_state_kept_by_deltas_holds_every_group_once(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(kept, "DELTA_FILES", 3)
+    monkeypatch.setattr(kept, "DELTA_MIN_GROUPS", 1)  # a few groups, kept by deltas all the same
     ns = "kept_deltas"
     catalog = spark_catalog_config.load()
     inputs = Inputs(catalog, ns, seed=5)
@@ -66,3 +68,21 @@ def test_a_state_kept_by_deltas_holds_every_group_once(
     # Past DELTA_FILES files a tick reads and writes the state whole: one file again.
     assert max(files) <= kept.DELTA_FILES + 1, files
     assert "aggregate" in kept_as[1:] and 1 in files[2:], (kept_as, files)
+
+
+def test_a_state_of_few_groups_is_kept_whole(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    ns = "kept_whole"
+    catalog = spark_catalog_config.load()
+    inputs = Inputs(catalog, ns, seed=6)
+    sql, files = SQL.format(ns=ns), []
+    for n in range(1, 4):
+        inputs.mutate(1_000 * n - 500, change_b=False)
+        inputs.seal(1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        assert "state_kept_as" not in report, report
+        assert _kept_counts(catalog, ns) == inputs.oracle(COUNTS.format(ns=ns)), (n, report)
+        summary = catalog.load_table(f"{ns}.view__ct_state").current_snapshot().summary
+        files.append(int(summary["total-data-files"]))
+    assert report["strategy"] == "aggregate" and files == [1, 1, 1], (report, files)

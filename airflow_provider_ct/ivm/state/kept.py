@@ -15,8 +15,9 @@ an aggregate without ``GROUP BY`` or a nested view (whose outer query reads
 every group's row), a first key that is not integers or dates or holds a
 NULL among the change's groups (a lookup never matches NULL), a state of
 nested column types (whose whole read's types this could not promise),
-and a state of more than :data:`DELTA_FILES` data files (every delta adds
-one: the whole write brings it back to one).
+a state of fewer than :data:`DELTA_MIN_GROUPS` groups (cheap to write
+whole), and a state of more than :data:`DELTA_FILES` data files (every
+delta adds one: the whole write brings it back to one).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ from airflow_provider_ct.ivm.state.table import StateHead
 
 #: A state of more data files than this is read and written whole (compacted).
 DELTA_FILES = 16
+#: A state of fewer groups is read and written whole: one small file costs less
+#: than a delta's two files and a compaction (a table created again) every
+#: :data:`DELTA_FILES` ticks.
+DELTA_MIN_GROUPS = 10_000
 _LOCATION = ["_file", "_pos"]
 
 
@@ -74,7 +79,10 @@ class KeptState:
     def located(self, change: pa.Table, keys: int) -> pa.Table | None:
         """The kept rows whose first key is one of the change's, with ``_file`` and
         ``_pos``; None when this tick reads the state whole (see the module)."""
-        if not keys or self._whole is not None or self.head.data_files > DELTA_FILES:
+        head = self.head
+        if not keys or self._whole is not None or head.groups < DELTA_MIN_GROUPS:
+            return None
+        if head.data_files > DELTA_FILES:
             return None
         name = key_column(0)
         kind = self.schema.field(name).type
