@@ -20,6 +20,7 @@ both keys, and a snapshot written by anything else carries neither.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
@@ -282,8 +283,10 @@ def _state_table(catalog: Any, name: str, target: str, schema: pa.Schema) -> tup
         log.info("%s has other columns than the view's state now, or deletes: created again", name)
         try:
             catalog.purge_table(name)  # its files too: nothing else reads them
-        except NotImplementedError:
-            catalog.drop_table(name)
+        except Exception as exc:  # a catalog that does not purge: dropped, files left
+            log.info("could not purge %s (%s): dropped instead", name, exc)
+            with contextlib.suppress(NoSuchTableError):
+                catalog.drop_table(name)
         return catalog.create_table(name, schema=schema, properties=properties), []
     if any(table.properties.get(k) != v for k, v in _METADATA_KEPT.items()):
         with table.transaction() as tx:
