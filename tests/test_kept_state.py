@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from airflow_provider_ct.ivm.state import kept
+from airflow_provider_ct.ivm.driver import kept_state as kept
 from tests.helpers import rows_of
 from tests.test_incremental import Inputs, _normalized, _tick
 

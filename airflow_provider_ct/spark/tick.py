@@ -95,7 +95,7 @@ class Computed:
     incremental_ticks: int
     details: Mapping[str, Any] = field(default_factory=dict)
     #: In-place aggregates: the state to keep once the batch is staged.
-    state: Any = None  # a pa.Table, or an ivm.state.kept.StateDelta
+    state: Any = None  # a pa.Table, or an ivm.driver.kept_state.StateDelta
     #: The plan that ran, as ``EXPLAIN`` lines (a fallback's, if the tick fell back).
     explain: tuple[str, ...] = ()
 

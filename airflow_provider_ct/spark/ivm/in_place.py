@@ -51,6 +51,7 @@ from airflow_provider_ct.ivm.driver.arrow_eval import (
 )
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
+from airflow_provider_ct.ivm.driver.kept_state import KeptState, StateDelta, state_rows
 from airflow_provider_ct.ivm.driver.parameter_rows import Parameter
 from airflow_provider_ct.ivm.plan.in_place import AVG, MAX, SUM, InPlace
 from airflow_provider_ct.ivm.plan.planner import Plan
@@ -69,7 +70,6 @@ from airflow_provider_ct.ivm.state.extrema import (
     missing_columns,
     removed_column,
 )
-from airflow_provider_ct.ivm.state.kept import KeptState, StateDelta, state_rows
 from airflow_provider_ct.ivm.state.state_add import Added, add_change
 from airflow_provider_ct.ivm.state.state_rows import every_row
 from airflow_provider_ct.spark.diff import compute_correction
@@ -359,7 +359,7 @@ def correct(
     key), or the whole target in a rebuild. ``rescan`` reads the extrema a
     deletion may have removed (:mod:`.in_place_rescan`). The state to keep
     is a delta of the touched groups where the kept state was read by
-    their keys (:mod:`~airflow_provider_ct.ivm.state.kept`), else whole.
+    their keys (:mod:`~airflow_provider_ct.ivm.driver.kept_state`), else whole.
     """
     keys, arguments = len(agg.plan.key_sql), len(agg.in_place.arguments)
     located = None

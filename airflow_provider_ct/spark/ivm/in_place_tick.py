@@ -45,11 +45,11 @@ from airflow_provider_ct.ivm.changes.table_changes import (
     table_changes,
 )
 from airflow_provider_ct.ivm.driver.driver_join import NEW, OLD
+from airflow_provider_ct.ivm.driver.kept_state import KeptState, StateDelta
 from airflow_provider_ct.ivm.plan.columns import referenced_columns
 from airflow_provider_ct.ivm.plan.decision import Action, Discovery, Fallback, TickDecision
 from airflow_provider_ct.ivm.plan.refresh import join_reads_reason
 from airflow_provider_ct.ivm.plan.sizes import read_check
-from airflow_provider_ct.ivm.state.kept import KeptState, StateDelta
 from airflow_provider_ct.ivm.state.table import state_head, write_state, write_state_delta
 from airflow_provider_ct.spark.ivm.analysis_cache import analysis_key
 from airflow_provider_ct.spark.ivm.fixed_lists import inline_fixed_lists

@@ -8,7 +8,7 @@ its change touches, looked up in the sorted index of the state's first key
 column (integers or dates; the file cache keeps the index, since a state
 file never changes), and keeps the new state as a *delta*: the touched
 groups' new rows added, their old rows retracted by position, in one
-commit (:func:`~.table.write_state_delta`).
+commit (:func:`~airflow_provider_ct.ivm.state.table.write_state_delta`).
 
 Read whole instead (and written whole, which also compacts the deltas):
 an aggregate without ``GROUP BY`` or a nested view (whose outer query reads
