@@ -27,10 +27,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
-from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows
 from airflow_provider_ct.ivm.state.aggregate_state import key_column
 from airflow_provider_ct.ivm.state.state_add import Added
@@ -84,16 +82,13 @@ class KeptState:
             return None
         if head.data_files > DELTA_FILES:
             return None
-        name = key_column(0)
-        kind = self.schema.field(name).type
-        values = change.column(name)
-        if values.null_count or not (pa.types.is_signed_integer(kind) or pa.types.is_date32(kind)):
+        reader = SnapshotRows(head.table, head.snapshot_id, self.schema.names)
+        found = reader.located_by_index(key_column(0), change.column(key_column(0)))
+        if found is None:
             return None
-        reader = SnapshotRows(self.head.table, self.head.snapshot_id, self.schema.names)
         try:
-            found = reader.located_where(name, pc.unique(values.cast(kind)))
             rows = found.drop_columns(_LOCATION).cast(self.schema)
-        except (NotOnDriver, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         return pa.Table.from_arrays(
             [*rows.columns, *(found.column(c) for c in _LOCATION)],

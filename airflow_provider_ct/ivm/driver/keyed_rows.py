@@ -98,6 +98,18 @@ class SnapshotRows:
             lambda entry, rows: self._positions(entry, rows, column, values), located=True
         )
 
+    def located_by_index(self, column: str, values: pa.Array | pa.ChunkedArray) -> pa.Table | None:
+        """:meth:`located_where` when ``column`` is integers or dates (a lookup in its
+        sorted index); None otherwise, or when ``values`` hold a NULL (a lookup never
+        matches NULL, so the caller reads another way) or do not fit the column."""
+        kind = self.empty.schema.field(column).type
+        if values.null_count or not _indexable(kind):
+            return None
+        try:
+            return self.located_where(column, pc.unique(values.cast(kind)))
+        except (NotOnDriver, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+
     @property
     def files(self) -> int:
         """The snapshot's live data files."""

@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.ivm.changes.row_match import matching_rows
 from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES, rows_with_positions
-from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 from airflow_provider_ct.ivm.driver.in_place_driver import diff_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows
 from airflow_provider_ct.ivm.state.aggregate_state import key_column
@@ -103,15 +102,8 @@ def _rows_by_key(agg: Aggregation, affected: pa.Table) -> pa.Table | None:
     for index, position in enumerate(agg.plan.key_positions):
         name = agg.schema.fields[position].name
         kind = reader.empty.schema.field(name).type
-        values = affected.column(key_column(index))
-        if not (pa.types.is_signed_integer(kind) or pa.types.is_date32(kind)):
-            continue
-        if values.null_count:
-            return None
-        try:
-            return reader.located_where(name, pc.unique(values.cast(kind)))
-        except (NotOnDriver, pa.ArrowInvalid):
-            return None
+        if pa.types.is_signed_integer(kind) or pa.types.is_date32(kind):
+            return reader.located_by_index(name, affected.column(key_column(index)))
     return None
 
 
