@@ -619,9 +619,11 @@ KEYED = {
 }
 
 
-#: The in-place views whose keyed blocks the driver evaluates itself (no Spark job);
+#: The views whose keyed blocks the driver evaluates itself (no Spark job; the linear one
+#: diffed by its key column against the target);
 #: ``keyed_scalar``'s AVG of integers is a double, which only Spark computes.
 KEYED_ON_DRIVER = {
+    "keyed_min_linear",
     "keyed_scalar_decimal",
     "keyed_count_of_none",
     "keyed_in_having",

@@ -86,13 +86,42 @@ def test_a_scalar_inside_a_condition_is_evaluated_with_it() -> None:
     assert part.value.sql() == "__ct_agg0.a0 + 0"
 
 
+def test_a_subquery_over_several_tables_joins_them_from_the_tied_one() -> None:
+    """TPC-H q2's shape: the subquery reads the block's tables again under their own names
+    (SQL's innermost scope: its bare columns are its tables'), tied by one of them; its
+    other tables join by the subquery's equalities, kept in its own conditions with the
+    filter on ``o`` (an ``ON`` too)."""
+    parts = _parts(
+        "SELECT p_partkey, l_price FROM s.p, s.l, s.o WHERE p_partkey = l_partkey AND"
+        " o_orderkey = l_orderkey AND l_price = (SELECT MIN(l_price) FROM s.l JOIN s.o ON"
+        " o_orderkey = l_orderkey WHERE p_partkey = l_partkey AND o_status = 'F')"
+    )
+    assert not isinstance(parts, str), parts
+    (part,) = parts
+    assert (part.kind, part.input, part.alias, part.tie) == (SCALAR, "s.l", "l", "l_partkey")
+    assert part.outer == ("p", "p_partkey")
+    assert part.reads == (("l", "s.l"), ("o", "s.o"))
+    assert part.where.sql() == "o.o_status = 'F' AND o.o_orderkey = l.l_orderkey"
+    assert [a.sql() for a in part.aggregates] == ["MIN(l.l_price)"]
+
+
 @pytest.mark.parametrize(
     ("sql", "reason"),
     [
         (
+            "SELECT COUNT(*) FROM s.p WHERE p_brand = (SELECT MIN(l_price) FROM s.l LEFT JOIN"
+            " s.o ON o_orderkey = l_orderkey WHERE l_partkey = p_partkey)",
+            "an outer join",
+        ),
+        (
+            "SELECT COUNT(*) FROM s.p WHERE p_brand = (SELECT MIN(l_price) FROM s.l WHERE"
+            " l_partkey = p_partkey AND l_orderkey IN (SELECT o_orderkey FROM s.o))",
+            "a subquery of its own",
+        ),
+        (
             "SELECT COUNT(*) FROM s.p WHERE p_brand = (SELECT MIN(l_price) FROM s.l, s.o"
-            " WHERE l_partkey = p_partkey AND o_orderkey = l_orderkey)",
-            "over other than one table",
+            " WHERE l_partkey = p_partkey AND o_orderkey = l_orderkey AND o_custkey = p_brand)",
+            "correlated beyond its key",
         ),
         (
             "SELECT p_brand, (SELECT COUNT(*) FROM s.l WHERE l_partkey = p_partkey) FROM s.p",

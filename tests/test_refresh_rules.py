@@ -85,6 +85,8 @@ def test_small_inputs(rows: int, limit: int, expected: str | None) -> None:
 def test_small_inputs_send_every_strategy_but_aggregates_in_place_full(strategy: str) -> None:
     assert small_inputs_reason(10, 250_000, strategy) == _small(10, 250_000)
     assert small_inputs_reason(10, 250_000, AGGREGATE) is None
+    # A keyed block the driver evaluates has no Spark job's fixed cost either.
+    assert small_inputs_reason(10, 250_000, strategy, on_driver=True) is None
 
 
 def _settings(refresh: str) -> RefreshSettings:

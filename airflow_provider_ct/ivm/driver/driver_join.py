@@ -102,6 +102,16 @@ def join_shape(
     return JoinShape(tuple(inputs), equalities, condition)
 
 
+def tables_shape(
+    tables: Sequence[tuple[str, str]], condition: Any, columns: Mapping[str, Sequence[str]]
+) -> JoinShape:
+    """The join of ``tables`` (``(alias, input)``, in order) under ``condition``: a keyed
+    subquery's own tables, whose columns ``condition`` names qualified."""
+    inputs = tuple(JoinInput(alias, name, tuple(columns[name])) for alias, name in tables)
+    equalities = _equalities(condition, inputs) if condition is not None else ()
+    return JoinShape(inputs, equalities, condition)
+
+
 def _equalities(
     condition: Any, inputs: Sequence[JoinInput]
 ) -> tuple[tuple[tuple[str, str], tuple[str, str]], ...]:

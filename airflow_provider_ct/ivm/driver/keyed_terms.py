@@ -7,7 +7,9 @@ minus as they were. Spark evaluated those two terms over the keys' rows
 into joins and aggregates). Here the driver evaluates each side: the
 block's join of the keys' rows (:func:`~.driver_join.term_rows`), then each
 subquery taken apart by :mod:`~airflow_provider_ct.ivm.plan.keyed_parts`,
-computed per key from its table's rows of those keys at the same snapshot,
+computed per key from its table's rows of those keys at the same snapshot
+(a subquery over several tables: those rows joined with the others, each
+fetched by the values it joins on, :func:`~.driver_join.term_rows` again),
 and kept as a column of the joined rows in the subquery's place; the
 conjuncts holding them are evaluated like the rest of the condition
 (:class:`~.arrow_eval.ArrowEvaluator`, Spark's types, exact or refused).
@@ -29,7 +31,14 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver, node_key
-from airflow_provider_ct.ivm.driver.driver_join import join_on, qualified
+from airflow_provider_ct.ivm.driver.driver_join import (
+    conjunct_prefilter,
+    join_on,
+    qualified,
+    single_table_conjuncts,
+    tables_shape,
+    term_rows,
+)
 from airflow_provider_ct.ivm.driver.parameter_rows import aggregate_value
 from airflow_provider_ct.ivm.plan.keyed_parts import (
     EXISTS,
@@ -52,13 +61,17 @@ def kept_rows(
     parts: Sequence[KeyedPart],
     fetch: InnerFetch,
     types: Mapping[str, pa.DataType],
+    columns: Mapping[str, Sequence[str]],
 ) -> pa.Table:
-    """The joined ``rows`` (columns ``alias.column``) whose subquery conjuncts all hold."""
+    """The joined ``rows`` (columns ``alias.column``) whose subquery conjuncts all hold.
+
+    :param columns: input name -> the columns of it read (a subquery's tables' joins).
+    """
     if not rows.num_rows:
         return rows
     with_values = rows
     for part in parts:
-        value = _part_value(rows, part, fetch, types)
+        value = _part_value(rows, part, fetch, types, columns)
         name = f"{VALUE_ALIAS}.v{part.index}"
         with_values = with_values.append_column(pa.field(name, value.type), value)
     evaluator = ArrowEvaluator.joined(with_values, types)
@@ -70,15 +83,42 @@ def kept_rows(
     return rows.filter(mask)
 
 
+def _inner_rows(
+    part: KeyedPart,
+    keys: pa.Array,
+    fetch: InnerFetch,
+    types: Mapping[str, pa.DataType],
+    columns: Mapping[str, Sequence[str]],
+) -> pa.Table:
+    """The subquery's rows whose tied column is one of ``keys``, its own conditions applied
+    (columns ``alias.column``): its tied table's, joined with its other tables."""
+    tied = fetch(part.input, part.tie, keys)
+    if len(part.reads) == 1:
+        inner = qualified(tied, part.alias)
+    else:
+        shape = tables_shape(part.reads, part.where, columns)
+        prefilter = conjunct_prefilter(single_table_conjuncts(shape), types)
+
+        def by_join(name: str, _side: str, column: str, values: pa.Array) -> pa.Table:
+            return fetch(name, column, values)  # ``fetch`` reads the side being evaluated
+
+        inner = term_rows(shape, 0, tied, by_join, prefilter, all_new=True)
+    if part.where is not None and inner.num_rows:
+        inner = inner.filter(ArrowEvaluator.joined(inner, types).mask(part.where))
+    return inner
+
+
 def _part_value(
-    rows: pa.Table, part: KeyedPart, fetch: InnerFetch, types: Mapping[str, pa.DataType]
+    rows: pa.Table,
+    part: KeyedPart,
+    fetch: InnerFetch,
+    types: Mapping[str, pa.DataType],
+    columns: Mapping[str, Sequence[str]],
 ) -> pa.Array:
     """The part's value for every row of ``rows``."""
     outer = _combined(rows.column(f"{part.outer[0]}.{part.outer[1]}"))
     keys = pc.unique(pc.drop_null(outer))
-    inner = qualified(fetch(part.input, part.tie, keys), part.alias)
-    if part.where is not None and inner.num_rows:
-        inner = inner.filter(ArrowEvaluator.joined(inner, types).mask(part.where))
+    inner = _inner_rows(part, keys, fetch, types, columns)
     if part.kind == EXISTS:
         return _exists(rows, outer, inner, part, types)
     codes = _codes(inner.column(f"{part.alias}.{part.tie}"), keys)
@@ -137,8 +177,9 @@ def _exists(
     tie = inner.column(f"{part.alias}.{part.tie}")
     if part.correlated is None:
         return pc.fill_null(pc.is_in(outer, value_set=pc.unique(_combined(tie))), False)
-    if any(name.startswith(f"{part.alias}.") for name in rows.column_names):
-        raise NotOnDriver(f"the subquery's alias {part.alias} is also the block's")
+    for alias, _ in part.reads:
+        if any(name.startswith(f"{alias}.") for name in rows.column_names):
+            raise NotOnDriver(f"the subquery's alias {alias} is also the block's")
     numbered = rows.append_column(_ROW, pa.array(np.arange(rows.num_rows), pa.int64()))
     joined = join_on(numbered, inner, [(part.outer, (part.alias, part.tie))])
     if not joined.num_rows:

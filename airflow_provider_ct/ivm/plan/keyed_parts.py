@@ -18,13 +18,21 @@ key rather than a query:
   ``l2.l_suppkey <> l1.l_suppkey``) is one boolean per outer row: some row
   of its key passes them.
 
+A subquery may inner-join several tables (TPC-H q2's ``MIN(ps_supplycost)``
+over ``partsupp``, ``supplier``, ``nation``, ``region``): its rows of a key
+are then the tied table's rows of that key joined with the others by the
+subquery's equalities, each fetched by the values it joins on, so they
+still cost the key's matches.
+
 This module only takes the SQL apart (with the tables' columns, to place
 bare columns); :mod:`airflow_provider_ct.ivm.driver.keyed_terms` evaluates.
-Every column of a part is qualified: the subquery's own by its alias, the
-block's by theirs. What it does not take (two tables in a subquery, a
-subquery that is not a conjunct of ``WHERE``, a correlated column outside
-``EXISTS``, ``DISTINCT`` aggregates) is refused with the reason, and the
-tick evaluates the block in Spark as before.
+Every column of a part is qualified: the subquery's own by their aliases
+(SQL's innermost scope: a subquery's table shadows a block table of the
+same name), the block's by theirs. What it does not take (an outer join or
+a subquery inside a subquery, a subquery that is not a conjunct of
+``WHERE``, a correlated column outside ``EXISTS``, ``DISTINCT`` aggregates)
+is refused with the reason, and the tick evaluates the block in Spark as
+before.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.ivm.plan.keyed import direct_subqueries, subquery_owner, table_scope
+from airflow_provider_ct.ivm.plan.select_shape import sources
 from airflow_provider_ct.ivm.plan.subqueries import unnegated, where_conjuncts
 
 SCALAR = "scalar"
@@ -64,7 +73,8 @@ class KeyedPart:
     conjunct: Any
     #: That conjunct with the subquery replaced by :attr:`placeholder` (``NOT`` kept).
     replaced: Any
-    #: The subquery's one table, and its alias there (lower-cased).
+    #: The subquery's table that holds the tie (its one table, or the one of several whose
+    #: column the tie names), and its alias there (lower-cased).
     input: str
     alias: str
     #: The subquery table's column tied to the key, and the block's ``(alias, column)``.
@@ -79,6 +89,14 @@ class KeyedPart:
     value: Any = None
     aggregates: tuple[Any, ...] = ()
     index: int = 0
+    #: Every table of the subquery as ``(alias, input)``, the tied one first; empty: that
+    #: one alone. The others are inner-joined by the equalities of :attr:`where`.
+    tables: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def reads(self) -> tuple[tuple[str, str], ...]:
+        """Every table the subquery reads as ``(alias, input)``, the tied one first."""
+        return self.tables or ((self.alias, self.input),)
 
     @property
     def placeholder(self) -> Any:
@@ -131,10 +149,28 @@ def driver_shape(select: Any) -> str | None:
     for sub in direct_subqueries(select):
         if not any(c is sub or _holds(c, sub) for c in conjuncts):
             return "a subquery outside the conjuncts of WHERE is evaluated by Spark"
-        if sub.args.get("joins") or len(list(sub.find_all(exp.Table))) != 1:
-            return "a subquery over other than one table is evaluated by Spark"
-        if any(sub.args.get(a) for a in ("distinct", "limit", "offset", "order", "qualify")):
-            return "a subquery with DISTINCT, ORDER BY or LIMIT is evaluated by Spark"
+        why = _sub_shape(sub)
+        if why is not None:
+            return why
+    return None
+
+
+def _sub_shape(sub: Any) -> str | None:
+    """Why the driver would not join a subquery's own tables, or None."""
+    if not sources(sub):
+        return "a subquery without a table is evaluated by Spark"
+    if direct_subqueries(sub):
+        return "a subquery with a subquery of its own is evaluated by Spark"
+    if any(not isinstance(t, exp.Table) for t in sources(sub)):
+        return "a subquery over a derived table is evaluated by Spark"
+    for join in sub.args.get("joins") or []:
+        kind = (join.args.get("kind") or "").upper()
+        if join.args.get("side") or kind not in ("", "INNER", "CROSS") or join.args.get("using"):
+            return "a subquery with an outer join or USING is evaluated by Spark"
+    if any(sub.args.get(a) for a in ("distinct", "limit", "offset", "order", "qualify")):
+        return "a subquery with DISTINCT, ORDER BY or LIMIT is evaluated by Spark"
+    if sub.find(exp.Window):
+        return "a subquery with a window is evaluated by Spark"
     return None
 
 
@@ -151,35 +187,33 @@ def _part(
     index: int,
 ) -> KeyedPart | str:
     """One subquery taken apart, or why not."""
+    why = _sub_shape(sub)
+    if why is not None:
+        return why
     inner = table_scope(sub, catalog_name)
-    if len(inner) != 1 or sub.args.get("joins") or len(direct_subqueries(sub)) > 0:
-        return "a subquery over other than one table is evaluated by Spark"
-    if any(sub.args.get(a) for a in ("distinct", "limit", "offset", "order", "qualify")):
-        return "a subquery with DISTINCT, ORDER BY or LIMIT is evaluated by Spark"
-    if sub.find(exp.Window):
-        return "a subquery with a window is evaluated by Spark"
-    ((alias, name),) = inner.items()
-    qualified = _qualified(sub, alias, name, outer, lower)
+    if len(inner) != len(sources(sub)):
+        return "a subquery reading a table twice under one alias is evaluated by Spark"
+    qualified = _qualified(sub, inner, outer, lower)
     if isinstance(qualified, str):
         return qualified
     owner = subquery_owner(sub)
     node, negated = unnegated(conjunct)
     if isinstance(node, exp.Exists):
-        return _exists(conjunct, qualified, alias, name, outer, index)
+        return _exists(conjunct, qualified, inner, outer, index)
     if negated:
         return "a negated subquery other than NOT EXISTS is evaluated by Spark"
     if isinstance(node, exp.In) and node.args.get("query") is not None:
-        return _in(conjunct, node, qualified, alias, name, lower, outer, index)
+        return _in(conjunct, node, qualified, inner, lower, outer, index)
     if owner is not None and isinstance(owner, exp.In | exp.Exists):
         return "an IN or EXISTS inside an expression is evaluated by Spark"
-    return _scalar(conjunct, sub, qualified, alias, name, outer, index)
+    return _scalar(conjunct, sub, qualified, inner, outer, index)
 
 
 def _qualified(
-    sub: Any, alias: str, name: str, outer: dict[str, str], lower: Mapping[str, set[str]]
+    sub: Any, inner: dict[str, str], outer: dict[str, str], lower: Mapping[str, set[str]]
 ) -> Any:
     """A copy of ``sub`` whose every column names its table's alias, or why not: bare
-    columns are the subquery table's when it has them (SQL's innermost scope), else the
+    columns are the one subquery table's that has them (SQL's innermost scope), else the
     one block table's that has them."""
     copy = sub.copy()
     for column in list(copy.find_all(exp.Column)):
@@ -187,47 +221,60 @@ def _qualified(
             return f"column {column.sql()} is not placed"
         table = column.table.lower()
         if table:
-            if table != alias and table not in outer:
+            if table not in inner and table not in outer:
                 return f"column {column.sql()} is not placed"
             continue
-        if column.name.lower() in lower.get(name, set()):
-            column.set("table", exp.to_identifier(alias))
-            continue
-        owners = [a for a, t in outer.items() if column.name.lower() in lower.get(t, set())]
+        name = column.name.lower()
+        owners = [a for a, t in inner.items() if name in lower.get(t, set())]
+        if not owners:
+            owners = [a for a, t in outer.items() if name in lower.get(t, set())]
         if len(owners) != 1:
             return f"column {column.name} is not placed in exactly one table"
         column.set("table", exp.to_identifier(owners[0]))
     return copy
 
 
-def _split(select: Any, alias: str) -> tuple[list[Any], list[Any]]:
-    """The subquery's ``WHERE`` conjuncts on its own table, and those that read the block."""
+def _split(select: Any, inner: Collection[str]) -> tuple[list[Any], list[Any]]:
+    """The subquery's conditions (``WHERE`` and its joins' ``ON``) on its own tables, and
+    those that read the block."""
     where = select.args.get("where")
+    conditions = where_conjuncts(where.this) if where is not None else []
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            conditions += where_conjuncts(join.args["on"])
     own: list[Any] = []
     correlated: list[Any] = []
-    for conjunct in where_conjuncts(where.this) if where is not None else []:
+    for conjunct in conditions:
         tables = {c.table.lower() for c in conjunct.find_all(exp.Column)}
-        (own if tables <= {alias} else correlated).append(conjunct)
+        (own if tables <= set(inner) else correlated).append(conjunct)
     return own, correlated
 
 
 def _tie(
-    correlated: list[Any], alias: str, outer: dict[str, str]
-) -> tuple[str, tuple[str, str], list[Any]] | str:
-    """The first equality of a subquery column with a block column, and the rest."""
+    correlated: list[Any], inner: Collection[str], outer: dict[str, str]
+) -> tuple[tuple[str, str], tuple[str, str], list[Any]] | str:
+    """The first equality of a subquery column with a block column (each as ``(alias,
+    column)``), and the rest."""
     for position, conjunct in enumerate(correlated):
         if not isinstance(conjunct, exp.EQ):
             continue
         sides = [conjunct.this, conjunct.expression]
         if not all(isinstance(s, exp.Column) for s in sides):
             continue
-        mine = [s for s in sides if s.table.lower() == alias]
-        theirs = [s for s in sides if s.table.lower() != alias and s.table.lower() in outer]
+        mine = [s for s in sides if s.table.lower() in inner]
+        theirs = [s for s in sides if s.table.lower() not in inner and s.table.lower() in outer]
         if len(mine) == 1 and len(theirs) == 1:
             rest = correlated[:position] + correlated[position + 1 :]
             tied = (theirs[0].table.lower(), theirs[0].name.lower())
-            return mine[0].name.lower(), tied, rest
+            return (mine[0].table.lower(), mine[0].name.lower()), tied, rest
     return "a subquery not tied by an equality with a block column is evaluated by Spark"
+
+
+def _tables(inner: dict[str, str], tied: str) -> tuple[tuple[str, str], ...]:
+    """The subquery's tables as ``(alias, input)``, the tied one first; empty for one."""
+    if len(inner) == 1:
+        return ()
+    return ((tied, inner[tied]), *((a, n) for a, n in inner.items() if a != tied))
 
 
 def _and(conjuncts: list[Any]) -> Any:
@@ -235,20 +282,30 @@ def _and(conjuncts: list[Any]) -> Any:
 
 
 def _exists(
-    conjunct: Any, sub: Any, alias: str, name: str, outer: dict[str, str], index: int
+    conjunct: Any, sub: Any, inner: dict[str, str], outer: dict[str, str], index: int
 ) -> KeyedPart | str:
     if sub.args.get("group") or sub.args.get("having") or sub.find(exp.AggFunc):
         return "an EXISTS over an aggregate is evaluated by Spark"
-    own, correlated = _split(sub, alias)
-    tie = _tie(correlated, alias, outer)
+    own, correlated = _split(sub, inner)
+    tie = _tie(correlated, inner, outer)
     if isinstance(tie, str):
         return tie
-    column, tied, rest = tie
+    (alias, column), tied, rest = tie
     placeholder = exp.column(f"v{index}", table=VALUE_ALIAS)
     _, negated = unnegated(conjunct)
     replaced = exp.not_(placeholder) if negated else placeholder
     return KeyedPart(
-        EXISTS, conjunct, replaced, name, alias, column, tied, _and(own), _and(rest), index=index
+        EXISTS,
+        conjunct,
+        replaced,
+        inner[alias],
+        alias,
+        column,
+        tied,
+        _and(own),
+        _and(rest),
+        index=index,
+        tables=_tables(inner, alias),
     )
 
 
@@ -256,8 +313,7 @@ def _in(
     conjunct: Any,
     node: Any,
     sub: Any,
-    alias: str,
-    name: str,
+    inner: dict[str, str],
     lower: Mapping[str, set[str]],
     outer: dict[str, str],
     index: int,
@@ -269,12 +325,14 @@ def _in(
     if not isinstance(node.this, exp.Column):
         return "an IN of an expression is evaluated by Spark"
     output = outputs[0]
+    if output.table.lower() not in inner:
+        return "an IN whose subquery outputs a column of the block is evaluated by Spark"
     group = sub.args.get("group")
     if group is not None and [g.sql() for g in group.expressions] != [output.sql()]:
         return "an IN whose subquery groups by other than its output is evaluated by Spark"
     if group is None and (sub.args.get("having") or sub.find(exp.AggFunc)):
         return "an IN over an aggregate without GROUP BY is evaluated by Spark"
-    own, correlated = _split(sub, alias)
+    own, correlated = _split(sub, inner)
     if correlated:
         return "a correlated IN is evaluated by Spark"
     tied = _outer_column(node.this, outer, lower)
@@ -284,12 +342,13 @@ def _in(
     value, aggregates = _aggregates_out(having.this, index) if having is not None else (None, ())
     if isinstance(value, str):
         return value
+    alias = output.table.lower()
     placeholder = exp.column(f"v{index}", table=VALUE_ALIAS)
     return KeyedPart(
         IN,
         conjunct,
         placeholder,
-        name,
+        inner[alias],
         alias,
         output.name.lower(),
         tied,
@@ -297,6 +356,7 @@ def _in(
         value=value,
         aggregates=aggregates,
         index=index,
+        tables=_tables(inner, alias),
     )
 
 
@@ -311,18 +371,18 @@ def _outer_column(
 
 
 def _scalar(
-    conjunct: Any, sub: Any, qualified: Any, alias: str, name: str, outer: dict, index: int
+    conjunct: Any, sub: Any, qualified: Any, inner: dict[str, str], outer: dict, index: int
 ) -> KeyedPart | str:
     """``... (SELECT f(aggregates) FROM t WHERE tie [AND own]) ...``: one value per key."""
     if len(qualified.expressions) != 1 or qualified.args.get("group"):
         return "a scalar subquery with GROUP BY is evaluated by Spark"
     if qualified.args.get("having"):
         return "a scalar subquery with HAVING is evaluated by Spark"
-    own, correlated = _split(qualified, alias)
-    tie = _tie(correlated, alias, outer)
+    own, correlated = _split(qualified, inner)
+    tie = _tie(correlated, inner, outer)
     if isinstance(tie, str):
         return tie
-    column, tied, rest = tie
+    (alias, column), tied, rest = tie
     if rest:
         return "a scalar subquery correlated beyond its key is evaluated by Spark"
     value, aggregates = _aggregates_out(qualified.expressions[0].unalias(), index)
@@ -341,7 +401,7 @@ def _scalar(
         SCALAR,
         conjunct,
         replaced,
-        name,
+        inner[alias],
         alias,
         column,
         tied,
@@ -349,6 +409,7 @@ def _scalar(
         value=value,
         aggregates=aggregates,
         index=index,
+        tables=_tables(inner, alias),
     )
 
 

@@ -26,7 +26,9 @@ from airflow_provider_ct.core.tables import UNKNOWN_ROWS
 from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, GROUP
 
 
-def small_inputs_reason(rows: int, limit: int, strategy: str) -> str | None:
+def small_inputs_reason(
+    rows: int, limit: int, strategy: str, *, on_driver: bool = False
+) -> str | None:
     """Why inputs of ``rows`` rows in all are too small for an incremental tick to pay, or None.
 
     An incremental tick runs several small Spark jobs (the changes, the
@@ -37,8 +39,10 @@ def small_inputs_reason(rows: int, limit: int, strategy: str) -> str | None:
     read, aggregated, added and diffed on the driver without a Spark job,
     and a nested plan's outer query reads a state far smaller than the
     inputs, so such a tick costs less than the full query at any size
-    (docs/decisions.md); the view's cost history still catches one that
-    does not (:func:`history_reason`).
+    (docs/decisions.md); nor for a keyed block the driver evaluates
+    (``on_driver``: its keys' rows fetched from the warm driver's cache,
+    no Spark job either, TPC-H q2 at SF 0.1). The view's cost history
+    still catches one that does not pay (:func:`history_reason`).
 
     :param rows: the pinned inputs' live rows by their summaries; at least
         :data:`~airflow_provider_ct.core.tables.UNKNOWN_ROWS` when a summary
@@ -46,8 +50,9 @@ def small_inputs_reason(rows: int, limit: int, strategy: str) -> str | None:
     :param limit: :func:`~airflow_provider_ct.core.settings.small_input_rows`
         (0: the rule is off).
     :param strategy: the plan's; ``aggregate`` is never concerned.
+    :param on_driver: the plan's keyed block is likely evaluated on the driver.
     """
-    if limit <= 0 or rows > limit or strategy == AGGREGATE:
+    if limit <= 0 or rows > limit or strategy == AGGREGATE or on_driver:
         return None
     return (
         f"the inputs hold {rows:,} rows, at most {limit:,} ({SMALL_INPUT_ROWS_ENV}): "

@@ -30,7 +30,7 @@ from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.ivm.changes.table_changes import estimated_change_rows
 from airflow_provider_ct.ivm.plan.decision import Discovery, Fallback, RefreshSettings, SizeRules
 from airflow_provider_ct.ivm.plan.keyed_parts import driver_shape
-from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, Plan
+from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, LINEAR, Plan
 from airflow_provider_ct.ivm.plan.read_estimate import (
     Restriction,
     estimate_reads,
@@ -161,7 +161,8 @@ def auto_full_reason(
     settings, inputs = pinned.settings, pinned.tables
     pins = {name: snap for name, snap in pinned.snapshots.items() if snap is not None}
     rows = sum(live_rows(inputs[name], snap) for name, snap in pins.items())
-    small = small_inputs_reason(rows, settings.small_rows, plan.strategy)
+    driver = keyed_on_driver(plan)
+    small = small_inputs_reason(rows, settings.small_rows, plan.strategy, on_driver=driver)
     if small is not None:
         return small
     keyed = keyed_reads_reason(rows, _keyed_reads(plan, before, pins), settings.small_rows)
@@ -195,13 +196,16 @@ def _keyed_reads(plan: Plan, before: Mapping[str, int | None], pins: Mapping[str
 
 def keyed_on_driver(plan: Plan) -> bool:
     """Whether a warm driver would likely evaluate the plan's keyed block itself, with no
-    Spark job (:mod:`airflow_provider_ct.spark.ivm.keyed_driver`): an in-place aggregate
-    over one block whose subqueries each read one table, a driver that takes rows, and
-    a file cache to fetch them from. Such a tick costs what its keys' rows cost, not two
-    evaluations of the query, so the keyed-reads rule does not send it to full; a tick
-    the driver then refuses runs Spark's keyed terms, and the view's history judges them.
+    Spark job (:mod:`airflow_provider_ct.spark.ivm.keyed_driver`, ``keyed_linear``): an
+    in-place aggregate or a linear view over one block whose subqueries inner-join
+    tables of their own, a driver that takes rows, and a file cache to fetch them from.
+    Such a tick costs what its keys' rows cost, not two evaluations of the query, so the
+    keyed-reads rule does not send it to full; a tick the driver then refuses runs
+    Spark's keyed terms, and the view's history judges them.
     """
-    if plan.strategy != AGGREGATE or len(plan.blocks) != 1 or not plan.blocks[0].keyed:
+    if plan.strategy not in (AGGREGATE, LINEAR) or len(plan.blocks) != 1:
+        return False
+    if not plan.blocks[0].keyed:
         return False
     if rows_on_driver() <= 0 or file_cache() is None:
         return False

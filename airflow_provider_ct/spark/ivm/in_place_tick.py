@@ -83,7 +83,7 @@ def in_place_computed(tick: Tick, target: Target, decision: TickDecision) -> Com
     full correction reads). A ``state unusable`` one: the kept state does
     not fit the change. The job asks the decision again with it.
     """
-    agg = _aggregation(tick, target, decision)
+    agg = aggregation(tick, target, decision)
     inexact = inexact_types(agg)
     if inexact is not None:
         log.info("aggregates not kept in place: %s", inexact)
@@ -99,7 +99,9 @@ def in_place_computed(tick: Tick, target: Target, decision: TickDecision) -> Com
         return Fallback(Discovery.NOT_IN_PLACE, str(exc))
 
 
-def _aggregation(tick: Tick, target: Target, decision: TickDecision) -> Aggregation:
+def aggregation(tick: Tick, target: Target, decision: TickDecision) -> Aggregation:
+    """The tick's view as the driver's evaluations take it: plan, views, target, limits
+    (a linear plan's too, :mod:`.keyed_linear`: it has no in-place part)."""
     inputs, key = tick.input_tables, tick.analysis_key  # as the job loaded them
     if inputs is None or key is None or set(inputs) != set(tick.desc.inputs):
         key = analysis_key(tick.spark, tick.sql, tick.inputs(), tick.desc.inputs)

@@ -54,6 +54,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     spelled,
     term_rows,
 )
+from airflow_provider_ct.ivm.driver.in_place_driver import Expressions
 from airflow_provider_ct.ivm.driver.in_place_driver import change_state as change_state_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SideReaders, SnapshotRows
 from airflow_provider_ct.ivm.driver.keyed_terms import kept_rows
@@ -88,9 +89,19 @@ class KeyedDriverRead:
 
 
 def keyed_read(
-    tick: Tick, agg: Aggregation, inputs: Mapping[str, Any], before: Mapping[str, int | None]
+    tick: Tick,
+    agg: Aggregation,
+    inputs: Mapping[str, Any],
+    before: Mapping[str, int | None],
+    *,
+    fixed_moved: bool = True,
 ) -> KeyedDriverRead | None:
-    """The changes of a keyed block the driver can evaluate, or None (Spark's keyed terms)."""
+    """The changes of a keyed block the driver can evaluate, or None (Spark's keyed terms).
+
+    :param fixed_moved: only when a keyed subquery's table changed (an in-place
+        aggregate's other changes go by the delta rules' joined terms); False: whenever
+        every changed table holds the key (a linear view's tick, :mod:`.keyed_linear`).
+    """
     plan = agg.plan
     block = plan.blocks[0]
     if len(plan.blocks) != 1 or agg.driver_rows <= 0 or not block.keyed:
@@ -102,7 +113,7 @@ def keyed_read(
     if any(snapshot is None for snapshot in after.values()):
         return None
     moved = [n for n in names if before.get(n) != after[n]]
-    if not set(moved) & set(block.fixed):
+    if not moved or (fixed_moved and not set(moved) & set(block.fixed)):
         return None  # no keyed subquery's table changed: the delta rules' route
     pinned = {n: int(s) for n, s in after.items() if s is not None}
     schemas = {
@@ -145,24 +156,17 @@ def keyed_change_state(
 
     :param snapshots: ``"new"``/``"old"`` -> input -> its snapshot on that side.
     """
-    from pyspark.errors import PySparkException
-
     reader = SideReaders(inputs, snapshots, read.columns)
     parts = replace(expressions(agg), where=read.shape.condition)
-    try:
-        types = {**node_types(agg, parts), **part_types(agg, read.parts)}
-    except PySparkException as exc:  # a node Spark types only inside its query: Spark's
-        log.info("the keyed block's change is computed by Spark: %s", exc)
+    types = keyed_types(agg, read, parts)
+    if types is None:
         return None
     try:
-        keys = _keys(read, reader)
-        if len(keys) > agg.driver_rows:
-            raise NotOnDriver(f"the changes hold {len(keys):,} keys")
-        read.details["keyed_keys"] = len(keys)
+        keys = changed_keys(read, reader, agg.driver_rows)
         prefilter = conjunct_prefilter(single_table_conjuncts(read.shape), types)
         sides = []
         for sign, side in ((1, NEW), (-1, OLD)):
-            rows = _side_rows(read, keys, side, reader, prefilter, types, agg.driver_rows)
+            rows = side_rows(read, keys, side, reader, prefilter, types, agg.driver_rows)
             sides.append((sign, ArrowEvaluator.joined(rows, types)))
         read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
         return change_state_rows(sides, parts, changes_schema(agg, schema))
@@ -171,7 +175,21 @@ def keyed_change_state(
         return None
 
 
-def _side_rows(
+def keyed_types(
+    agg: Aggregation, read: KeyedDriverRead, parts: Expressions
+) -> dict[str, pa.DataType] | None:
+    """Spark's type of every node the driver evaluates (the block's ``parts``, the keyed
+    parts'); None when Spark types one only inside its query (then Spark computes)."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return {**node_types(agg, parts), **part_types(agg, read.parts)}
+    except PySparkException as exc:
+        log.info("the keyed block's change is computed by Spark: %s", exc)
+        return None
+
+
+def side_rows(
     read: KeyedDriverRead,
     keys: pa.Array,
     side: str,
@@ -197,7 +215,7 @@ def _side_rows(
         return reader(name, side).where(spelled(read.columns[name], column), values)
 
     joined = term_rows(read.shape, position, rows, fetch, prefilter, all_new=True)
-    return kept_rows(joined, read.parts, inner, types)
+    return kept_rows(joined, read.parts, inner, types, read.columns)
 
 
 def _start(read: KeyedDriverRead) -> tuple[int, str]:
@@ -214,6 +232,18 @@ def _start(read: KeyedDriverRead) -> tuple[int, str]:
         raise NotOnDriver("no block input holds the key")
     _, index, column = min(found)
     return index, column
+
+
+def changed_keys(
+    read: KeyedDriverRead, reader: Callable[[str, str], SnapshotRows], limit: int
+) -> pa.Array:
+    """The distinct keys the changes hold (NULL included), as one array; past ``limit`` of
+    them, :class:`NotOnDriver`. Reported as ``keyed_keys``."""
+    keys = _keys(read, reader)
+    if len(keys) > limit:
+        raise NotOnDriver(f"the changes hold {len(keys):,} keys")
+    read.details["keyed_keys"] = len(keys)
+    return keys
 
 
 def _keys(read: KeyedDriverRead, reader: Callable[[str, str], SnapshotRows]) -> pa.Array:

@@ -5,11 +5,11 @@ computes every node exactly and casts it to the type Spark gives it, or
 refuses. A keyed part (:mod:`airflow_provider_ct.ivm.plan.keyed_parts`)
 holds nodes in four places, each typed where Spark would type it:
 
-* its table's own conditions and its aggregates' arguments: over that
-  table alone;
+* its tables' own conditions and its aggregates' arguments: over those
+  tables alone (joined as the subquery joins them);
 * its aggregates and the expression around them: as an aggregate query
-  over that table (the placeholders written back as the aggregates);
-* ``EXISTS``' conditions between the two rows: over the subquery's table
+  over those tables (the placeholders written back as the aggregates);
+* ``EXISTS``' conditions between the two rows: over the subquery's tables
   and the block tables they name;
 * the conjunct in the block: over the block's tables, the placeholder
   written back as the subquery itself (a scalar subquery's type is its
@@ -41,13 +41,31 @@ def part_types(agg: Aggregation, parts: Sequence[KeyedPart]) -> dict[str, pa.Dat
         own = [part.where] if part.where is not None else []
         own += [a.this for a in part.aggregates if a.this is not None]
         own = [n for n in own if not isinstance(n, exp.Star)]
-        out.update(types_over(agg, part.input, part.alias, typed_nodes(own)))
+        out.update(_own_types(agg, part, typed_nodes(own)))
         if part.aggregates or part.value is not None:
             out.update(_value_types(agg, part))
         if part.correlated is not None:
             out.update(_correlated_types(agg, part))
         out.update(_conjunct_types(agg, part))
     return out
+
+
+def _own_types(agg: Aggregation, part: KeyedPart, nodes: list[Any]) -> dict[str, pa.DataType]:
+    """Nodes over the subquery's own tables: one table's as any input's, several joined."""
+    if len(part.reads) == 1:
+        return types_over(agg, part.input, part.alias, nodes)
+    if not nodes:
+        return {}
+    select = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
+    sql = f"SELECT {select} FROM {_reads(agg, part)}"
+    return analyzed(
+        agg.analysis_key, f"keyed own {sql}", lambda: spark_types(agg.spark, sql, nodes)
+    )
+
+
+def _reads(agg: Aggregation, part: KeyedPart) -> str:
+    """The subquery's tables as a ``FROM`` list over the pinned inputs' views."""
+    return ", ".join(f"{agg.new_views[name]} AS {alias}" for alias, name in part.reads)
 
 
 def _value_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataType]:
@@ -58,7 +76,7 @@ def _value_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataType]:
     items = ", ".join(
         f"{part.original(n).sql(dialect='spark')} AS __ct_t{i}" for i, n in enumerate(nodes)
     )
-    sql = f"SELECT {items} FROM {agg.new_views[part.input]} AS {part.alias}"
+    sql = f"SELECT {items} FROM {_reads(agg, part)}"
     return analyzed(
         agg.analysis_key, f"keyed value {sql}", lambda: spark_types(agg.spark, sql, nodes)
     )
@@ -68,9 +86,11 @@ def _correlated_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataTyp
     """``EXISTS``' conditions between the rows: over its table and the block's they name."""
     block = agg.plan.blocks[0].tree
     scope = table_scope(block, agg.catalog_name)
-    named = {c.table.lower() for c in part.correlated.find_all(exp.Column)} - {part.alias}
-    reads = [f"{agg.new_views[part.input]} AS {part.alias}"]
-    reads += [f"{agg.new_views[scope[a]]} AS {a}" for a in sorted(named)]
+    named = {c.table.lower() for c in part.correlated.find_all(exp.Column)}
+    reads = [_reads(agg, part)]
+    reads += [
+        f"{agg.new_views[scope[a]]} AS {a}" for a in sorted(named - {a for a, _ in part.reads})
+    ]
     nodes = typed_nodes([part.correlated])
     items = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(nodes))
     sql = f"SELECT {items} FROM {', '.join(reads)}"

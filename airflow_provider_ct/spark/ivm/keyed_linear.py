@@ -1,0 +1,186 @@
+"""A linear view's keyed tick on the driver: the keys' rows as they are, against the target's.
+
+TPC-H q2 keeps, per part, the suppliers whose cost is the part's minimum
+(a correlated ``MIN`` over four tables). Its rows are not aggregated, so
+the in-place route (:mod:`.keyed_driver` summing two signed sides into a
+state) does not apply, and Spark's keyed terms evaluate the query twice,
+at about its full cost. But a keyed block's rows of a key ``k`` depend
+only on the inputs' rows of ``k`` (:mod:`airflow_provider_ct.ivm.plan.keyed`),
+so when an output column holds the key (q2 outputs ``p_partkey``), the
+target's rows of the keys ``K`` a tick's changes hold must become the
+block's rows of ``K`` as the inputs are now, and no other row moves:
+
+1. ``K`` and the block's rows of ``K`` at the pinned snapshots, computed on
+   the driver exactly as the in-place route's new side (fetched by key from
+   the warm driver's file cache, subqueries per key, Spark's types);
+2. the output columns evaluated over those rows;
+3. the target's rows whose key column is in ``K`` (by its sorted index, or
+   read whole when small), diffed with them by value (multisets): the
+   correction inserts what is missing and retracts what is surplus.
+
+One side instead of two, and the target's own rows compared, so a drifted
+row of an affected key is corrected too. Whatever the driver refuses (no
+output holding the key, an expression or type it does not evaluate, more
+rows than ``CT_DRIVER_DIFF_ROWS``) leaves the tick to Spark's linear route.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from airflow_provider_ct.core.tables import live_rows
+from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES, rows_with_positions
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
+from airflow_provider_ct.ivm.driver.driver_join import (
+    NEW,
+    conjunct_prefilter,
+    place_column,
+    single_table_conjuncts,
+)
+from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, diff_rows
+from airflow_provider_ct.ivm.driver.keyed_rows import SideReaders, SnapshotRows
+from airflow_provider_ct.ivm.plan.decision import TickDecision
+from airflow_provider_ct.ivm.plan.planner import LINEAR
+from airflow_provider_ct.spark.fingerprints import Correction
+from airflow_provider_ct.spark.ivm.in_place import Aggregation
+from airflow_provider_ct.spark.ivm.in_place_tick import aggregation
+from airflow_provider_ct.spark.ivm.keyed_driver import (
+    KeyedDriverRead,
+    changed_keys,
+    keyed_read,
+    keyed_types,
+    report,
+    side_rows,
+)
+from airflow_provider_ct.spark.tick import Computed, Target, Tick
+
+log = logging.getLogger(__name__)
+
+
+def keyed_linear_computed(tick: Tick, target: Target, decision: TickDecision) -> Computed | None:
+    """A linear keyed tick computed on the driver, or None (Spark's linear route)."""
+    plan = decision.plan
+    if plan.strategy != LINEAR or len(plan.blocks) != 1 or not plan.blocks[0].keyed:
+        return None
+    if decision.verify or decision.base is None or target.schema_change is not None:
+        return None  # a verified tick compares two Spark corrections
+    agg = aggregation(tick, target, decision)
+    if agg.table is None or agg.base_snapshot_id is None or agg.driver_rows <= 0:
+        return None
+    inputs = tick.inputs()
+    read = keyed_read(tick, agg, inputs, decision.base.before, fixed_moved=False)
+    if read is None:
+        return None
+    tick.clock.lap("changes")
+    try:
+        correction = _correction(agg, read, inputs, dict(tick.desc.inputs))
+    except (NotOnDriver, pa.ArrowException) as exc:
+        log.info("the keyed linear tick is computed by Spark: %s", exc)
+        return None
+    if correction is None:
+        return None
+    details = {**report(read), **correction.notes}
+    return Computed.of(decision, correction, details)
+
+
+def _correction(
+    agg: Aggregation,
+    read: KeyedDriverRead,
+    inputs: Mapping[str, Any],
+    pins: Mapping[str, int | None],
+) -> Correction | None:
+    """The target's rows of the changed keys diffed with the block's rows of them now."""
+    outputs = _outputs(agg)
+    key = _key_output(read, outputs)
+    types = keyed_types(agg, read, Expressions(read.shape.condition, outputs, (), frozenset()))
+    if types is None:
+        return None
+    reader = SideReaders(inputs, {NEW: pins}, read.columns)
+    keys = changed_keys(read, reader, agg.driver_rows)
+    prefilter = conjunct_prefilter(single_table_conjuncts(read.shape), types)
+    rows = side_rows(read, keys, NEW, reader, prefilter, types, agg.driver_rows)
+    evaluator = ArrowEvaluator.joined(rows, types)
+    if read.shape.condition is not None and rows.num_rows:
+        evaluator = ArrowEvaluator.joined(rows.filter(evaluator.mask(read.shape.condition)), types)
+    names = [f.name for f in agg.schema.fields]
+    have = _target_rows(agg, _column(agg.columns, names[key]), keys)
+    want = _want(evaluator, outputs, names, agg.columns, have.schema)
+    diff = diff_rows(want, have, agg.columns)
+    inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
+    log.info("keyed linear rows diffed on the driver: +%d -%d", inserted, retracted)
+    correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
+    correction.notes.update(joined_rows=evaluator.rows.num_rows, target_rows_read=have.num_rows)
+    return correction
+
+
+def _outputs(agg: Aggregation) -> tuple[Any, ...]:
+    """The block's select list, aliases removed; a ``*`` is Spark's to expand."""
+    select = agg.plan.blocks[0].tree
+    outputs = tuple(e.unalias() for e in select.expressions)
+    if any(o.find(exp.Star) for o in outputs) or len(outputs) != len(agg.schema.fields):
+        raise NotOnDriver("a select list the driver does not expand")
+    return outputs
+
+
+def _key_output(read: KeyedDriverRead, outputs: Sequence[Any]) -> int:
+    """The position of an output that is a column in the key's equality class."""
+    members = {(alias, column) for _, alias, column in read.placed.members}
+    for position, output in enumerate(outputs):
+        plain = isinstance(output, exp.Column) and not output.find(exp.Star)
+        if plain and place_column(output, read.shape.inputs) in members:
+            return position
+    raise NotOnDriver("no output column holds the subqueries' key")
+
+
+def _column(columns: Sequence[str], name: str) -> str:
+    """The target's spelling of the query's output ``name``."""
+    for column in columns:
+        if column.lower() == name.lower():
+            return column
+    raise NotOnDriver(f"the target has no column {name}")
+
+
+def _want(
+    evaluator: ArrowEvaluator,
+    outputs: Sequence[Any],
+    names: Sequence[str],
+    columns: Sequence[str],
+    schema: pa.Schema,
+) -> pa.Table:
+    """The output columns over the rows, named and typed as the target's."""
+    by_name = {
+        _column(columns, n): evaluator.column(o) for n, o in zip(names, outputs, strict=True)
+    }
+    arrays = []
+    for column in columns:
+        value = by_name[column]
+        kind = schema.field(column).type
+        arrays.append(value if value.type == kind else value.cast(kind, safe=True))
+    return pa.table(arrays, names=list(columns))
+
+
+def _target_rows(agg: Aggregation, column: str, keys: pa.Array) -> pa.Table:
+    """The target's rows whose ``column`` is one of ``keys`` (NULL matching NULL), with
+    ``_file`` and ``_pos``: looked up in its sorted index, or read whole when small."""
+    assert agg.base_snapshot_id is not None
+    reader = SnapshotRows(agg.table, agg.base_snapshot_id, agg.columns)
+    if reader.files <= DRIVER_READ_FILES:
+        found = reader.located_by_index(column, keys)
+        if found is not None:
+            return found
+    limit = max(agg.driver_rows, agg.target_rows_on_driver)
+    if live_rows(agg.table, agg.base_snapshot_id) > limit:
+        raise NotOnDriver(f"the target holds more than {limit:,} rows")
+    have = rows_with_positions(
+        agg.table, agg.base_snapshot_id, agg.columns, None, DRIVER_READ_FILES
+    )
+    if have is None:
+        raise NotOnDriver("the target has more files than the driver reads")
+    wanted = keys.cast(have.schema.field(column).type)
+    return have.filter(pc.is_in(have.column(column), value_set=wanted, skip_nulls=False))
