@@ -61,7 +61,7 @@ class SnapshotRows:
         self._reader = FileReader(table, schema, [schema.find_field(c).field_id for c in columns])
         self._state = Manifests(table).state(snapshot) if snapshot is not None else EMPTY_STATE
         self._specs = dict(metadata.specs())
-        self._live: dict[str, np.ndarray] = {}
+        self._live: dict[str, np.ndarray | None] = {}
         arrow = schema_to_pyarrow(self._reader.read_schema, include_field_ids=False)
         self.empty = arrow.empty_table()
 
@@ -69,7 +69,8 @@ class SnapshotRows:
         """The live rows whose ``column`` is one of ``values`` (never NULL: SQL's equality)."""
         if not len(values):
             return self.empty
-        return self._taken(lambda entry, rows: self._positions(entry, rows, column, values))
+        wanted = _needles(values)
+        return self._taken(lambda entry, rows: self._positions(entry, rows, column, values, wanted))
 
     def where_null(self, column: str) -> pa.Table:
         """The live rows whose ``column`` is NULL (a keyed rule's null-safe key)."""
@@ -94,8 +95,9 @@ class SnapshotRows:
         every row."""
         if not len(values):
             return _located(self.empty, [], [])
+        wanted = _needles(values)
         return self._taken(
-            lambda entry, rows: self._positions(entry, rows, column, values), located=True
+            lambda entry, rows: self._positions(entry, rows, column, values, wanted), located=True
         )
 
     def located_by_index(self, column: str, values: pa.Array | pa.ChunkedArray) -> pa.Table | None:
@@ -127,8 +129,10 @@ class SnapshotRows:
             if not len(hits):
                 continue
             if path not in self._live:
-                self._live[path] = live_positions(self._reader, self._specs, self._state, entry)
-            hits = hits[self._live[path][hits]]
+                self._live[path] = self._live_mask(path, entry)
+            live = self._live[path]
+            if live is not None:
+                hits = hits[live[hits]]
             parts.append(rows.take(pa.array(hits, pa.int64())))
             paths.append(pa.repeat(pa.scalar(path, pa.string()), len(hits)))
             places.append(hits)
@@ -137,15 +141,35 @@ class SnapshotRows:
         taken = pa.concat_tables(parts, promote_options="permissive")
         return _located(taken, paths, places) if located else taken
 
+    def _live_mask(self, path: str, entry: ManifestEntry) -> np.ndarray | None:
+        """Which positions of a data file are not deleted in this snapshot; None: all.
+
+        Kept by the file cache under the file and the delete files that apply to
+        it, which never change: a table updated by merge-on-read keeps most of its
+        delete files from tick to tick, and each mask is a pass over the file.
+        """
+        positional = self._state.position_deletes_for(entry)
+        equality = self._state.equality_deletes_for(entry, self._specs)
+        if not positional and not equality:
+            return None
+        deletes = sorted(d.file_path for d in [*positional, *equality])
+        key = ("live", path, *deletes)
+        mask: np.ndarray = cached(
+            key,
+            lambda: live_positions(self._reader, self._specs, self._state, entry),
+            lambda found: int(found.nbytes),
+        )
+        return mask
+
     def count(self, column: str, values: pa.Array) -> int | None:
         """How many rows (deleted ones too) a fetch by ``column`` would match; None: unknown.
 
         From the sorted indexes alone (integer and date columns), so a join
         tied by two columns can fetch by the one that matches fewer rows.
         """
-        if not _indexable(values.type):
+        wanted = _needles(values)
+        if wanted is None:
             return None
-        wanted = _as_int64(pc.drop_null(values))
         total = 0
         for entry in self._state.data.values():
             array = self._reader.rows(entry).column(column)
@@ -159,23 +183,28 @@ class SnapshotRows:
         return total
 
     def _positions(
-        self, entry: ManifestEntry, rows: pa.Table, column: str, values: pa.Array
+        self,
+        entry: ManifestEntry,
+        rows: pa.Table,
+        column: str,
+        values: pa.Array,
+        wanted: np.ndarray | None,
     ) -> np.ndarray:
         """Positions in the file whose ``column`` is one of ``values``, in file order.
 
         Integer and date columns are looked up in a sorted index of the file's
         column (built once per process, kept by the file cache: the file never
         changes), so a fetch costs its matches; other types are scanned.
+        ``wanted``: :func:`_needles` of ``values``, computed once per fetch (not per file).
         """
         array = rows.column(column)
         if pa.types.is_date32(array.type) != pa.types.is_date32(values.type):
             raise NotOnDriver(f"{column} ({array.type}) looked up by {values.type} values")
         index = self._index(entry, column, array) if _indexable(array.type) else None
-        if index is None or not _indexable(values.type):
+        if index is None or wanted is None:
             hit = pc.is_in(array, value_set=values, skip_nulls=True)
             return np.nonzero(np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool))[0]
         ordered, positions = index
-        wanted = _as_int64(pc.drop_null(values))
         lo = np.searchsorted(ordered, wanted, side="left")
         hi = np.searchsorted(ordered, wanted, side="right")
         lengths = hi - lo
@@ -240,6 +269,19 @@ def _located(rows: pa.Table, paths: list[pa.Array], places: list[np.ndarray]) ->
 def _indexable(arrow_type: pa.DataType) -> bool:
     """Types whose values are exactly int64s (signed integers, dates)."""
     return pa.types.is_signed_integer(arrow_type) or pa.types.is_date32(arrow_type)
+
+
+def _needles(values: pa.Array) -> np.ndarray | None:
+    """``values`` as sorted, distinct 64-bit integers (NULLs dropped) to look up in sorted
+    indexes; None when they are not integers or dates (scanned instead).
+
+    Sorted once per fetch: a file's lookup of sorted needles walks its index in order,
+    five times faster than in the values' order (50,000 keys over 54 files of 185,000
+    rows: 0.15 s against 0.75 s), and distinct so that no row is taken twice.
+    """
+    if not _indexable(values.type):
+        return None
+    return np.unique(_as_int64(pc.drop_null(values)))
 
 
 def _as_int64(array: Any) -> np.ndarray:
