@@ -54,6 +54,17 @@ SQL = (
     " AND n_name = 'EU')"
 )
 
+#: The same block aggregated per supplier: kept in place, its keyed block evaluated on the
+#: driver with the same four-table subquery.
+AGGREGATED = (
+    "SELECT s_name, COUNT(*) AS n, SUM(ps_supplycost) AS cost FROM {ns}.part, {ns}.supplier,"
+    " {ns}.partsupp, {ns}.nation WHERE p_partkey = ps_partkey AND s_suppkey = ps_suppkey"
+    " AND p_size = 15 AND s_nationkey = n_nationkey AND n_name = 'EU' AND ps_supplycost ="
+    " (SELECT MIN(ps_supplycost) FROM {ns}.partsupp, {ns}.supplier, {ns}.nation WHERE"
+    " p_partkey = ps_partkey AND s_suppkey = ps_suppkey AND s_nationkey = n_nationkey"
+    " AND n_name = 'EU') GROUP BY s_name"
+)
+
 
 class Model:
     """The four inputs as the test wrote them, and DuckDB's answer over them."""
@@ -110,11 +121,11 @@ class Model:
                 replace_contents(table, time - 500, _arrow(self.rows[name], SCHEMAS[name]))
             advance(table, time)
 
-    def oracle(self) -> Counter[tuple[Any, ...]]:
+    def oracle(self, query: str = SQL) -> Counter[tuple[Any, ...]]:
         import duckdb
 
         con = duckdb.connect()
-        sql = SQL.format(ns="m")
+        sql = query.format(ns="m")
         for name, rows in self.rows.items():
             con.register(f"{name}_rows", _arrow(rows, SCHEMAS[name]))
             sql = sql.replace(f"m.{name},", f"{name}_rows,").replace(f"m.{name} ", f"{name}_rows ")
@@ -141,10 +152,11 @@ def test_a_linear_view_keyed_by_a_joined_subquery_ticks_on_the_driver(
     target's rows of those keys); tick 5 changes ``supplier``, which holds no key: full,
     saying so; tick 6 has no file cache: Spark's keyed route, linear. On tick 8 the inputs
     are under ``CT_FULL_BELOW_ROWS`` (few rows per table read): a tick the driver evaluates
-    costs its keys' rows, so auto still runs it on the driver."""
+    costs its keys' rows, so auto still runs it on the driver. The same block aggregated
+    per supplier is kept in place, its keyed block evaluated on the driver alike."""
     ns = "keyed_linear_q2"
     model = Model(spark_catalog_config.load(), ns, seed=2)
-    sql, target, seen = SQL.format(ns=ns), f"{ns}.view", {}
+    sql, target, seen, grouped = SQL.format(ns=ns), f"{ns}.view", {}, {}
     for n in range(1, 9):
         if n > 1:
             model.mutate(suppliers=n == 5)
@@ -154,9 +166,15 @@ def test_a_linear_view_keyed_by_a_joined_subquery_ticks_on_the_driver(
         if n == 8:
             monkeypatch.setenv("CT_FULL_BELOW_ROWS", "1000000")
         report = _tick(spark, spark_catalog_config, target, sql, 1_000 * n)
+        summed = _tick(
+            spark, spark_catalog_config, f"{ns}.agg", AGGREGATED.format(ns=ns), 1_000 * n
+        )
         monkeypatch.delenv(CACHE_MB_ENV, raising=False)
         got = rows_of(spark_catalog_config.load().load_table(target))
         assert got == model.oracle(), (n, report)
+        got = rows_of(spark_catalog_config.load().load_table(f"{ns}.agg"))
+        assert got == model.oracle(AGGREGATED), (n, summed)
+        grouped[n] = (summed["strategy"], summed.get("keyed_on"))
         seen[n] = (report["strategy"], report.get("keyed_on"), report.get("reason", ""))
         if n > 1 and n not in (5, 6):
             assert report["keyed_keys"] > 0 and report["diffed_on"] == "driver", report
@@ -164,3 +182,4 @@ def test_a_linear_view_keyed_by_a_joined_subquery_ticks_on_the_driver(
     assert [seen[n][:2] for n in (2, 3, 4, 7, 8)] == [("linear", "driver")] * 5, seen
     assert seen[5][0] == "full" and "supplier changed" in seen[5][2], seen
     assert seen[6][:2] == ("linear", None), seen
+    assert [grouped[n] for n in (2, 3, 4, 7, 8)] == [("aggregate", "driver")] * 5, grouped
