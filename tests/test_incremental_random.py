@@ -17,8 +17,9 @@ input, over joins, one group, a view over a view), a GROUP BY over a join (keyed
 column outside and one inside the join's equality), GROUP BYs keyed by the
 day of ``a``'s timestamp (``a`` is partitioned by ``day(ts)``: the
 ``partition`` strategy, whose reads are restricted to the changed days;
-updates move rows between days, deletes drop whole days), and a view over
-another view's table.
+updates move rows between days, deletes drop whole days), linear views
+keyed by a correlated ``MIN`` (TPC-H q2's shape, one with a subquery over
+both inputs), and a view over another view's table.
 
 How the oracle stays independent of the product
 -----------------------------------------------
@@ -327,6 +328,21 @@ VIEWS = (
         "HAVING SUM(w) > 3) GROUP BY a.s",
         ("a", "b"),
     ),
+    # Linear views keyed by a correlated MIN (TPC-H q2's shape): the target's rows of the
+    # keys a change holds diffed with those keys' rows now, on the driver (Spark's keyed
+    # route on even steps); the second's subquery joins b too (b's changes: full ticks).
+    View(
+        "keyed_lin",
+        "SELECT a.id, a.k, a.v, a.s FROM {a} AS a WHERE a.v = (SELECT MIN(a2.v) FROM {a} "
+        "AS a2 WHERE a2.k = a.k)",
+        ("a",),
+    ),
+    View(
+        "keyed_lin_b",
+        "SELECT a.id, a.k, a.v FROM {a} AS a WHERE a.v >= (SELECT MIN(a2.v) FROM {a} AS a2, "
+        "{b} AS b2 WHERE a2.k = a.k AND b2.k = a2.k AND b2.w > 2)",
+        ("a", "b"),
+    ),
     # An aggregate kept in place under the rest of the query, recomputed over its
     # groups' rows: a CTE read twice under a MAX with ties (TPC-H q15), the top
     # groups (ties in the total broken by the keys, NULLs placed), and HAVING with
@@ -368,7 +384,9 @@ VIEWS = (
 )
 INPUT_OF_VIEW = {"left": "left_j"}
 #: Views ticked with the driver's routes off on even steps (Spark's in-place route).
-SPARK_ROUTE_ON_EVEN_STEPS = frozenset({"inplace_mm", "agg_jk", "self_j", "semi", "topk", "cdist"})
+SPARK_ROUTE_ON_EVEN_STEPS = frozenset(
+    {"inplace_mm", "agg_jk", "self_j", "semi", "topk", "cdist", "keyed_lin"}
+)
 TICKS = int(os.environ.get("CT_INCR_TICKS", str(4 * len(VIEWS))))
 STEPS = max(2, math.ceil(TICKS / len(VIEWS)))
 
@@ -807,7 +825,8 @@ class World:
         assert out["appended"], f"{self.where(view.name)}: {out}"
         self.stats.view_ticks += 1
         strategy = str(report.extra.get("strategy", "-"))
-        where = report.extra.get("change_state_on")  # in place: by Spark or on the driver
+        # In place, or a linear keyed block: by Spark or on the driver.
+        where = report.extra.get("change_state_on") or report.extra.get("keyed_on")
         self.stats.strategies[view.name][f"{strategy}({where})" if where else strategy] += 1
         read_on = report.extra.get("extrema_read_on")  # a deleted extremum's group read again
         if read_on:
@@ -941,6 +960,7 @@ def test_incremental_views_equal_the_oracle_over_random_histories(
         "topk": {"aggregate(driver)", "aggregate(spark)"},
         "having": {"aggregate(driver)"},
         "cdist": {"aggregate(driver)", "aggregate(spark)"},
+        "keyed_lin": {"linear(driver)", "linear"},
     }
     for name, strategies in wanted.items():
         ran = world.stats.strategies[name]

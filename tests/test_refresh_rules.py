@@ -300,3 +300,39 @@ def test_outer_reads_of_nested_plans(
     else:
         assert reason is not None and expected in reason, reason
     assert outer_reads_reason(sizes, outer, 0.0) is None  # the rule is off
+
+
+#: q2's shape (a linear view, its correlated MIN over three tables) and the same block
+#: aggregated; the subquery over an outer join stays Spark's.
+KEYED_VIEWS = {
+    "SELECT p.k, s.name FROM t.p p, t.s s WHERE p.k = s.k AND p.v = (SELECT MIN(s2.v) FROM"
+    " t.s s2, t.n n WHERE s2.k = p.k AND n.id = s2.nid AND n.name = 'EU')": True,
+    "SELECT s.name, COUNT(*) AS c FROM t.p p, t.s s WHERE p.k = s.k AND p.v = (SELECT"
+    " MIN(s2.v) FROM t.s s2, t.n n WHERE s2.k = p.k AND n.id = s2.nid) GROUP BY s.name": True,
+    "SELECT p.k FROM t.p p WHERE p.v = (SELECT MIN(s2.v) FROM t.s s2 LEFT JOIN t.n n ON"
+    " n.id = s2.nid WHERE s2.k = p.k)": False,
+}
+
+
+@pytest.mark.parametrize(("sql", "on_driver"), sorted(KEYED_VIEWS.items()))
+def test_keyed_blocks_the_driver_evaluates_are_spared_the_per_read_rules(
+    sql: str, on_driver: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A linear or in-place view whose keyed subqueries inner-join tables of their own is
+    evaluated on the driver (no Spark job's fixed cost), so neither the keyed-reads rule
+    nor the small-inputs rule prices it; without the driver's cache or rows, they do."""
+    from airflow_provider_ct.core.file_cache import CACHE_MB_ENV
+    from airflow_provider_ct.core.query import parse_query
+    from airflow_provider_ct.ivm.plan.planner import plan_query
+    from airflow_provider_ct.ivm.plan.sizes import keyed_on_driver
+
+    plan = plan_query(parse_query(sql))
+    assert plan.blocks and plan.blocks[0].keyed, plan
+    monkeypatch.setenv(CACHE_MB_ENV, "64")
+    monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "1000")
+    assert keyed_on_driver(plan) is on_driver
+    monkeypatch.setenv(CACHE_MB_ENV, "0")
+    assert keyed_on_driver(plan) is False
+    monkeypatch.setenv(CACHE_MB_ENV, "64")
+    monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")
+    assert keyed_on_driver(plan) is False
