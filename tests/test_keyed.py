@@ -55,9 +55,11 @@ NOT_KEYED = {
     "SELECT a.id FROM s.a a WHERE NOT (a.k IN (SELECT k FROM s.b) AND a.v > 1)": "NOT IN",
     "SELECT a.id FROM s.a a WHERE a.k IN (SELECT MAX(k) FROM s.b)": "not tied",
     "SELECT a.id FROM s.a a WHERE a.v > (SELECT AVG(w) FROM s.b)": "not tied",
-    "SELECT a.id FROM s.a a WHERE a.k IN (SELECT k FROM s.b WHERE w IN (SELECT v FROM s.a))": (
-        "inside a subquery"
-    ),
+    # Nested: tied to a column of the subquery's other table, neither the key nor its table's.
+    "SELECT a.id FROM s.a a WHERE a.k IN (SELECT b.k FROM s.b b, s.a x WHERE x.id = b.w"
+    " AND x.v IN (SELECT w FROM s.b))": "tied to neither the key nor its table",
+    "SELECT a.id FROM s.a a WHERE a.k IN (SELECT k FROM s.b WHERE w IN (SELECT v FROM s.a"
+    " WHERE id IN (SELECT w FROM s.b)))": "three levels deep",
     # Placed with the columns: both sides of the equality are the subquery's own.
     "SELECT a.id FROM s.a a WHERE EXISTS (SELECT 1 FROM s.b WHERE k = w)": "not tied",
     "SELECT a.id FROM s.a a WHERE EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k) AND"
@@ -98,6 +100,23 @@ def test_the_ties_are_placed_with_the_tables_columns(sql: str) -> None:
 def test_shapes_without_a_key_say_why(sql: str) -> None:
     placed = _placed(sql)
     assert isinstance(placed, str) and NOT_KEYED[sql] in placed, placed
+
+
+def test_a_subquery_inside_a_subquery_is_tied_or_bridged() -> None:
+    """TPC-H q20's nesting: a nested subquery tied by a column equal to its parent's tied
+    column holds the key; one tied to another column of the parent's tied table is bridged
+    through it (its change's keys are those of the parent's rows it joins)."""
+    placed = _placed(
+        "SELECT a.id FROM s.a a WHERE a.k IN (SELECT k FROM s.b b WHERE w IN (SELECT v FROM"
+        " s.a) AND b.name > (SELECT MIN(s) FROM s.a a2 WHERE a2.k = b.k AND a2.v = b.w))"
+    )
+    assert isinstance(placed, KeyedRead), placed
+    assert placed.members == (("s.a", "a", "k"),)
+    assert placed.inner_members == (("s.b", "b", "k"), ("s.a", "a2", "k"))
+    assert placed.bridges == (Bridge("s.a", "v", "s.b", "w", "k", nested=True),)
+    assert placed.subquery_inputs == {"s.a", "s.b"}
+    assert placed.unkeyed({"s.a", "s.b"}, ("s.a",)) is None
+    assert placed.restricted_columns("s.a", ("s.a",)) == []  # the bridged read needs every row
 
 
 def test_a_changed_table_must_hold_the_key() -> None:

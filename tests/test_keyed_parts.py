@@ -105,6 +105,55 @@ def test_a_subquery_over_several_tables_joins_them_from_the_tied_one() -> None:
     assert [a.sql() for a in part.aggregates] == ["MIN(l.l_price)"]
 
 
+def test_a_subquery_holds_parts_of_its_own() -> None:
+    """TPC-H q20's shape: an ``IN`` whose subquery keeps its rows by an ``IN`` of its own
+    and by a scalar tied by two columns; the nested parts are numbered after the block's
+    and typed in the subquery's scope."""
+    parts = _parts(
+        "SELECT p_brand FROM s.p WHERE p_partkey IN (SELECT l_partkey FROM s.l WHERE"
+        " l_orderkey IN (SELECT o_orderkey FROM s.o WHERE o_status = 'F') AND l_quantity >"
+        " (SELECT 0.5 * SUM(l_price) FROM s.l l2 WHERE l2.l_partkey = l.l_partkey AND"
+        " l2.l_suppkey = l.l_suppkey AND l2.l_seen IS NULL))"
+    )
+    assert not isinstance(parts, str), parts
+    (part,) = parts
+    assert (part.kind, part.input, part.tie, part.outer) == (
+        IN,
+        "s.l",
+        "l_partkey",
+        ("p", "p_partkey"),
+    )
+    assert part.where is None  # both conjuncts are parts of their own
+    inner, scalar = part.parts
+    assert (inner.kind, inner.input, inner.tie, inner.outer) == (
+        IN,
+        "s.o",
+        "o_orderkey",
+        ("l", "l_orderkey"),
+    )
+    assert inner.where.sql() == "o.o_status = 'F'" and inner.index == 1
+    assert (scalar.kind, scalar.alias, scalar.tie, scalar.outer) == (
+        SCALAR,
+        "l2",
+        "l_partkey",
+        ("l", "l_partkey"),
+    )
+    assert scalar.ties == ((("l2", "l_suppkey"), ("l", "l_suppkey")),)
+    assert scalar.replaced.sql() == "l.l_quantity > __ct_keyed.v2"
+    assert scalar.value.sql() == "0.5 * __ct_agg2.a0"
+    assert scalar.scope is not None and scalar.scope.find(sqlglot.exp.Table).name == "l"
+
+
+def test_a_scalar_tied_by_two_columns_of_two_tables() -> None:
+    """A second equality with an outer column, on a joined table of the subquery: a tie."""
+    parts = _parts(
+        "SELECT COUNT(*) FROM s.p WHERE p_brand = (SELECT MIN(l_price) FROM s.l, s.o"
+        " WHERE l_partkey = p_partkey AND o_orderkey = l_orderkey AND o_custkey = p_brand)"
+    )
+    assert not isinstance(parts, str), parts
+    assert parts[0].ties == ((("o", "o_custkey"), ("p", "p_brand")),)
+
+
 @pytest.mark.parametrize(
     ("sql", "reason"),
     [
@@ -115,13 +164,20 @@ def test_a_subquery_over_several_tables_joins_them_from_the_tied_one() -> None:
         ),
         (
             "SELECT COUNT(*) FROM s.p WHERE p_brand = (SELECT MIN(l_price) FROM s.l WHERE"
-            " l_partkey = p_partkey AND l_orderkey IN (SELECT o_orderkey FROM s.o))",
-            "a subquery of its own",
+            " l_partkey = p_partkey AND l_orderkey IN (SELECT o_orderkey FROM s.o WHERE"
+            " o_custkey IN (SELECT l_suppkey FROM s.l)))",
+            "a subquery inside a subquery other than in a conjunct of its WHERE",
         ),
         (
-            "SELECT COUNT(*) FROM s.p WHERE p_brand = (SELECT MIN(l_price) FROM s.l, s.o"
-            " WHERE l_partkey = p_partkey AND o_orderkey = l_orderkey AND o_custkey = p_brand)",
-            "correlated beyond its key",
+            "SELECT COUNT(*) FROM s.p WHERE p_brand = (SELECT MIN(l_price) + (SELECT"
+            " MAX(o_custkey) FROM s.o) FROM s.l WHERE l_partkey = p_partkey)",
+            "a subquery inside a subquery other than in a conjunct of its WHERE",
+        ),
+        (
+            "SELECT COUNT(*) FROM s.p WHERE p_brand = (SELECT MIN(l_price) FROM s.l WHERE"
+            " l_partkey = p_partkey AND l_orderkey IN (SELECT o_orderkey FROM s.o WHERE"
+            " o_custkey = p_brand))",
+            "is not placed",
         ),
         (
             "SELECT p_brand, (SELECT COUNT(*) FROM s.l WHERE l_partkey = p_partkey) FROM s.p",
@@ -135,7 +191,7 @@ def test_a_subquery_over_several_tables_joins_them_from_the_tied_one() -> None:
         (
             "SELECT COUNT(*) FROM s.p WHERE 1 < (SELECT COUNT(*) FROM s.l WHERE"
             " l_partkey = p_partkey AND l_suppkey > p_partkey)",
-            "correlated beyond its key",
+            "correlated beyond column equalities",
         ),
         (
             "SELECT COUNT(*) FROM s.p WHERE 1 < (SELECT COUNT(DISTINCT l_suppkey) FROM s.l"

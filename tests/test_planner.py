@@ -102,10 +102,15 @@ CASES = [
     ("SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b)", "linear", "projection and filter"),
     ("SELECT id FROM s.a a WHERE NOT EXISTS (SELECT 1 FROM s.b b WHERE a.k = b.k)", "linear", ""),
     ("SELECT id, (SELECT MAX(k) FROM s.b) FROM s.a", "full", "a subquery outside WHERE"),
-    (  # TPC-H q20's nesting
+    (  # TPC-H q20's nesting: keyed, s.c's changes bridged through s.b
         "SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b WHERE w IN (SELECT w FROM s.c))",
+        "linear",
+        "projection and filter",
+    ),
+    (
+        "SELECT id FROM s.a WHERE k IN (SELECT (SELECT MAX(w) FROM s.c) FROM s.b)",
         "full",
-        "a subquery inside a subquery",
+        "a subquery outside WHERE",
     ),
     ("SELECT k, SUM(v) FROM s.a GROUP BY k HAVING SUM(v) > (SELECT 1)", "full", "outside WHERE"),
     (

@@ -54,6 +54,7 @@ InnerFetch = Callable[[str, str, pa.Array], pa.Table]
 
 _FUNCTIONS = {exp.Sum: "SUM", exp.Count: "COUNT", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 _ROW = "__ct_row.id"
+_TUPLE = "__ct_tuple"
 
 
 def kept_rows(
@@ -67,20 +68,14 @@ def kept_rows(
 
     :param columns: input name -> the columns of it read (a subquery's tables' joins).
     """
-    if not rows.num_rows:
-        return rows
-    with_values = rows
-    for part in parts:
+    for part in parts:  # the conjuncts in turn: each part reads only the rows still kept
+        if not rows.num_rows:
+            break
         value = _part_value(rows, part, fetch, types, columns)
         name = f"{VALUE_ALIAS}.v{part.index}"
-        with_values = with_values.append_column(pa.field(name, value.type), value)
-    evaluator = ArrowEvaluator.joined(with_values, types)
-    mask = None
-    for part in parts:
-        kept = evaluator.mask(part.replaced)
-        mask = kept if mask is None else pc.and_(mask, kept)
-    assert mask is not None
-    return rows.filter(mask)
+        with_value = rows.append_column(pa.field(name, value.type), value)
+        rows = rows.filter(ArrowEvaluator.joined(with_value, types).mask(part.replaced))
+    return rows
 
 
 def _inner_rows(
@@ -105,7 +100,7 @@ def _inner_rows(
         inner = term_rows(shape, 0, tied, by_join, prefilter, all_new=True)
     if part.where is not None and inner.num_rows:
         inner = inner.filter(ArrowEvaluator.joined(inner, types).mask(part.where))
-    return inner
+    return kept_rows(inner, part.parts, fetch, types, columns)
 
 
 def _part_value(
@@ -121,6 +116,8 @@ def _part_value(
     inner = _inner_rows(part, keys, fetch, types, columns)
     if part.kind == EXISTS:
         return _exists(rows, outer, inner, part, types)
+    if part.ties:
+        return _tied_values(rows, part, inner, types)
     codes = _codes(inner.column(f"{part.alias}.{part.tie}"), keys)
     if part.kind == IN:
         present = np.bincount(codes, minlength=len(keys)) > 0
@@ -164,6 +161,35 @@ def _per_key(
         columns[f"{aggregate_alias(part.index)}.a{j}"] = pa.array(found, kind)
     table = pa.table(columns) if columns else pa.table({"__ct_none": [None] * (keys + 1)})
     return ArrowEvaluator.joined(table, types).column(part.value)
+
+
+def _tied_values(
+    rows: pa.Table, part: KeyedPart, inner: pa.Table, types: Mapping[str, pa.DataType]
+) -> pa.Array:
+    """A scalar tied by several columns (TPC-H q20's per part and supplier): its value per
+    distinct tuple of the outer rows' tied columns, then per outer row (a tuple holding a
+    NULL matches no row: the value of no rows)."""
+    outer = [part.outer, *(o for _, o in part.ties)]
+    mine = [(part.alias, part.tie), *(i for i, _ in part.ties)]
+    names = [f"{a}.{c}" for a, c in outer]
+    distinct = rows.select(names).group_by(names, use_threads=False).aggregate([])
+    tuples = pa.table(
+        {
+            **{f"{_TUPLE}.k{i}": distinct.column(n) for i, n in enumerate(names)},
+            f"{_TUPLE}.id": pa.array(np.arange(distinct.num_rows), pa.int64()),
+        }
+    )
+    held = [(_TUPLE, f"k{i}") for i in range(len(names))]
+    matched = join_on(tuples, inner, list(zip(held, mine, strict=True)))
+    codes = np.asarray(matched.column(f"{_TUPLE}.id").to_numpy(), dtype=np.int64)
+    values = _per_key(matched, codes, tuples.num_rows, part, types)
+    numbered = rows.select(names).append_column(
+        _ROW, pa.array(np.arange(rows.num_rows), pa.int64())
+    )
+    located = join_on(numbered, tuples, list(zip(outer, held, strict=True)))
+    positions = np.full(rows.num_rows, tuples.num_rows, dtype=np.int64)  # no rows' value
+    positions[located.column(_ROW).to_numpy()] = located.column(f"{_TUPLE}.id").to_numpy()
+    return values.take(pa.array(positions, pa.int64()))
 
 
 def _exists(

@@ -77,6 +77,9 @@ class Bridge:
     via: str
     via_column: str
     via_key: str
+    #: Whether it bridges ``input``'s read in a subquery inside a subquery (through that
+    #: subquery's tied table), not its read in the block.
+    nested: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,9 @@ class KeyedRead:
     keyed_block_inputs: frozenset[str] = frozenset()
     #: Block inputs without the key whose changes' keys are read through a join.
     bridges: tuple[Bridge, ...] = ()
+    #: Inputs a subquery reads neither tied by the key nor bridged (their changes move
+    #: keys no column bounds).
+    uncovered: frozenset[str] = frozenset()
 
     def key_columns(self, name: str) -> list[str]:
         """The columns of input ``name`` that hold the key (block and subquery sides)."""
@@ -109,9 +115,9 @@ class KeyedRead:
     def unkeyed(self, changed: Collection[str], block_inputs: Collection[str]) -> str | None:
         """Why a change of ``changed`` is not bounded by the key, or None."""
         for name in sorted(changed):
-            if name in self.subquery_inputs and name not in self.tied_inputs:
+            if name in self.uncovered:
                 return f"{name} changed and is read in a subquery that it does not tie by the key"
-            bridged = any(b.input == name for b in self.bridges)
+            bridged = any(b.input == name and not b.nested for b in self.bridges)
             if name in block_inputs and name not in self.keyed_block_inputs and not bridged:
                 return (
                     f"{name} changed and holds no column equal to the subqueries' key, nor "
@@ -178,15 +184,25 @@ def keyed_shape(select: Any) -> str | None:
     if not subs:
         return "the block has no subquery"
     for sub in subs:
-        if any(direct_subqueries(sub)):
-            return "a subquery inside a subquery is not keyed"
-        own = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
-        ties = [c for c in _equalities(sub) if not _both_own(c, own)]
-        if _in_tie(sub) is None and not ties:
-            return "a subquery not tied to the block by an equality (or an IN) is not keyed"
-        node = subquery_owner(sub)
-        if isinstance(node, exp.In) and _negated(node, select):
-            return "NOT IN is not keyed: a NULL in the subquery makes it unknown everywhere"
+        why = _tied_shape(sub, select)
+        for nested in direct_subqueries(sub):
+            if why is None and direct_subqueries(nested):
+                why = "a subquery three levels deep is not keyed"
+            why = why or _tied_shape(nested, sub)
+        if why is not None:
+            return why
+    return None
+
+
+def _tied_shape(sub: Any, parent: Any) -> str | None:
+    """Why subquery ``sub`` of ``parent`` has no tie to it, from the SQL alone, or None."""
+    own = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
+    ties = [c for c in _equalities(sub) if not _both_own(c, own)]
+    if _in_tie(sub) is None and not ties:
+        return "a subquery not tied to the block by an equality (or an IN) is not keyed"
+    node = subquery_owner(sub)
+    if isinstance(node, exp.In) and _negated(node, parent):
+        return "NOT IN is not keyed: a NULL in the subquery makes it unknown everywhere"
     return None
 
 
@@ -208,11 +224,16 @@ def place_keyed(
             classes.union(left[2:], right[2:])
             pairs.append((left[1:], right[1:]))
     ties: list[_Tie] = []
+    nested = _Nested()
     for sub in direct_subqueries(select):
-        tie = _tie(sub, outer, table_scope(sub, catalog_name), lower, classes)
+        inner = table_scope(sub, catalog_name)
+        tie = _tie(sub, outer, inner, lower, classes)
         if isinstance(tie, str):
             return tie
         ties.append(tie)
+        why = nested.place(sub, inner, tie, lower, catalog_name)
+        if why is not None:
+            return why
     root = classes.find(ties[0].outer)
     if any(classes.find(t.outer) != root for t in ties):
         return "the subqueries are tied to different keys of the block"
@@ -226,15 +247,17 @@ def place_keyed(
         members=members,
         inner_sql=tuple(t.inner.sql(dialect="spark") for t in ties),
         inner_inputs=tuple(None if t.member is None else t.member[0] for t in ties),
-        inner_members=tuple(t.member for t in ties if t.member is not None),
-        tied_inputs=_tied_inputs(select, ties, catalog_name),
+        inner_members=(*(t.member for t in ties if t.member is not None), *nested.members),
+        tied_inputs=_tied_inputs(select, ties, catalog_name, nested),
         subquery_inputs=frozenset(
             name
             for sub in direct_subqueries(select)
             for name in table_scope(sub, catalog_name).values()
-        ),
+        )
+        | nested.inputs,
         keyed_block_inputs=keyed_inputs,
-        bridges=_bridges(pairs, members, keyed_inputs, list(outer.values())),
+        bridges=(*_bridges(pairs, members, keyed_inputs, list(outer.values())), *nested.bridges),
+        uncovered=frozenset(_untied(select, ties, catalog_name) | nested.uncovered),
     )
 
 
@@ -256,19 +279,24 @@ def _bridges(
     return tuple(found.values())
 
 
-def _tied_inputs(select: Any, ties: list[_Tie], catalog_name: str) -> frozenset[str]:
+def _tied_inputs(
+    select: Any, ties: list[_Tie], catalog_name: str, nested: _Nested
+) -> frozenset[str]:
     """Inputs every subquery reading them ties by one of their columns (and reads once)."""
-    tied: set[str] = set()
+    tied = {t.member[0] for t in ties if t.member is not None} | nested.tied
+    return frozenset(tied - _untied(select, ties, catalog_name) - nested.untied)
+
+
+def _untied(select: Any, ties: list[_Tie], catalog_name: str) -> set[str]:
+    """Inputs a subquery of the block reads other than by its tie (or reads twice)."""
     untied: set[str] = set()
     for sub, tie in zip(direct_subqueries(select), ties, strict=True):
         names = list(table_scope(sub, catalog_name).values())
         for name in names:
             once = names.count(name) == 1
-            if tie.member is not None and tie.member[0] == name and once:
-                tied.add(name)
-            else:
+            if tie.member is None or tie.member[0] != name or not once:
                 untied.add(name)
-    return frozenset(tied - untied)
+    return untied
 
 
 def _tie(
@@ -300,6 +328,92 @@ def _tie(
         return "a subquery is not tied to a column of the block by an equality"
     known = [t for t in found if t.outer in classes.parent]
     return (known or found)[0]
+
+
+class _Nested:
+    """The ties of the subqueries inside a block's subqueries (TPC-H q20's two, inside its
+    ``IN`` over ``partsupp``), gathered while the block's own are placed.
+
+    A subquery ``N`` inside a subquery ``S`` is read per row of ``S``. When an
+    equality (or ``N``'s ``IN``) ties a column of ``N``'s table to a column of
+    ``S`` equal to ``S``'s tied column (q20's ``l_suppkey = ps_suppkey``),
+    ``N``'s rows of a key are its rows whose column holds the key: that table
+    is tied like ``S``'s own. Otherwise, when it ties to another column of
+    ``S``'s tied table (q20's ``ps_partkey IN (SELECT p_partkey ...)``), a
+    changed row of ``N``'s table moves the keys of the tied table's rows it
+    joins: a :class:`Bridge` through that table, read as it is.
+    """
+
+    def __init__(self) -> None:
+        self.members: list[Member] = []
+        self.bridges: list[Bridge] = []
+        self.inputs: set[str] = set()
+        self.tied: set[str] = set()
+        self.untied: set[str] = set()
+        self.uncovered: set[str] = set()
+
+    def place(
+        self,
+        sub: Any,
+        inner: dict[str, str],
+        tie: _Tie,
+        lower: Mapping[str, set[str]],
+        catalog_name: str,
+    ) -> str | None:
+        """Place the ties of ``sub``'s own subqueries; why one has none, or None."""
+        subs = direct_subqueries(sub)
+        if not subs:
+            return None
+        if tie.member is None:
+            return "a subquery tied by an expression holds subqueries of its own: not keyed"
+        key_input, key_alias, key_column = tie.member
+        classes = _Classes()
+        for conjunct in _equalities(sub):
+            left = _resolve(conjunct.this, [inner], lower)
+            right = _resolve(conjunct.expression, [inner], lower)
+            if left is not None and right is not None:
+                classes.union(left[2:], right[2:])
+        root = classes.find((key_alias, key_column))
+        for nested in subs:
+            scope = table_scope(nested, catalog_name)
+            names = list(scope.values())
+            self.inputs.update(names)
+            pairs = _nested_pairs(nested, scope, inner, lower)
+            keyed = [m for m, p in pairs if classes.find(p) == root and names.count(m[0]) == 1]
+            via = [(m, p) for m, p in pairs if p[0] == key_alias]
+            if keyed:
+                self.members.append(keyed[0])
+                self.tied.add(covered := keyed[0][0])
+            elif via:
+                (covered, _, column), (_, via_column) = via[0]
+                bridge = Bridge(covered, column, key_input, via_column, key_column, nested=True)
+                self.bridges.append(bridge)
+            else:
+                return "a subquery inside a subquery tied to neither the key nor its table"
+            self.untied.update(n for n in names if not keyed or n != covered)
+            self.uncovered.update(n for n in names if n != covered or names.count(n) > 1)
+        return None
+
+
+def _nested_pairs(
+    nested: Any, scope: dict[str, str], parent: dict[str, str], lower: Mapping[str, set[str]]
+) -> list[tuple[Member, tuple[str, str]]]:
+    """``nested``'s ties to its parent subquery: ``(its member, the parent's (alias,
+    column))`` for its ``IN``'s output and each equality between the two scopes."""
+    found: list[tuple[Member, tuple[str, str]]] = []
+    in_tie = _in_tie(nested)
+    if in_tie is not None:
+        outer_side = _resolve(in_tie[0], [parent], lower)
+        output = _resolve(in_tie[1], [scope], lower)
+        if outer_side is not None and output is not None:
+            found.append((output[1:], outer_side[2:]))
+    for conjunct in _equalities(nested):
+        a = _resolve(conjunct.this, [scope, parent], lower)
+        b = _resolve(conjunct.expression, [scope, parent], lower)
+        if a is not None and b is not None and {a[0], b[0]} == {0, 1}:
+            mine, theirs = (a, b) if a[0] == 0 else (b, a)
+            found.append((mine[1:], theirs[2:]))
+    return found
 
 
 def _negated(node: Any, select: Any) -> bool:

@@ -37,8 +37,9 @@ before.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, replace
+from itertools import count
 from typing import Any
 
 from sqlglot import exp
@@ -92,6 +93,16 @@ class KeyedPart:
     #: Every table of the subquery as ``(alias, input)``, the tied one first; empty: that
     #: one alone. The others are inner-joined by the equalities of :attr:`where`.
     tables: tuple[tuple[str, str], ...] = ()
+    #: ``SCALAR`` only: further equalities of a subquery column with an outer one, as
+    #: ``((alias, column), (outer alias, column))`` (TPC-H q20's ``l_suppkey =
+    #: ps_suppkey`` beside ``l_partkey = ps_partkey``): its value is per outer row's
+    #: columns, not per key.
+    ties: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = ()
+    #: The subquery's own subqueries, evaluated over its rows (its ``WHERE``'s conjuncts).
+    parts: tuple[KeyedPart, ...] = ()
+    #: For a part inside a subquery, that subquery (qualified): the scope its conjunct is
+    #: typed in; None: the block's.
+    scope: Any = None
 
     @property
     def reads(self) -> tuple[tuple[str, str], ...]:
@@ -123,19 +134,40 @@ def keyed_parts(
     :param columns: input name -> its column names (the pinned snapshots').
     """
     lower = {name: {c.lower() for c in cols} for name, cols in columns.items()}
-    outer = table_scope(select, catalog_name)
+    subs = direct_subqueries(select)
+    indexes = count(len(subs))
+    found = _parts_of(select, table_scope(select, catalog_name), lower, catalog_name, indexes)
+    if isinstance(found, str):
+        return found
+    return list(found) or "the block has no subquery"
+
+
+def _parts_of(
+    select: Any,
+    outer: dict[str, str],
+    lower: Mapping[str, set[str]],
+    catalog_name: str,
+    indexes: Iterator[int],
+    *,
+    nested: bool = False,
+) -> tuple[KeyedPart, ...] | str:
+    """The parts of ``select``'s subqueries (numbered in tree order; a subquery's own
+    subqueries are numbered from ``indexes``), or why one is refused."""
     where = select.args.get("where")
     conjuncts = where_conjuncts(where.this) if where is not None else []
     parts: list[KeyedPart] = []
-    for index, sub in enumerate(direct_subqueries(select)):
+    for position, sub in enumerate(direct_subqueries(select)):
         conjunct = next((c for c in conjuncts if c is sub or _holds(c, sub)), None)
         if conjunct is None:
             return "a subquery outside the conjuncts of WHERE is evaluated by Spark"
-        found = _part(conjunct, sub, outer, lower, catalog_name, index)
+        index = next(indexes) if nested else position
+        found = _part(conjunct, sub, outer, lower, catalog_name, index, indexes)
         if isinstance(found, str):
             return found
+        if nested:
+            found = replace(found, scope=select)
         parts.append(found)
-    return parts or "the block has no subquery"
+    return tuple(parts)
 
 
 def driver_shape(select: Any) -> str | None:
@@ -155,12 +187,16 @@ def driver_shape(select: Any) -> str | None:
     return None
 
 
-def _sub_shape(sub: Any) -> str | None:
+def _sub_shape(sub: Any, depth: int = 0) -> str | None:
     """Why the driver would not join a subquery's own tables, or None."""
     if not sources(sub):
         return "a subquery without a table is evaluated by Spark"
-    if direct_subqueries(sub):
-        return "a subquery with a subquery of its own is evaluated by Spark"
+    for nested in direct_subqueries(sub):
+        if depth or not _in_conjunct(sub, nested):
+            return "a subquery inside a subquery other than in a conjunct of its WHERE"
+        why = _sub_shape(nested, depth + 1)
+        if why is not None:
+            return why
     if any(not isinstance(t, exp.Table) for t in sources(sub)):
         return "a subquery over a derived table is evaluated by Spark"
     for join in sub.args.get("joins") or []:
@@ -174,6 +210,13 @@ def _sub_shape(sub: Any) -> str | None:
     return None
 
 
+def _in_conjunct(select: Any, sub: Any) -> bool:
+    """Whether ``sub`` is (in) a conjunct of ``select``'s ``WHERE``."""
+    where = select.args.get("where")
+    conjuncts = where_conjuncts(where.this) if where is not None else []
+    return any(c is sub or _holds(c, sub) for c in conjuncts)
+
+
 def _holds(node: Any, sub: Any) -> bool:
     return any(found is sub for found in node.find_all(exp.Select))
 
@@ -185,8 +228,9 @@ def _part(
     lower: Mapping[str, set[str]],
     catalog_name: str,
     index: int,
+    indexes: Iterator[int],
 ) -> KeyedPart | str:
-    """One subquery taken apart, or why not."""
+    """One subquery taken apart (its own subqueries too), or why not."""
     why = _sub_shape(sub)
     if why is not None:
         return why
@@ -196,6 +240,23 @@ def _part(
     qualified = _qualified(sub, inner, outer, lower)
     if isinstance(qualified, str):
         return qualified
+    nested = _parts_of(qualified, inner, lower, catalog_name, indexes, nested=True)
+    if isinstance(nested, str):
+        return nested
+    part = _taken_apart(conjunct, sub, qualified, inner, outer, lower, index)
+    return replace(part, parts=nested) if isinstance(part, KeyedPart) else part
+
+
+def _taken_apart(
+    conjunct: Any,
+    sub: Any,
+    qualified: Any,
+    inner: dict[str, str],
+    outer: dict[str, str],
+    lower: Mapping[str, set[str]],
+    index: int,
+) -> KeyedPart | str:
+    """The part of one subquery by its kind, or why not."""
     owner = subquery_owner(sub)
     node, negated = unnegated(conjunct)
     if isinstance(node, exp.Exists):
@@ -217,6 +278,8 @@ def _qualified(
     one block table's that has them."""
     copy = sub.copy()
     for column in list(copy.find_all(exp.Column)):
+        if column.find_ancestor(exp.Select) is not copy:
+            continue  # a subquery's own subquery: placed in its own scope
         if column.args.get("db") or not column.name:
             return f"column {column.sql()} is not placed"
         table = column.table.lower()
@@ -245,6 +308,8 @@ def _split(select: Any, inner: Collection[str]) -> tuple[list[Any], list[Any]]:
     own: list[Any] = []
     correlated: list[Any] = []
     for conjunct in conditions:
+        if conjunct.find(exp.Select):
+            continue  # a subquery of its own: a part of its own (:attr:`KeyedPart.parts`)
         tables = {c.table.lower() for c in conjunct.find_all(exp.Column)}
         (own if tables <= set(inner) else correlated).append(conjunct)
     return own, correlated
@@ -284,7 +349,7 @@ def _and(conjuncts: list[Any]) -> Any:
 def _exists(
     conjunct: Any, sub: Any, inner: dict[str, str], outer: dict[str, str], index: int
 ) -> KeyedPart | str:
-    if sub.args.get("group") or sub.args.get("having") or sub.find(exp.AggFunc):
+    if sub.args.get("group") or sub.args.get("having") or _aggregated(sub):
         return "an EXISTS over an aggregate is evaluated by Spark"
     own, correlated = _split(sub, inner)
     tie = _tie(correlated, inner, outer)
@@ -330,7 +395,7 @@ def _in(
     group = sub.args.get("group")
     if group is not None and [g.sql() for g in group.expressions] != [output.sql()]:
         return "an IN whose subquery groups by other than its output is evaluated by Spark"
-    if group is None and (sub.args.get("having") or sub.find(exp.AggFunc)):
+    if group is None and (sub.args.get("having") or _aggregated(sub)):
         return "an IN over an aggregate without GROUP BY is evaluated by Spark"
     own, correlated = _split(sub, inner)
     if correlated:
@@ -360,6 +425,11 @@ def _in(
     )
 
 
+def _aggregated(sub: Any) -> bool:
+    """Whether ``sub`` aggregates (an aggregate of its own, not of its subqueries')."""
+    return any(a.find_ancestor(exp.Select) is sub for a in sub.find_all(exp.AggFunc))
+
+
 def _outer_column(
     column: Any, outer: dict[str, str], lower: Mapping[str, set[str]]
 ) -> tuple[str, str] | None:
@@ -383,8 +453,9 @@ def _scalar(
     if isinstance(tie, str):
         return tie
     (alias, column), tied, rest = tie
-    if rest:
-        return "a scalar subquery correlated beyond its key is evaluated by Spark"
+    ties = _column_ties(rest, inner, outer)
+    if isinstance(ties, str):
+        return ties
     value, aggregates = _aggregates_out(qualified.expressions[0].unalias(), index)
     if isinstance(value, str):
         return value
@@ -410,7 +481,22 @@ def _scalar(
         aggregates=aggregates,
         index=index,
         tables=_tables(inner, alias),
+        ties=ties,
     )
+
+
+def _column_ties(
+    rest: list[Any], inner: Collection[str], outer: dict[str, str]
+) -> tuple[tuple[tuple[str, str], tuple[str, str]], ...] | str:
+    """A scalar's correlated conjuncts beyond its tie, each an equality of one of its
+    columns with an outer one; or why not."""
+    found = []
+    for conjunct in rest:
+        tie = _tie([conjunct], inner, outer)
+        if isinstance(tie, str):
+            return "a scalar subquery correlated beyond column equalities is evaluated by Spark"
+        found.append(tie[:2])
+    return tuple(found)
 
 
 def _aggregates_out(expression: Any, index: int) -> tuple[Any, tuple[Any, ...]] | tuple[str, tuple]:

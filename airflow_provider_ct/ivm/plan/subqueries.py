@@ -139,9 +139,7 @@ def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...] | s
             continue
         if isinstance(node, exp.Subquery) and isinstance(node.parent, exp.From | exp.Join):
             continue  # a derived table: block_tables refuses it with its reason
-        if where is None or node.find_ancestor(exp.Where) is not where:
-            if where is not None and within(node, where):  # TPC-H q20's nested IN
-                return "a subquery inside a subquery is recomputed in full"
+        if where is None or not _in_wheres(node, select):
             return "a subquery outside WHERE is recomputed in full"
         query = node.args.get("query") if isinstance(node, exp.In) else node.this
         if query is None or query.find(exp.Window) or nondeterministic_calls(query):
@@ -150,6 +148,22 @@ def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...] | s
             if table.name:
                 found.add(normalize_table_name(qualified_table_name(table), catalog_name))
     return tuple(sorted(found))
+
+
+def _in_wheres(node: Any, select: Any) -> bool:
+    """Whether ``node`` sits in ``select``'s ``WHERE``, or in the ``WHERE`` of a subquery
+    that does, and so on down (TPC-H q20's ``IN`` inside an ``IN``): a subquery in a select
+    list, a ``HAVING`` or a ``FROM`` at any level is not."""
+    while True:
+        owner = node.parent
+        while owner is not None and not isinstance(owner, exp.Select):
+            owner = owner.parent
+        where = owner.args.get("where") if owner is not None else None
+        if where is None or not within(node, where):
+            return False
+        if owner is select:
+            return True
+        node = owner
 
 
 def within(node: Any, ancestor: Any) -> bool:

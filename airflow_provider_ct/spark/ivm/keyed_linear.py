@@ -39,6 +39,7 @@ from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES, ro
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import (
     NEW,
+    OLD,
     conjunct_prefilter,
     place_column,
     single_table_conjuncts,
@@ -78,8 +79,9 @@ def keyed_linear_computed(tick: Tick, target: Target, decision: TickDecision) ->
     if read is None:
         return None
     tick.clock.lap("changes")
+    sides = {NEW: dict(tick.desc.inputs), OLD: dict(decision.base.before)}
     try:
-        correction = _correction(agg, read, inputs, dict(tick.desc.inputs))
+        correction = _correction(agg, read, inputs, sides)
     except (NotOnDriver, pa.ArrowException) as exc:
         log.info("the keyed linear tick is computed by Spark: %s", exc)
         return None
@@ -93,30 +95,61 @@ def _correction(
     agg: Aggregation,
     read: KeyedDriverRead,
     inputs: Mapping[str, Any],
-    pins: Mapping[str, int | None],
+    sides: Mapping[str, Mapping[str, int | None]],
 ) -> Correction | None:
-    """The target's rows of the changed keys diffed with the block's rows of them now."""
+    """The target's rows of the changed keys diffed with the block's rows of them now; or,
+    without an output holding the key, the whole (small) target moved by the keys' rows
+    as they were and as they are."""
     outputs = _outputs(agg)
-    key = _key_output(read, outputs)
     types = keyed_types(agg, read, Expressions(read.shape.condition, outputs, (), frozenset()))
     if types is None:
         return None
-    reader = SideReaders(inputs, {NEW: pins}, read.columns)
+    key = _key_output(read, outputs)
+    reader = SideReaders(inputs, sides if key is None else {NEW: sides[NEW]}, read.columns)
     keys = changed_keys(read, reader, agg.driver_rows)
     prefilter = conjunct_prefilter(single_table_conjuncts(read.shape), types)
-    rows = side_rows(read, keys, NEW, reader, prefilter, types, agg.driver_rows)
-    evaluator = ArrowEvaluator.joined(rows, types)
-    if read.shape.condition is not None and rows.num_rows:
-        evaluator = ArrowEvaluator.joined(rows.filter(evaluator.mask(read.shape.condition)), types)
     names = [f.name for f in agg.schema.fields]
-    have = _target_rows(agg, _column(agg.columns, names[key]), keys)
-    want = _want(evaluator, outputs, names, agg.columns, have.schema)
+
+    def side(which: str, schema: pa.Schema) -> pa.Table:
+        rows = side_rows(read, keys, which, reader, prefilter, types, agg.driver_rows)
+        evaluator = ArrowEvaluator.joined(rows, types)
+        if read.shape.condition is not None and rows.num_rows:
+            kept = rows.filter(evaluator.mask(read.shape.condition))
+            evaluator = ArrowEvaluator.joined(kept, types)
+        read.details["joined_rows"] = read.details.get("joined_rows", 0) + evaluator.rows.num_rows
+        return _want(evaluator, outputs, names, agg.columns, schema)
+
+    if key is not None:
+        have = _target_rows(agg, _column(agg.columns, names[key]), keys)
+        want = side(NEW, have.schema)
+    else:
+        have = _whole_target(agg)
+        want = moved(have, side(OLD, have.schema), side(NEW, have.schema), agg.columns)
     diff = diff_rows(want, have, agg.columns)
     inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
     log.info("keyed linear rows diffed on the driver: +%d -%d", inserted, retracted)
     correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
-    correction.notes.update(joined_rows=evaluator.rows.num_rows, target_rows_read=have.num_rows)
+    correction.notes.update(
+        joined_rows=read.details.pop("joined_rows", 0),
+        target_rows_read=have.num_rows,
+        keyed_sides=1 if key is not None else 2,
+    )
     return correction
+
+
+def moved(have: pa.Table, old: pa.Table, new: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The target's rows ``have`` less the keys' rows as they were (``old``), plus them as
+    they are (``new``): multisets by value. A row of ``old`` the target lacks means it
+    drifted: :class:`NotOnDriver` (Spark's route, which reads it whole)."""
+    missing = diff_rows(old, have, columns)
+    if missing.inserts.num_rows:
+        raise NotOnDriver(f"the target lacks {missing.inserts.num_rows} of the keys' rows")
+    kept = set(missing.retractions)  # the target's rows no old row matched
+    files = have.column("_file").to_pylist()
+    positions = have.column("_pos").to_pylist()
+    mask = [(f, p) in kept for f, p in zip(files, positions, strict=True)]
+    rest = have.filter(pa.array(mask, pa.bool_())).select(list(columns))
+    return pa.concat_tables([rest, new.select(list(columns))])
 
 
 def _outputs(agg: Aggregation) -> tuple[Any, ...]:
@@ -128,14 +161,14 @@ def _outputs(agg: Aggregation) -> tuple[Any, ...]:
     return outputs
 
 
-def _key_output(read: KeyedDriverRead, outputs: Sequence[Any]) -> int:
-    """The position of an output that is a column in the key's equality class."""
+def _key_output(read: KeyedDriverRead, outputs: Sequence[Any]) -> int | None:
+    """The position of an output that is a column in the key's equality class, or None."""
     members = {(alias, column) for _, alias, column in read.placed.members}
     for position, output in enumerate(outputs):
         plain = isinstance(output, exp.Column) and not output.find(exp.Star)
         if plain and place_column(output, read.shape.inputs) in members:
             return position
-    raise NotOnDriver("no output column holds the subqueries' key")
+    return None
 
 
 def _column(columns: Sequence[str], name: str) -> str:
@@ -165,6 +198,20 @@ def _want(
     return pa.table(arrays, names=list(columns))
 
 
+def _whole_target(agg: Aggregation) -> pa.Table:
+    """The target's rows with ``_file`` and ``_pos``, when it is small enough to read."""
+    assert agg.base_snapshot_id is not None
+    limit = max(agg.driver_rows, agg.target_rows_on_driver)
+    if live_rows(agg.table, agg.base_snapshot_id) > limit:
+        raise NotOnDriver(f"the target holds more than {limit:,} rows")
+    have = rows_with_positions(
+        agg.table, agg.base_snapshot_id, agg.columns, None, DRIVER_READ_FILES
+    )
+    if have is None:
+        raise NotOnDriver("the target has more files than the driver reads")
+    return have
+
+
 def _target_rows(agg: Aggregation, column: str, keys: pa.Array) -> pa.Table:
     """The target's rows whose ``column`` is one of ``keys`` (NULL matching NULL), with
     ``_file`` and ``_pos``: looked up in its sorted index, or read whole when small."""
@@ -174,13 +221,6 @@ def _target_rows(agg: Aggregation, column: str, keys: pa.Array) -> pa.Table:
         found = reader.located_by_index(column, keys)
         if found is not None:
             return found
-    limit = max(agg.driver_rows, agg.target_rows_on_driver)
-    if live_rows(agg.table, agg.base_snapshot_id) > limit:
-        raise NotOnDriver(f"the target holds more than {limit:,} rows")
-    have = rows_with_positions(
-        agg.table, agg.base_snapshot_id, agg.columns, None, DRIVER_READ_FILES
-    )
-    if have is None:
-        raise NotOnDriver("the target has more files than the driver reads")
+    have = _whole_target(agg)
     wanted = keys.cast(have.schema.field(column).type)
     return have.filter(pc.is_in(have.column(column), value_set=wanted, skip_nulls=False))

@@ -13,7 +13,9 @@ holds nodes in four places, each typed where Spark would type it:
   and the block tables they name;
 * the conjunct in the block: over the block's tables, the placeholder
   written back as the subquery itself (a scalar subquery's type is its
-  value's); ``IN`` and ``EXISTS`` placeholders are booleans.
+  value's); ``IN`` and ``EXISTS`` placeholders are booleans. A subquery's
+  own subqueries are typed alike, their conjuncts over that subquery's
+  tables.
 
 Each analysis is kept per schemas (:mod:`.analysis_cache`).
 """
@@ -47,7 +49,13 @@ def part_types(agg: Aggregation, parts: Sequence[KeyedPart]) -> dict[str, pa.Dat
         if part.correlated is not None:
             out.update(_correlated_types(agg, part))
         out.update(_conjunct_types(agg, part))
+        out.update(part_types(agg, part.parts))
     return out
+
+
+def _scope(agg: Aggregation, part: KeyedPart) -> Any:
+    """The ``SELECT`` whose ``WHERE`` holds the part: the block, or the subquery around it."""
+    return part.scope if part.scope is not None else agg.plan.blocks[0].tree
 
 
 def _own_types(agg: Aggregation, part: KeyedPart, nodes: list[Any]) -> dict[str, pa.DataType]:
@@ -84,8 +92,7 @@ def _value_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataType]:
 
 def _correlated_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataType]:
     """``EXISTS``' conditions between the rows: over its table and the block's they name."""
-    block = agg.plan.blocks[0].tree
-    scope = table_scope(block, agg.catalog_name)
+    scope = table_scope(_scope(agg, part), agg.catalog_name)
     named = {c.table.lower() for c in part.correlated.find_all(exp.Column)}
     reads = [_reads(agg, part)]
     reads += [
@@ -111,7 +118,7 @@ def _conjunct_types(agg: Aggregation, part: KeyedPart) -> dict[str, pa.DataType]
         return node
 
     nodes = typed_nodes([part.replaced])
-    tree = agg.plan.blocks[0].tree.copy()
+    tree = _scope(agg, part).copy()
     for arg in ("where", "group", "having", "order", "limit", "distinct"):
         tree.set(arg, None)
     items = [exp.alias_(n.copy().transform(back), f"__ct_t{i}") for i, n in enumerate(nodes)]
