@@ -39,9 +39,18 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
-from airflow_provider_ct.ivm.plan.select_shape import sources
-from airflow_provider_ct.ivm.plan.subqueries import where_conjuncts
+from airflow_provider_ct.ivm.plan.scopes import (
+    Classes,
+    block_equalities,
+    both_own,
+    column_equalities,
+    direct_subqueries,
+    in_tie,
+    negated_within,
+    resolve,
+    subquery_owner,
+    table_scope,
+)
 
 #: ``(input, alias, column)``: one table column, as a scope of the query names it.
 Member = tuple[str, str, str]
@@ -197,11 +206,11 @@ def keyed_shape(select: Any) -> str | None:
 def _tied_shape(sub: Any, parent: Any) -> str | None:
     """Why subquery ``sub`` of ``parent`` has no tie to it, from the SQL alone, or None."""
     own = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
-    ties = [c for c in _equalities(sub) if not _both_own(c, own)]
-    if _in_tie(sub) is None and not ties:
+    ties = [c for c in column_equalities(sub) if not both_own(c, own)]
+    if in_tie(sub) is None and not ties:
         return "a subquery not tied to the block by an equality (or an IN) is not keyed"
     node = subquery_owner(sub)
-    if isinstance(node, exp.In) and _negated(node, parent):
+    if isinstance(node, exp.In) and negated_within(node, parent):
         return "NOT IN is not keyed: a NULL in the subquery makes it unknown everywhere"
     return None
 
@@ -215,11 +224,11 @@ def place_keyed(
     """
     lower = {name: {c.lower() for c in cols} for name, cols in columns.items()}
     outer = table_scope(select, catalog_name)
-    classes = _Classes()
+    classes = Classes()
     pairs = []
-    for conjunct in _block_equalities(select):
-        left = _resolve(conjunct.this, [outer], lower)
-        right = _resolve(conjunct.expression, [outer], lower)
+    for conjunct in block_equalities(select):
+        left = resolve(conjunct.this, [outer], lower)
+        right = resolve(conjunct.expression, [outer], lower)
         if left is not None and right is not None:
             classes.union(left[2:], right[2:])
             pairs.append((left[1:], right[1:]))
@@ -304,22 +313,22 @@ def _tie(
     outer: dict[str, str],
     inner: dict[str, str],
     lower: Mapping[str, set[str]],
-    classes: _Classes,
+    classes: Classes,
 ) -> _Tie | str:
     """The tie of one subquery to a block column (one in a known class first), or why none."""
-    in_tie = _in_tie(sub)
-    if in_tie is not None:
-        outer_side, output = in_tie
-        ref = _resolve(outer_side, [outer], lower)
+    by_in = in_tie(sub)
+    if by_in is not None:
+        outer_side, output = by_in
+        ref = resolve(outer_side, [outer], lower)
         if ref is None:
             return f"IN's column {outer_side.sql(dialect='spark')} is not a column of the block"
-        placed = _resolve(output, [inner], lower)
+        placed = resolve(output, [inner], lower)
         return _Tie(ref[2:], output, None if placed is None else placed[1:])
     found: list[_Tie] = []
-    for conjunct in _equalities(sub):
+    for conjunct in column_equalities(sub):
         sides = (conjunct.this, conjunct.expression)
-        a = _resolve(sides[0], [inner, outer], lower)
-        b = _resolve(sides[1], [inner, outer], lower)
+        a = resolve(sides[0], [inner, outer], lower)
+        b = resolve(sides[1], [inner, outer], lower)
         if a is None or b is None or a[0] == b[0]:
             continue  # a side not placed, or both in one scope: no tie
         inner_ref, outer_ref, inner_side = (a, b, sides[0]) if a[0] == 0 else (b, a, sides[1])
@@ -367,10 +376,10 @@ class _Nested:
         if tie.member is None:
             return "a subquery tied by an expression holds subqueries of its own: not keyed"
         key_input, key_alias, key_column = tie.member
-        classes = _Classes()
-        for conjunct in _equalities(sub):
-            left = _resolve(conjunct.this, [inner], lower)
-            right = _resolve(conjunct.expression, [inner], lower)
+        classes = Classes()
+        for conjunct in column_equalities(sub):
+            left = resolve(conjunct.this, [inner], lower)
+            right = resolve(conjunct.expression, [inner], lower)
             if left is not None and right is not None:
                 classes.union(left[2:], right[2:])
         root = classes.find((key_alias, key_column))
@@ -401,150 +410,16 @@ def _nested_pairs(
     """``nested``'s ties to its parent subquery: ``(its member, the parent's (alias,
     column))`` for its ``IN``'s output and each equality between the two scopes."""
     found: list[tuple[Member, tuple[str, str]]] = []
-    in_tie = _in_tie(nested)
-    if in_tie is not None:
-        outer_side = _resolve(in_tie[0], [parent], lower)
-        output = _resolve(in_tie[1], [scope], lower)
+    by_in = in_tie(nested)
+    if by_in is not None:
+        outer_side = resolve(by_in[0], [parent], lower)
+        output = resolve(by_in[1], [scope], lower)
         if outer_side is not None and output is not None:
             found.append((output[1:], outer_side[2:]))
-    for conjunct in _equalities(nested):
-        a = _resolve(conjunct.this, [scope, parent], lower)
-        b = _resolve(conjunct.expression, [scope, parent], lower)
+    for conjunct in column_equalities(nested):
+        a = resolve(conjunct.this, [scope, parent], lower)
+        b = resolve(conjunct.expression, [scope, parent], lower)
         if a is not None and b is not None and {a[0], b[0]} == {0, 1}:
             mine, theirs = (a, b) if a[0] == 0 else (b, a)
             found.append((mine[1:], theirs[2:]))
     return found
-
-
-def _negated(node: Any, select: Any) -> bool:
-    """Whether a ``NOT`` sits between ``node`` and ``select`` (where NULL and FALSE differ)."""
-    parent = node.parent
-    while parent is not None and parent is not select:
-        if isinstance(parent, exp.Not):
-            return True
-        parent = parent.parent
-    return False
-
-
-def direct_subqueries(select: Any) -> list[Any]:
-    """The ``SELECT``s directly under ``select`` (its subqueries, not theirs), in tree order."""
-    return [
-        s for s in select.find_all(exp.Select) if s is not select and _parent_select(s) is select
-    ]
-
-
-def _parent_select(node: Any) -> Any:
-    parent = node.parent
-    while parent is not None and not isinstance(parent, exp.Select):
-        parent = parent.parent
-    return parent
-
-
-def subquery_owner(sub: Any) -> Any:
-    """The node that uses subquery ``sub``: an ``IN``, an ``EXISTS``, or a scalar's ``Subquery``."""
-    node = sub.parent
-    while isinstance(node, exp.Subquery | exp.Paren):
-        if isinstance(node.parent, exp.In | exp.Exists):
-            return node.parent
-        node = node.parent
-    return node
-
-
-def _in_tie(sub: Any) -> tuple[Any, Any] | None:
-    """``(outer column, output)`` of ``x IN (SELECT output ...)`` when the output keys the
-    subquery (not aggregated, or grouped by exactly the output); else None."""
-    node = subquery_owner(sub)
-    if not isinstance(node, exp.In) or not isinstance(node.this, exp.Column):
-        return None
-    if len(sub.expressions) != 1 or sub.args.get("limit") or sub.args.get("offset"):
-        return None
-    output = sub.expressions[0].unalias()
-    group = sub.args.get("group")
-    if group is not None:
-        keys = [k.sql(dialect="spark") for k in group.expressions]
-        if keys != [output.sql(dialect="spark")]:
-            return None
-    elif any(a.find_ancestor(exp.Select) is sub for a in sub.find_all(exp.AggFunc)):
-        return None
-    return node.this, output
-
-
-def _equalities(sub: Any) -> list[Any]:
-    """The subquery's top-level ``WHERE`` conjuncts that equal two columns."""
-    where = sub.args.get("where")
-    if where is None:
-        return []
-    return [
-        c
-        for c in where_conjuncts(where.this)
-        if isinstance(c, exp.EQ)
-        and isinstance(c.this, exp.Column)
-        and isinstance(c.expression, exp.Column)
-    ]
-
-
-def _both_own(conjunct: Any, own: set[str]) -> bool:
-    """Whether both columns of an equality are qualified by the subquery's own tables."""
-    sides = (conjunct.this, conjunct.expression)
-    return all(c.table and c.table.lower() in own for c in sides)
-
-
-def _block_equalities(select: Any) -> list[Any]:
-    """The block's own column equalities (``WHERE`` and inner joins' ``ON``)."""
-    conjuncts: list[Any] = []
-    where = select.args.get("where")
-    if where is not None:
-        conjuncts.extend(where_conjuncts(where.this))
-    for join in select.args.get("joins") or []:
-        if join.args.get("on") is not None and not join.side:
-            conjuncts.extend(where_conjuncts(join.args["on"]))
-    return [c for c in conjuncts if isinstance(c, exp.EQ)]
-
-
-def table_scope(select: Any, catalog_name: str) -> dict[str, str]:
-    """Lower-cased alias -> input name, for the tables of ``select``'s ``FROM`` and joins."""
-    return {
-        t.alias_or_name.lower(): normalize_table_name(qualified_table_name(t), catalog_name)
-        for t in sources(select)
-        if isinstance(t, exp.Table) and t.name
-    }
-
-
-def _resolve(
-    node: Any, scopes: list[dict[str, str]], lower: Mapping[str, set[str]]
-) -> tuple[int, str, str, str] | None:
-    """``(scope index, input, alias, column)`` of a column, innermost scope first (SQL's rule)."""
-    if not isinstance(node, exp.Column) or not node.name:
-        return None
-    name = node.name.lower()
-    for index, scope in enumerate(scopes):
-        if node.table:
-            alias = node.table.lower()
-            if alias in scope:
-                return index, scope[alias], alias, name
-            continue
-        owners = [a for a, table in scope.items() if name in lower.get(table, set())]
-        if len(owners) == 1:
-            return index, scope[owners[0]], owners[0], name
-        if owners:
-            return None  # ambiguous: Spark refuses it too
-    return None
-
-
-class _Classes:
-    """Union-find over ``(alias, column)`` of the block: columns equal on every kept row."""
-
-    def __init__(self) -> None:
-        self.parent: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def find(self, ref: tuple[str, str]) -> tuple[str, str]:
-        self.parent.setdefault(ref, ref)
-        while self.parent[ref] != ref:
-            ref = self.parent[ref]
-        return ref
-
-    def union(self, a: tuple[str, str], b: tuple[str, str]) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-    def members(self, root: tuple[str, str]) -> set[tuple[str, str]]:
-        return {r for r in list(self.parent) if self.find(r) == root} | {root}

@@ -28,11 +28,18 @@ This module only takes the SQL apart (with the tables' columns, to place
 bare columns); :mod:`airflow_provider_ct.ivm.driver.keyed_terms` evaluates.
 Every column of a part is qualified: the subquery's own by their aliases
 (SQL's innermost scope: a subquery's table shadows a block table of the
-same name), the block's by theirs. What it does not take (an outer join or
-a subquery inside a subquery, a subquery that is not a conjunct of
-``WHERE``, a correlated column outside ``EXISTS``, ``DISTINCT`` aggregates)
-is refused with the reason, and the tick evaluates the block in Spark as
-before.
+same name), the block's by theirs.
+
+A subquery's own subqueries in its ``WHERE`` (TPC-H q20's ``IN`` over
+``part`` and scalar over ``lineitem``, inside its ``IN`` over
+``partsupp``) are parts of that subquery (:attr:`KeyedPart.parts`), taken
+apart in its scope and evaluated over its rows; a scalar may be tied by
+several column equalities (:attr:`KeyedPart.ties`: its value is then per
+outer row's tied columns). What it does not take (an outer join, a
+subquery three deep or outside its parent's ``WHERE`` conjuncts, a
+correlation other than column equalities outside ``EXISTS``,
+``DISTINCT`` aggregates) is refused with the reason, and the tick
+evaluates the block in Spark as before.
 """
 
 from __future__ import annotations
@@ -44,7 +51,21 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.ivm.plan.keyed import direct_subqueries, subquery_owner, table_scope
+from airflow_provider_ct.ivm.plan.keyed_sql import (
+    aggregate_alias,
+    aggregated,
+    aggregates_out,
+    and_all,
+    column_ties,
+    first_tie,
+    holds,
+    in_conjunct,
+    outer_column,
+    qualified_copy,
+    split_conditions,
+    tied_first,
+)
+from airflow_provider_ct.ivm.plan.scopes import direct_subqueries, subquery_owner, table_scope
 from airflow_provider_ct.ivm.plan.select_shape import sources
 from airflow_provider_ct.ivm.plan.subqueries import unnegated, where_conjuncts
 
@@ -52,17 +73,9 @@ SCALAR = "scalar"
 IN = "in"
 EXISTS = "exists"
 
-#: The aggregates a part computes per key (exactly, as Spark does, or the driver refuses).
-AGGREGATES = (exp.Sum, exp.Count, exp.Avg, exp.Min, exp.Max)
 #: The placeholders' qualifiers: a part's value in the outer rows; an aggregate in a key's
 #: row, per part (``__ct_agg<index>``: the parts' types share one map).
 VALUE_ALIAS = "__ct_keyed"
-AGGREGATE_ALIAS = "__ct_agg"
-
-
-def aggregate_alias(index: int) -> str:
-    """The qualifier of part ``index``'s aggregate placeholders."""
-    return f"{AGGREGATE_ALIAS}{index}"
 
 
 @dataclass(frozen=True)
@@ -157,7 +170,7 @@ def _parts_of(
     conjuncts = where_conjuncts(where.this) if where is not None else []
     parts: list[KeyedPart] = []
     for position, sub in enumerate(direct_subqueries(select)):
-        conjunct = next((c for c in conjuncts if c is sub or _holds(c, sub)), None)
+        conjunct = next((c for c in conjuncts if c is sub or holds(c, sub)), None)
         if conjunct is None:
             return "a subquery outside the conjuncts of WHERE is evaluated by Spark"
         index = next(indexes) if nested else position
@@ -179,7 +192,7 @@ def driver_shape(select: Any) -> str | None:
     where = select.args.get("where")
     conjuncts = where_conjuncts(where.this) if where is not None else []
     for sub in direct_subqueries(select):
-        if not any(c is sub or _holds(c, sub) for c in conjuncts):
+        if not any(c is sub or holds(c, sub) for c in conjuncts):
             return "a subquery outside the conjuncts of WHERE is evaluated by Spark"
         why = _sub_shape(sub)
         if why is not None:
@@ -192,7 +205,7 @@ def _sub_shape(sub: Any, depth: int = 0) -> str | None:
     if not sources(sub):
         return "a subquery without a table is evaluated by Spark"
     for nested in direct_subqueries(sub):
-        if depth or not _in_conjunct(sub, nested):
+        if depth or not in_conjunct(sub, nested):
             return "a subquery inside a subquery other than in a conjunct of its WHERE"
         why = _sub_shape(nested, depth + 1)
         if why is not None:
@@ -208,17 +221,6 @@ def _sub_shape(sub: Any, depth: int = 0) -> str | None:
     if sub.find(exp.Window):
         return "a subquery with a window is evaluated by Spark"
     return None
-
-
-def _in_conjunct(select: Any, sub: Any) -> bool:
-    """Whether ``sub`` is (in) a conjunct of ``select``'s ``WHERE``."""
-    where = select.args.get("where")
-    conjuncts = where_conjuncts(where.this) if where is not None else []
-    return any(c is sub or _holds(c, sub) for c in conjuncts)
-
-
-def _holds(node: Any, sub: Any) -> bool:
-    return any(found is sub for found in node.find_all(exp.Select))
 
 
 def _part(
@@ -237,7 +239,7 @@ def _part(
     inner = table_scope(sub, catalog_name)
     if len(inner) != len(sources(sub)):
         return "a subquery reading a table twice under one alias is evaluated by Spark"
-    qualified = _qualified(sub, inner, outer, lower)
+    qualified = qualified_copy(sub, inner, outer, lower)
     if isinstance(qualified, str):
         return qualified
     nested = _parts_of(qualified, inner, lower, catalog_name, indexes, nested=True)
@@ -270,89 +272,13 @@ def _taken_apart(
     return _scalar(conjunct, sub, qualified, inner, outer, index)
 
 
-def _qualified(
-    sub: Any, inner: dict[str, str], outer: dict[str, str], lower: Mapping[str, set[str]]
-) -> Any:
-    """A copy of ``sub`` whose every column names its table's alias, or why not: bare
-    columns are the one subquery table's that has them (SQL's innermost scope), else the
-    one block table's that has them."""
-    copy = sub.copy()
-    for column in list(copy.find_all(exp.Column)):
-        if column.find_ancestor(exp.Select) is not copy:
-            continue  # a subquery's own subquery: placed in its own scope
-        if column.args.get("db") or not column.name:
-            return f"column {column.sql()} is not placed"
-        table = column.table.lower()
-        if table:
-            if table not in inner and table not in outer:
-                return f"column {column.sql()} is not placed"
-            continue
-        name = column.name.lower()
-        owners = [a for a, t in inner.items() if name in lower.get(t, set())]
-        if not owners:
-            owners = [a for a, t in outer.items() if name in lower.get(t, set())]
-        if len(owners) != 1:
-            return f"column {column.name} is not placed in exactly one table"
-        column.set("table", exp.to_identifier(owners[0]))
-    return copy
-
-
-def _split(select: Any, inner: Collection[str]) -> tuple[list[Any], list[Any]]:
-    """The subquery's conditions (``WHERE`` and its joins' ``ON``) on its own tables, and
-    those that read the block."""
-    where = select.args.get("where")
-    conditions = where_conjuncts(where.this) if where is not None else []
-    for join in select.args.get("joins") or []:
-        if join.args.get("on") is not None:
-            conditions += where_conjuncts(join.args["on"])
-    own: list[Any] = []
-    correlated: list[Any] = []
-    for conjunct in conditions:
-        if conjunct.find(exp.Select):
-            continue  # a subquery of its own: a part of its own (:attr:`KeyedPart.parts`)
-        tables = {c.table.lower() for c in conjunct.find_all(exp.Column)}
-        (own if tables <= set(inner) else correlated).append(conjunct)
-    return own, correlated
-
-
-def _tie(
-    correlated: list[Any], inner: Collection[str], outer: dict[str, str]
-) -> tuple[tuple[str, str], tuple[str, str], list[Any]] | str:
-    """The first equality of a subquery column with a block column (each as ``(alias,
-    column)``), and the rest."""
-    for position, conjunct in enumerate(correlated):
-        if not isinstance(conjunct, exp.EQ):
-            continue
-        sides = [conjunct.this, conjunct.expression]
-        if not all(isinstance(s, exp.Column) for s in sides):
-            continue
-        mine = [s for s in sides if s.table.lower() in inner]
-        theirs = [s for s in sides if s.table.lower() not in inner and s.table.lower() in outer]
-        if len(mine) == 1 and len(theirs) == 1:
-            rest = correlated[:position] + correlated[position + 1 :]
-            tied = (theirs[0].table.lower(), theirs[0].name.lower())
-            return (mine[0].table.lower(), mine[0].name.lower()), tied, rest
-    return "a subquery not tied by an equality with a block column is evaluated by Spark"
-
-
-def _tables(inner: dict[str, str], tied: str) -> tuple[tuple[str, str], ...]:
-    """The subquery's tables as ``(alias, input)``, the tied one first; empty for one."""
-    if len(inner) == 1:
-        return ()
-    return ((tied, inner[tied]), *((a, n) for a, n in inner.items() if a != tied))
-
-
-def _and(conjuncts: list[Any]) -> Any:
-    return exp.and_(*conjuncts, copy=True) if conjuncts else None
-
-
 def _exists(
     conjunct: Any, sub: Any, inner: dict[str, str], outer: dict[str, str], index: int
 ) -> KeyedPart | str:
-    if sub.args.get("group") or sub.args.get("having") or _aggregated(sub):
+    if sub.args.get("group") or sub.args.get("having") or aggregated(sub):
         return "an EXISTS over an aggregate is evaluated by Spark"
-    own, correlated = _split(sub, inner)
-    tie = _tie(correlated, inner, outer)
+    own, correlated = split_conditions(sub, inner)
+    tie = first_tie(correlated, inner, outer)
     if isinstance(tie, str):
         return tie
     (alias, column), tied, rest = tie
@@ -367,10 +293,10 @@ def _exists(
         alias,
         column,
         tied,
-        _and(own),
-        _and(rest),
+        and_all(own),
+        and_all(rest),
         index=index,
-        tables=_tables(inner, alias),
+        tables=tied_first(inner, alias),
     )
 
 
@@ -395,16 +321,16 @@ def _in(
     group = sub.args.get("group")
     if group is not None and [g.sql() for g in group.expressions] != [output.sql()]:
         return "an IN whose subquery groups by other than its output is evaluated by Spark"
-    if group is None and (sub.args.get("having") or _aggregated(sub)):
+    if group is None and (sub.args.get("having") or aggregated(sub)):
         return "an IN over an aggregate without GROUP BY is evaluated by Spark"
-    own, correlated = _split(sub, inner)
+    own, correlated = split_conditions(sub, inner)
     if correlated:
         return "a correlated IN is evaluated by Spark"
-    tied = _outer_column(node.this, outer, lower)
+    tied = outer_column(node.this, outer, lower)
     if tied is None:
         return f"IN's column {node.this.sql()} is not a column of the block"
     having = sub.args.get("having")
-    value, aggregates = _aggregates_out(having.this, index) if having is not None else (None, ())
+    value, aggregates = aggregates_out(having.this, index) if having is not None else (None, ())
     if isinstance(value, str):
         return value
     alias = output.table.lower()
@@ -417,27 +343,12 @@ def _in(
         alias,
         output.name.lower(),
         tied,
-        _and(own),
+        and_all(own),
         value=value,
         aggregates=aggregates,
         index=index,
-        tables=_tables(inner, alias),
+        tables=tied_first(inner, alias),
     )
-
-
-def _aggregated(sub: Any) -> bool:
-    """Whether ``sub`` aggregates (an aggregate of its own, not of its subqueries')."""
-    return any(a.find_ancestor(exp.Select) is sub for a in sub.find_all(exp.AggFunc))
-
-
-def _outer_column(
-    column: Any, outer: dict[str, str], lower: Mapping[str, set[str]]
-) -> tuple[str, str] | None:
-    if column.table:
-        alias = column.table.lower()
-        return (alias, column.name.lower()) if alias in outer else None
-    owners = [a for a, t in outer.items() if column.name.lower() in lower.get(t, set())]
-    return (owners[0], column.name.lower()) if len(owners) == 1 else None
 
 
 def _scalar(
@@ -448,15 +359,15 @@ def _scalar(
         return "a scalar subquery with GROUP BY is evaluated by Spark"
     if qualified.args.get("having"):
         return "a scalar subquery with HAVING is evaluated by Spark"
-    own, correlated = _split(qualified, inner)
-    tie = _tie(correlated, inner, outer)
+    own, correlated = split_conditions(qualified, inner)
+    tie = first_tie(correlated, inner, outer)
     if isinstance(tie, str):
         return tie
     (alias, column), tied, rest = tie
-    ties = _column_ties(rest, inner, outer)
+    ties = column_ties(rest, inner, outer)
     if isinstance(ties, str):
         return ties
-    value, aggregates = _aggregates_out(qualified.expressions[0].unalias(), index)
+    value, aggregates = aggregates_out(qualified.expressions[0].unalias(), index)
     if isinstance(value, str):
         return value
     if not aggregates:
@@ -476,48 +387,10 @@ def _scalar(
         alias,
         column,
         tied,
-        _and(own),
+        and_all(own),
         value=value,
         aggregates=aggregates,
         index=index,
-        tables=_tables(inner, alias),
+        tables=tied_first(inner, alias),
         ties=ties,
     )
-
-
-def _column_ties(
-    rest: list[Any], inner: Collection[str], outer: dict[str, str]
-) -> tuple[tuple[tuple[str, str], tuple[str, str]], ...] | str:
-    """A scalar's correlated conjuncts beyond its tie, each an equality of one of its
-    columns with an outer one; or why not."""
-    found = []
-    for conjunct in rest:
-        tie = _tie([conjunct], inner, outer)
-        if isinstance(tie, str):
-            return "a scalar subquery correlated beyond column equalities is evaluated by Spark"
-        found.append(tie[:2])
-    return tuple(found)
-
-
-def _aggregates_out(expression: Any, index: int) -> tuple[Any, tuple[Any, ...]] | tuple[str, tuple]:
-    """``expression`` with each aggregate replaced by ``__ct_agg<index>.a<j>``, and them;
-    a column outside them (no single value per key) or an aggregate the driver does not
-    compute is refused."""
-    copy = expression.copy()
-    found: list[Any] = []
-    for agg in list(copy.find_all(exp.AggFunc)):
-        if agg.find_ancestor(exp.AggFunc) is not None:
-            continue
-        if not isinstance(agg, AGGREGATES) or agg.find(exp.Distinct):
-            return f"{agg.sql()} per key is evaluated by Spark", ()
-        if any(isinstance(n, exp.AggFunc) for n in agg.this.walk()) if agg.this else False:
-            return "an aggregate of an aggregate is evaluated by Spark", ()
-        found.append(agg.copy())
-        replacement = exp.column(f"a{len(found) - 1}", table=aggregate_alias(index))
-        if agg is copy:
-            copy = replacement
-        else:
-            agg.replace(replacement)
-    if any(c.table != aggregate_alias(index) for c in copy.find_all(exp.Column)):
-        return "a column outside the aggregates of a subquery is evaluated by Spark", ()
-    return copy, tuple(found)

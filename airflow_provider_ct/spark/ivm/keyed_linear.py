@@ -19,9 +19,18 @@ block's rows of ``K`` as the inputs are now, and no other row moves:
    correction inserts what is missing and retracts what is surplus.
 
 One side instead of two, and the target's own rows compared, so a drifted
-row of an affected key is corrected too. Whatever the driver refuses (no
-output holding the key, an expression or type it does not evaluate, more
-rows than ``CT_DRIVER_DIFF_ROWS``) leaves the tick to Spark's linear route.
+row of an affected key is corrected too.
+
+Without an output holding the key (TPC-H q20 outputs supplier names), the
+target's rows of ``K`` cannot be found by key. When the target is small
+enough to read whole, both sides are computed: the target less the
+block's rows of ``K`` as the inputs were, plus them as they are
+(multisets by value, :func:`moved`), diffed with the target as above. An
+old row the target lacks (it drifted) leaves the tick to Spark.
+
+Whatever the driver refuses (an expression or type it does not evaluate,
+more rows than ``CT_DRIVER_DIFF_ROWS``, a large target without the key
+among its outputs) leaves the tick to Spark's linear route.
 """
 
 from __future__ import annotations

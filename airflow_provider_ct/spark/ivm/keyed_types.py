@@ -29,9 +29,9 @@ import pyarrow as pa
 from sqlglot import exp
 
 from airflow_provider_ct.ivm.driver.arrow_eval import node_key, typed_nodes
-from airflow_provider_ct.ivm.plan.keyed import table_scope
 from airflow_provider_ct.ivm.plan.keyed_parts import SCALAR, VALUE_ALIAS, KeyedPart
 from airflow_provider_ct.ivm.plan.rewrites import bind_tables
+from airflow_provider_ct.ivm.plan.scopes import table_scope
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed, spark_types
 from airflow_provider_ct.spark.ivm.in_place import Aggregation, types_over
 
