@@ -253,8 +253,15 @@ class NestedModel(Model):
         day = date(rng.choice([1993, 1994, 1994, 1995]), rng.randint(1, 12), 1)
         return (part, rng.randrange(12), quantity, day)
 
-    def mutate(self, *, suppliers: bool = False, nations: bool = False) -> None:
-        """Change ``lineitem``, ``partsupp`` and ``part`` (``supplier``, ``nation`` if asked)."""
+    def mutate(
+        self,
+        *,
+        suppliers: bool = False,
+        nations: bool = False,
+        only: str | None = None,
+    ) -> None:
+        """Change ``lineitem``, ``partsupp`` and ``part`` (``supplier``, ``nation`` if asked;
+        ``only``: that one of the three alone, a part renamed for certain)."""
         rng = self.rng
         lines = [r for r in self.rows["lineitem"] if rng.random() > 0.1]
         lines += [self._line() for _ in range(15)]
@@ -270,8 +277,10 @@ class NestedModel(Model):
             (p, rng.choice(["forest", "red"])) if rng.random() < 0.15 else (p, n)
             for p, n in self.rows["part"]
         ]
-        self.rows.update(lineitem=lines, partsupp=supplies, part=parts)
-        self.changed = {"lineitem", "partsupp", "part"}
+        parts[0] = (parts[0][0], "red" if parts[0][1].startswith("forest") else "forest")
+        changed = {"lineitem": lines, "partsupp": supplies, "part": parts}
+        self.changed = {only} if only else set(changed)
+        self.rows.update({n: changed[n] for n in self.changed})
         if suppliers:
             moved = rng.randrange(12)
             self.rows["supplier"] = [
@@ -290,13 +299,15 @@ def test_a_subquery_inside_a_subquery_ticks_on_the_driver(
     not output the key, so the driver moves the target by the keys' rows as they were and
     as they are (two sides); a change of ``supplier`` (the key's table) or ``nation``
     (bridged through it) stays on the driver; tick 7 has no file cache: Spark's keyed
-    route. The same block counted per nation is kept in place on the driver."""
+    route. Tick 3 changes only ``part`` (bridged), tick 4 only ``lineitem`` (tied by the
+    inner equality). The same block counted per nation is kept in place on the driver."""
     ns = "keyed_nested_q20"
     model = NestedModel(spark_catalog_config.load(), ns, seed=20)
     sql, target, seen, grouped = NESTED.format(ns=ns), f"{ns}.view", {}, {}
+    alone = {3: "part", 4: "lineitem"}
     for n in range(1, 9):
         if n > 1:
-            model.mutate(suppliers=n == 5, nations=n == 6)
+            model.mutate(suppliers=n == 5, nations=n == 6, only=alone.get(n))
         model.write(1_000 * n)
         if n == 7:
             monkeypatch.setenv(CACHE_MB_ENV, "0")

@@ -311,6 +311,13 @@ KEYED_VIEWS = {
     " MIN(s2.v) FROM t.s s2, t.n n WHERE s2.k = p.k AND n.id = s2.nid) GROUP BY s.name": True,
     "SELECT p.k FROM t.p p WHERE p.v = (SELECT MIN(s2.v) FROM t.s s2 LEFT JOIN t.n n ON"
     " n.id = s2.nid WHERE s2.k = p.k)": False,
+    # q20's nesting: the IN's subquery with an IN and a scalar tied by two columns.
+    "SELECT s.name FROM t.s s WHERE s.k IN (SELECT p.k FROM t.p p WHERE p.v IN (SELECT"
+    " n.id FROM t.n n) AND p.w > (SELECT SUM(s2.v) FROM t.s s2 WHERE s2.k = p.k AND"
+    " s2.nid = p.v))": True,
+    # ... but an outer join in the nested subquery stays Spark's.
+    "SELECT s.name FROM t.s s WHERE s.k IN (SELECT p.k FROM t.p p WHERE p.v IN (SELECT"
+    " n.id FROM t.n n LEFT JOIN t.s s3 ON s3.nid = n.id))": False,
 }
 
 
