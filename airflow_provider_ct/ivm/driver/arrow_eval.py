@@ -6,7 +6,7 @@ job costs 0.1-0.9 s for. This evaluates them with ``pyarrow.compute`` on the
 driver, for a deliberately small part of Spark SQL: columns, literals,
 ``CAST``, ``+ - *`` and unary minus, comparisons, ``AND``/``OR``/``NOT``
 (three-valued), ``IS [NOT] NULL``, ``BETWEEN``, ``IN (literals)``, ``CASE
-WHEN``, ``LIKE``. Anything else raises :class:`NotOnDriver` and the tick
+WHEN``, ``COALESCE``, ``LIKE``. Anything else raises :class:`NotOnDriver` and the tick
 asks Spark.
 
 Spark's semantics are kept by construction rather than re-implemented:
@@ -74,6 +74,7 @@ _TYPED = (
     exp.Cast,
     exp.Neg,
     exp.Case,
+    exp.Coalesce,
     exp.Extract,
     *_ARITHMETIC,
 )
@@ -118,6 +119,7 @@ class ArrowEvaluator:
             exp.Between: self._between,
             exp.In: self._in,
             exp.Case: self._case,
+            exp.Coalesce: self._coalesce,
             exp.Like: self._like,
             exp.Extract: self._extract,
             exp.Substring: self._substring,
@@ -225,6 +227,7 @@ class ArrowEvaluator:
         if pa.types.is_null(left.type) or pa.types.is_null(right.type):
             return pa.nulls(self.rows.num_rows, pa.bool_())
         _comparable(left.type, right.type, node)
+        left, right = _bounded(left, right, node)
         return pc.call_function(function, [left, right])
 
     def _arithmetic(self, node: Any) -> Value:
@@ -272,6 +275,12 @@ class ArrowEvaluator:
             values.append(_cast_to(self.column(default), target, node))
         struct = pa.StructArray.from_arrays(conditions, [f"c{i}" for i in range(len(whens))])
         return pc.case_when(struct, *values)
+
+    def _coalesce(self, node: Any) -> Value:
+        """``COALESCE(a, b, ...)``: each operand as the node's Spark type, the first not NULL."""
+        target = self._spark_type(node)
+        operands = [node.this, *node.expressions]
+        return pc.coalesce(*[_cast_to(self.column(o), target, node) for o in operands])
 
     def _extract(self, node: Any) -> Value:
         """``EXTRACT(YEAR|QUARTER|MONTH|DAY FROM d)`` of a date (TPC-H q7, q8, q9's keys).
@@ -338,6 +347,20 @@ def _comparable(left: pa.DataType, right: pa.DataType, node: Any) -> None:
     if left == right and (pa.types.is_date(left) or pa.types.is_boolean(left)):
         return
     raise NotOnDriver(f"{node_key(node)} compares {left} with {right}")
+
+
+def _bounded(left: Value, right: Value, node: Any) -> tuple[Value, Value]:
+    """Two decimals whose common type passes 38 digits, as Spark compares them: both cast
+    to 38 digits at the larger scale (a value that does not fit is Spark's NULL or error:
+    refused); other operands as they are."""
+    lt, rt = left.type, right.type
+    if not (pa.types.is_decimal(lt) and pa.types.is_decimal(rt)):
+        return left, right
+    scale = max(lt.scale, rt.scale)
+    if max(lt.precision - lt.scale, rt.precision - rt.scale) + scale <= 38:
+        return left, right
+    target = pa.decimal128(38, scale)
+    return _cast_to(left, target, node), _cast_to(right, target, node)
 
 
 def _numeric(kind: pa.DataType) -> bool:

@@ -145,10 +145,13 @@ def outer_column(
     return (owners[0], column.name.lower()) if len(owners) == 1 else None
 
 
-def aggregates_out(expression: Any, index: int) -> tuple[Any, tuple[Any, ...]] | tuple[str, tuple]:
-    """``expression`` with each aggregate replaced by ``__ct_agg<index>.a<j>``, and them;
-    a column outside them (no single value per key) or an aggregate the driver does not
-    compute is refused."""
+def aggregates_out(
+    expression: Any, index: int, *, start: int = 0, keys: Collection[str] = ()
+) -> tuple[Any, tuple[Any, ...]] | tuple[str, tuple]:
+    """``expression`` with each aggregate replaced by ``__ct_agg<index>.a<j>`` (``j`` from
+    ``start``), and them; a column outside them (no single value per key, unless its SQL
+    is one of ``keys``: a grouping key) or an aggregate the driver does not compute is
+    refused."""
     copy = expression.copy()
     found: list[Any] = []
     for agg in list(copy.find_all(exp.AggFunc)):
@@ -159,11 +162,12 @@ def aggregates_out(expression: Any, index: int) -> tuple[Any, tuple[Any, ...]] |
         if any(isinstance(n, exp.AggFunc) for n in agg.this.walk()) if agg.this else False:
             return "an aggregate of an aggregate is evaluated by Spark", ()
         found.append(agg.copy())
-        replacement = exp.column(f"a{len(found) - 1}", table=aggregate_alias(index))
+        replacement = exp.column(f"a{start + len(found) - 1}", table=aggregate_alias(index))
         if agg is copy:
             copy = replacement
         else:
             agg.replace(replacement)
-    if any(c.table != aggregate_alias(index) for c in copy.find_all(exp.Column)):
-        return "a column outside the aggregates of a subquery is evaluated by Spark", ()
+    for column in copy.find_all(exp.Column):
+        if column.table != aggregate_alias(index) and column.sql(dialect="spark") not in keys:
+            return "a column outside the aggregates of a subquery is evaluated by Spark", ()
     return copy, tuple(found)
