@@ -474,6 +474,8 @@ class Stats:
     seen: Counter[str] = field(default_factory=Counter)
     #: Groups whose extremum was read again, per view and route.
     reads: Counter[str] = field(default_factory=Counter)
+    #: Where nested views' outer queries ran (``view(driver)``, ``view(spark)``).
+    outer: Counter[str] = field(default_factory=Counter)
 
 
 class World:
@@ -838,6 +840,8 @@ class World:
         # In place, or a linear keyed block: by Spark or on the driver.
         where = report.extra.get("change_state_on") or report.extra.get("keyed_on")
         self.stats.strategies[view.name][f"{strategy}({where})" if where else strategy] += 1
+        if "nested_rows" in report.extra:
+            self.stats.outer[f"{view.name}({report.extra.get('outer_on', 'spark')})"] += 1
         read_on = report.extra.get("extrema_read_on")  # a deleted extremum's group read again
         if read_on:
             self.stats.seen["extremum read again"] += 1
@@ -934,6 +938,7 @@ class World:
             f"drift: {dict(sorted(s.drift.items()))}",
             f"cases (steps): {dict(sorted(s.seen.items()))}",
             f"extrema read again (groups): {dict(sorted(s.reads.items()))}",
+            f"outer queries of nested views: {dict(sorted(s.outer.items()))}",
         ]
         lines += [f"  reason x{n}: {r}" for r, n in s.reasons.most_common()]
         return "\n".join(lines)
@@ -973,6 +978,12 @@ def test_incremental_views_equal_the_oracle_over_random_histories(
         "keyed_lin": {"linear(driver)", "linear"},
         "keyed_nest": {"linear(driver)", "linear"},
     }
+    # Nested views' outer queries: on the driver (q15's MAX and join by key, q11's share of
+    # the total, a count per group with HAVING), by Spark with the driver off, the top
+    # groups always by Spark.
+    outer = set(world.stats.outer)
+    assert {"nested_cte(driver)", "having(driver)", "cdist(driver)", "cdist(spark)"} <= outer
+    assert "topk(driver)" not in outer and "topk(spark)" in outer, outer
     for name, strategies in wanted.items():
         ran = world.stats.strategies[name]
         assert strategies <= set(ran), (name, dict(ran))

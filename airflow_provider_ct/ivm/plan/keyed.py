@@ -252,12 +252,13 @@ def place_keyed(
         for name in set(outer.values())
         if all(any(m[1] == a for m in members) for a, n in outer.items() if n == name)
     )
+    untied = _untied(select, ties, catalog_name)
     return KeyedRead(
         members=members,
         inner_sql=tuple(t.inner.sql(dialect="spark") for t in ties),
         inner_inputs=tuple(None if t.member is None else t.member[0] for t in ties),
         inner_members=(*(t.member for t in ties if t.member is not None), *nested.members),
-        tied_inputs=_tied_inputs(select, ties, catalog_name, nested),
+        tied_inputs=_tied_inputs(ties, untied, nested),
         subquery_inputs=frozenset(
             name
             for sub in direct_subqueries(select)
@@ -266,7 +267,7 @@ def place_keyed(
         | nested.inputs,
         keyed_block_inputs=keyed_inputs,
         bridges=(*_bridges(pairs, members, keyed_inputs, list(outer.values())), *nested.bridges),
-        uncovered=frozenset(_untied(select, ties, catalog_name) | nested.uncovered),
+        uncovered=frozenset(untied | nested.uncovered),
     )
 
 
@@ -288,12 +289,11 @@ def _bridges(
     return tuple(found.values())
 
 
-def _tied_inputs(
-    select: Any, ties: list[_Tie], catalog_name: str, nested: _Nested
-) -> frozenset[str]:
-    """Inputs every subquery reading them ties by one of their columns (and reads once)."""
+def _tied_inputs(ties: list[_Tie], untied: set[str], nested: _Nested) -> frozenset[str]:
+    """Inputs every subquery reading them ties by one of their columns (and reads once):
+    ``untied`` are those a direct subquery reads otherwise (:func:`_untied`)."""
     tied = {t.member[0] for t in ties if t.member is not None} | nested.tied
-    return frozenset(tied - _untied(select, ties, catalog_name) - nested.untied)
+    return frozenset(tied - untied - nested.untied)
 
 
 def _untied(select: Any, ties: list[_Tie], catalog_name: str) -> set[str]:

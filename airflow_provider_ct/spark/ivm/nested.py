@@ -25,7 +25,11 @@ import pyarrow as pa
 import sqlglot
 
 from airflow_provider_ct.core.tables import live_rows
-from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES, rows_with_positions
+from airflow_provider_ct.ivm.changes.snapshot_files import (
+    DRIVER_READ_FILES,
+    rows_with_positions,
+    snapshot_schema,
+)
 from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import spelled
 from airflow_provider_ct.ivm.driver.in_place_driver import diff_rows
@@ -125,7 +129,7 @@ def _shape(agg: Aggregation, tree: Any) -> OuterShape:
     for name in nested.outer_inputs:
         if inputs is None:
             raise NotOnDriver("the outer query's tables are not open on the driver")
-        tables[name] = [f.name for f in inputs[name].schema().fields]
+        tables[name] = _pinned_columns(agg, name)
 
     def compute() -> OuterShape | str:
         return outer_shape(tree, [f.name for f in agg.schema.fields], tables, agg.catalog_name)
@@ -143,7 +147,7 @@ def _fetch(agg: Aggregation, shape: OuterShape) -> OuterFetch:
     assert agg.inputs is not None and agg.pins is not None
     columns = {}
     for join in shape.joins:
-        names = [f.name for f in agg.inputs[join.name].schema().fields]
+        names = _pinned_columns(agg, join.name)
         columns[join.name] = [spelled(names, c) for c in shape.read_columns(join)]
     fetch = KeyedFetch(agg.inputs, agg.pins, agg.pins, columns, agg.driver_rows)
 
@@ -154,6 +158,14 @@ def _fetch(agg: Aggregation, shape: OuterShape) -> OuterFetch:
         return fetch.rows(join.name, join.column, values.to_pylist())[0]
 
     return rows
+
+
+def _pinned_columns(agg: Aggregation, name: str) -> list[str]:
+    """The input's columns as its pinned snapshot was written (what the tick reads)."""
+    assert agg.inputs is not None and agg.pins is not None
+    table, pin = agg.inputs[name], agg.pins.get(name)
+    snapshot = table.metadata.snapshot_by_id(pin) if pin is not None else None
+    return [f.name for f in snapshot_schema(table, snapshot).fields]
 
 
 def _no_fetch(join: OuterJoin, _values: pa.Array) -> pa.Table:
