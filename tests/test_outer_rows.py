@@ -272,6 +272,8 @@ def test_one_group_without_group_by_has_a_row_over_no_rows() -> None:
             "GROUP BY an expression",
         ),
         (f"SELECT k + 1 FROM {INNER_VIEW}", "no plain name"),
+        (f"SELECT * FROM {INNER_VIEW} JOIN ct.s.supplier ON k = s_suppkey", "no plain name"),
+        (f"SELECT k, v AS k FROM {INNER_VIEW}", "one name"),
         (f"SELECT k FROM {INNER_VIEW}, ct.s.supplier WHERE v = s_suppkey + 1", "not joined"),
         (f"SELECT k, SUM(v) OVER (PARTITION BY k) AS w FROM {INNER_VIEW}", "window"),
     ],

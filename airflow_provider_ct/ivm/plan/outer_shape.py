@@ -199,7 +199,7 @@ def _pieces(
     rest = [c for c in conjuncts if id(c) not in tied]
     early = [c for c in rest if _tables(c) <= {alias, SCALAR_ALIAS}]
     late = [c for c in rest if not _tables(c) <= {alias, SCALAR_ALIAS}]
-    outputs = _outputs(tree, alias, names)
+    outputs = _outputs(tree, alias, names, joined=bool(joins))
     if isinstance(outputs, str):
         return outputs
     grouped = _grouped(tree, outputs)
@@ -344,19 +344,23 @@ def _tables(node: Any) -> set[str]:
     return {c.table.lower() for c in node.find_all(exp.Column)}
 
 
-def _outputs(tree: Any, alias: str, inner_columns: Sequence[str]) -> list[tuple[str, Any]] | str:
-    """(name, expression) per output column, ``*`` expanded over the inner rows."""
+def _outputs(
+    tree: Any, alias: str, names: Sequence[str], *, joined: bool
+) -> list[tuple[str, Any]] | str:
+    """(name, expression) per output column, ``*`` expanded over the inner rows (the only
+    source: with a joined table, ``*`` is Spark's); two outputs of one name are refused."""
     found: list[tuple[str, Any]] = []
     for item in tree.expressions:
-        if isinstance(item, exp.Star):
-            found += [(c.lower(), exp.column(c.lower(), table=alias)) for c in inner_columns]
-            continue
-        if isinstance(item, exp.Alias):
+        if isinstance(item, exp.Star) and not joined:
+            found += [(c, exp.column(c, table=alias)) for c in names]
+        elif isinstance(item, exp.Alias):
             found.append((item.alias.lower(), item.this))
         elif isinstance(item, exp.Column) and not isinstance(item.this, exp.Star):
             found.append((item.name.lower(), item))
         else:
             return f"the output {item.sql()} has no plain name: evaluated by Spark"
+    if len({n for n, _ in found}) < len(found):
+        return "two outputs of the outer query have one name: evaluated by Spark"
     return found
 
 
