@@ -80,10 +80,10 @@ def outer_correction(
     assert nested is not None
     types = {f.name.lower(): f.dataType.simpleString() for f in agg.schema.fields}
     tree = typed_outer(sqlglot.parse_one(nested.outer_sql, dialect="spark"), types)
-    sql = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
-    correction = _on_driver(agg, tree, sql, rows, target_columns)
+    correction = _on_driver(agg, tree, rows, target_columns)
     if correction is None:
         agg.scratch.frame(agg.spark, rows, agg.schema).createOrReplaceTempView(INNER_VIEW)
+        sql = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
         desired = agg.spark.sql(sql).select(*[f"`{c}`" for c in target_columns])
         correction = _driver_diff(agg, desired, target_columns)
         if correction is None:
@@ -93,7 +93,7 @@ def outer_correction(
 
 
 def _on_driver(
-    agg: Aggregation, tree: Any, sql: str, rows: pa.Table, columns: list[str]
+    agg: Aggregation, tree: Any, rows: pa.Table, columns: list[str]
 ) -> Correction | None:
     """The outer query evaluated on the driver and diffed with the target read there; None
     when a piece of it, or either side's size, is Spark's (the reason is logged)."""
@@ -102,7 +102,7 @@ def _on_driver(
     try:
         shape = _shape(agg, tree)
         want = outer_rows(shape, rows, _fetch(agg, shape), outer_types(agg, shape))
-        schema = output_schema(agg, sql, columns)
+        schema = output_schema(agg, tree, columns)
         want = _as_target(want, schema)
     except NotOnDriver as exc:
         log.info("the outer query is evaluated by Spark: %s", exc)

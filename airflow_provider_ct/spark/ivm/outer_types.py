@@ -32,6 +32,7 @@ from airflow_provider_ct.ivm.plan.outer_shape import (
     OuterShape,
     aggregate_alias,
 )
+from airflow_provider_ct.ivm.plan.rewrites import bind_tables
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed, spark_types
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def outer_types(agg: Aggregation, shape: OuterShape) -> dict[str, pa.DataType]:
         plain += [o for _, o in shape.outputs]
     else:
         plain += list(shape.group)
-    out = _typed(agg, typed_nodes(plain), back, _sources(agg, shape), "outer rows")
+    out = _typed(agg, typed_nodes(plain), back, lambda: _sources(agg, shape), "outer rows")
     for scalar in shape.scalars:
         out.update(_scalar_types(agg, shape, scalar))
     if shape.group is not None:
@@ -72,7 +73,9 @@ def _sources(agg: Aggregation, shape: OuterShape) -> str:
 def _scalar_types(
     agg: Aggregation, shape: OuterShape, scalar: OuterScalar
 ) -> dict[str, pa.DataType]:
-    source = shape.inner_source(scalar.alias)
+    def source() -> str:
+        return shape.inner_source(scalar.alias)
+
     own = [scalar.where] if scalar.where is not None else []
     out = _typed(agg, typed_nodes([*own, *_arguments(scalar.calls)]), None, source, "scalar rows")
     nodes = [*scalar.calls, *typed_nodes([scalar.value])]
@@ -84,9 +87,11 @@ def _group_types(agg: Aggregation, shape: OuterShape) -> dict[str, pa.DataType]:
     assert shape.group is not None
     having = [shape.having] if shape.having is not None else []
     nodes = [*shape.calls, *typed_nodes([*(o for _, o in shape.outputs), *having])]
-    source = _sources(agg, shape)
-    if shape.group:
-        source += " GROUP BY " + ", ".join(g.sql(dialect="spark") for g in shape.group)
+    grouped = ", ".join(g.sql(dialect="spark") for g in shape.group)
+
+    def source() -> str:
+        return _sources(agg, shape) + (f" GROUP BY {grouped}" if grouped else "")
+
     return _typed(agg, nodes, _calls_back(MAIN, shape.calls), source, "groups")
 
 
@@ -103,21 +108,24 @@ def _typed(
     agg: Aggregation,
     nodes: list[Any],
     back: Callable[[Any], Any] | None,
-    source: str,
+    source: Callable[[], str],
     what: str,
 ) -> dict[str, pa.DataType]:
-    """``nodes`` typed as the items of ``SELECT ... FROM source`` (each written ``back``)."""
+    """``nodes`` typed as the items of ``SELECT ... FROM source()`` (each written ``back``).
+
+    Kept by the items (the nodes qualified by the query's aliases): the source
+    is built, and the inputs' views registered, only when the analysis runs.
+    """
     if not nodes:
         return {}
     written = [n.copy().transform(back) if back is not None else n for n in nodes]
     items = ", ".join(f"{node_key(n)} AS __ct_t{i}" for i, n in enumerate(written))
-    sql = f"SELECT {items} FROM {source}"
 
     def compute() -> dict[str, pa.DataType]:
         register_inner(agg)
-        return spark_types(agg.spark, sql, nodes)
+        return spark_types(agg.spark, f"SELECT {items} FROM {source()}", nodes)
 
-    return analyzed(agg.analysis_key, f"outer {what} {sql}", compute)
+    return analyzed(agg.analysis_key, f"outer {what} {items}", compute)
 
 
 def register_inner(agg: Aggregation) -> None:
@@ -125,14 +133,16 @@ def register_inner(agg: Aggregation) -> None:
     agg.spark.createDataFrame([], agg.schema).createOrReplaceTempView(INNER_VIEW)
 
 
-def output_schema(agg: Aggregation, sql: str, columns: list[str]) -> pa.Schema:
-    """The target's columns as the whole outer query types them (``sql`` bound)."""
+def output_schema(agg: Aggregation, tree: Any, columns: list[str]) -> pa.Schema:
+    """The target's columns as the whole outer query (``tree``, markers typed) types them."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     def compute() -> pa.Schema:
         register_inner(agg)
+        sql = bind_tables(tree, agg.new_views, agg.catalog_name).sql(dialect="spark")
         schema = to_arrow_schema(agg.spark.sql(sql).schema)
         by_name = {f.name.lower(): f for f in schema}
         return pa.schema([by_name[c.lower()].with_name(c) for c in columns])
 
-    return analyzed(agg.analysis_key, f"outer output {sql} {columns}", compute)
+    what = f"outer output {tree.sql(dialect='spark')} {columns}"
+    return analyzed(agg.analysis_key, what, compute)
