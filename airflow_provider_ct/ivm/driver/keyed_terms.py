@@ -22,15 +22,15 @@ the block to Spark.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlglot import exp
 
-from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver, node_key
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import (
     conjunct_prefilter,
     join_on,
@@ -39,20 +39,18 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     tables_shape,
     term_rows,
 )
-from airflow_provider_ct.ivm.driver.parameter_rows import aggregate_value
+from airflow_provider_ct.ivm.driver.outer_rows import aggregates_over
 from airflow_provider_ct.ivm.plan.keyed_parts import (
     EXISTS,
     IN,
     VALUE_ALIAS,
     KeyedPart,
-    aggregate_alias,
 )
 
 #: ``(input, column, keys)`` -> the input's rows whose ``column`` is one of ``keys``, on the
 #: side being evaluated (the input's own column names).
 InnerFetch = Callable[[str, str, pa.Array], pa.Table]
 
-_FUNCTIONS = {exp.Sum: "SUM", exp.Count: "COUNT", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 _ROW = "__ct_row.id"
 _TUPLE = "__ct_tuple"
 
@@ -141,25 +139,9 @@ def _per_key(
 ) -> pa.Array:
     """``part.value`` per key (``keys`` of them, by ``codes``), then once over no rows."""
     order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(keys + 1))
-    evaluator = ArrowEvaluator.joined(inner, types)
-    columns: dict[str, pa.Array] = {}
-    for j, aggregate in enumerate(part.aggregates):
-        function = _FUNCTIONS[type(aggregate)]
-        kind = types.get(node_key(aggregate))
-        if kind is None:
-            raise NotOnDriver(f"no Spark type for {node_key(aggregate)}")
-        argument = aggregate.this
-        values = None
-        if argument is not None and not isinstance(argument, exp.Star):
-            values = evaluator.column(argument).take(pa.array(order, pa.int64()))
-        found = []
-        for k in range(keys + 1):
-            start, stop = (bounds[k], bounds[k + 1]) if k < keys else (0, 0)
-            group = None if values is None else values.slice(start, stop - start)
-            found.append(aggregate_value(function, group, int(stop - start), kind))
-        columns[f"{aggregate_alias(part.index)}.a{j}"] = pa.array(found, kind)
-    table = pa.table(columns) if columns else pa.table({"__ct_none": [None] * (keys + 1)})
+    bounds = np.searchsorted(codes[order], np.arange(keys + 1)).tolist()
+    spans = [*itertools.pairwise(bounds), (0, 0)]
+    table = aggregates_over(inner, part.aggregates, part.index, order, spans, types)
     return ArrowEvaluator.joined(table, types).column(part.value)
 
 

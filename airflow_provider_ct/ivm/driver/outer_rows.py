@@ -124,10 +124,24 @@ def aggregated(
     None: one group of every row), as columns ``__ct_agg<index>.a<j>``."""
     if groups is None:
         order = np.arange(rows.num_rows)
-        bounds = np.array([0, rows.num_rows])
+        spans = [(0, rows.num_rows)]
     else:
         order = np.asarray(groups.flatten().to_numpy(), dtype=np.int64)
-        bounds = np.asarray(groups.offsets.to_numpy(), dtype=np.int64)
+        spans = list(itertools.pairwise(groups.offsets.to_pylist()))
+    return aggregates_over(rows, calls, index, order, spans, types)
+
+
+def aggregates_over(
+    rows: pa.Table,
+    calls: Sequence[Any],
+    index: int,
+    order: np.ndarray,
+    spans: Sequence[tuple[int, int]],
+    types: Mapping[str, pa.DataType],
+) -> pa.Table:
+    """Each aggregate call's value over each span of ``rows`` taken in ``order`` (a span
+    ``(start, stop)`` is one group; an empty one is the value of no rows), exactly as
+    Spark computes it into the call's type, as columns ``__ct_agg<index>.a<j>``."""
     taken = pa.array(order, pa.int64())
     evaluator = ArrowEvaluator.joined(rows, types)
     columns: dict[str, pa.Array] = {}
@@ -141,10 +155,10 @@ def aggregated(
             values = evaluator.column(argument).take(taken)
         function = _FUNCTIONS[type(call)]
         found = []
-        for start, stop in itertools.pairwise(bounds):
+        for start, stop in spans:
             group = None if values is None else values.slice(start, stop - start)
             found.append(aggregate_value(function, group, int(stop - start), kind))
         columns[f"{aggregate_alias(index)}.a{j}"] = pa.array(found, kind)
     if not columns:
-        return pa.table({"__ct_none": pa.nulls(len(bounds) - 1)})
+        return pa.table({"__ct_none": pa.nulls(len(spans))})
     return pa.table(columns)
