@@ -66,7 +66,7 @@ from airflow_provider_ct.ivm.plan.keyed_sql import (
     tied_first,
 )
 from airflow_provider_ct.ivm.plan.scopes import direct_subqueries, subquery_owner, table_scope
-from airflow_provider_ct.ivm.plan.select_shape import sources
+from airflow_provider_ct.ivm.plan.select_shape import outer_join, sources
 from airflow_provider_ct.ivm.plan.subqueries import unnegated, where_conjuncts
 
 SCALAR = "scalar"
@@ -212,10 +212,8 @@ def _sub_shape(sub: Any, depth: int = 0) -> str | None:
             return why
     if any(not isinstance(t, exp.Table) for t in sources(sub)):
         return "a subquery over a derived table is evaluated by Spark"
-    for join in sub.args.get("joins") or []:
-        kind = (join.args.get("kind") or "").upper()
-        if join.args.get("side") or kind not in ("", "INNER", "CROSS") or join.args.get("using"):
-            return "a subquery with an outer join or USING is evaluated by Spark"
+    if outer_join(sub) is not None:
+        return "a subquery with an outer join or USING is evaluated by Spark"
     if any(sub.args.get(a) for a in ("distinct", "limit", "offset", "order", "qualify")):
         return "a subquery with DISTINCT, ORDER BY or LIMIT is evaluated by Spark"
     if sub.find(exp.Window):

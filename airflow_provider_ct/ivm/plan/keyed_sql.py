@@ -67,17 +67,22 @@ def qualified_copy(
     return copy
 
 
+def conditions(select: Any) -> list[Any]:
+    """The conjuncts of ``select``'s ``WHERE`` and of its joins' ``ON``."""
+    where = select.args.get("where")
+    found = list(where_conjuncts(where.this)) if where is not None else []
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            found += where_conjuncts(join.args["on"])
+    return found
+
+
 def split_conditions(select: Any, inner: Collection[str]) -> tuple[list[Any], list[Any]]:
     """The subquery's conditions (``WHERE`` and its joins' ``ON``) on its own tables, and
     those that read the block."""
-    where = select.args.get("where")
-    conditions = where_conjuncts(where.this) if where is not None else []
-    for join in select.args.get("joins") or []:
-        if join.args.get("on") is not None:
-            conditions += where_conjuncts(join.args["on"])
     own: list[Any] = []
     correlated: list[Any] = []
-    for conjunct in conditions:
+    for conjunct in conditions(select):
         if conjunct.find(exp.Select):
             continue  # a subquery of its own: a part of its own (:attr:`KeyedPart.parts`)
         tables = {c.table.lower() for c in conjunct.find_all(exp.Column)}

@@ -37,9 +37,11 @@ from airflow_provider_ct.ivm.plan.having import INNER_VIEW
 from airflow_provider_ct.ivm.plan.keyed_sql import (
     aggregate_alias,
     aggregates_out,
+    conditions,
     qualified_copy,
 )
-from airflow_provider_ct.ivm.plan.subqueries import where_conjuncts
+from airflow_provider_ct.ivm.plan.select_shape import outer_join
+from airflow_provider_ct.ivm.plan.select_shape import sources as read_sources
 
 #: The qualifier of the scalar subqueries' placeholder columns (``__ct_scalar.s<i>``).
 SCALAR_ALIAS = "__ct_scalar"
@@ -156,7 +158,7 @@ def outer_shape(
     qualified = _qualified(tree, sources, lower)
     if isinstance(qualified, str):
         return qualified
-    return _pieces(qualified, alias, sources, lower, names)
+    return _pieces(qualified, alias, sources, names)
 
 
 def _inner_names(tree: Any, inner_columns: Sequence[str]) -> tuple[str, ...] | str:
@@ -182,13 +184,12 @@ def _pieces(
     tree: Any,
     alias: str,
     sources: dict[str, str],
-    lower: Mapping[str, set[str]],
     names: tuple[str, ...],
 ) -> OuterShape | str:
     scalars: list[OuterScalar] = []
     conjuncts = []
-    for conjunct in _conditions(tree):
-        replaced = _scalars_out(conjunct, scalars, lower)
+    for conjunct in conditions(tree):
+        replaced = _scalars_out(conjunct, scalars)
         if isinstance(replaced, str):
             return replaced
         conjuncts.append(replaced)
@@ -223,15 +224,14 @@ def _pieces(
 
 def _sources(tree: Any, catalog_name: str) -> dict[str, str] | str:
     """Alias (lower-cased) -> normalized table name (the inner rows: ``INNER_VIEW``)."""
-    from_ = tree.args.get("from_") or tree.args.get("from")
-    if from_ is None:
+    if not read_sources(tree):
         return "the outer query reads no table"
-    for join in tree.args.get("joins") or []:
-        kind = (join.args.get("side") or "", join.args.get("kind") or "")
-        if kind[0] or kind[1] not in ("", "CROSS", "INNER") or join.args.get("using"):
-            return f"a {' '.join(kind).strip()} join in the outer query is evaluated by Spark"
+    join = outer_join(tree)
+    if join is not None:
+        kind = " ".join(str(join.args.get(a) or "") for a in ("side", "kind")).strip()
+        return f"a {kind or 'USING'} join in the outer query is evaluated by Spark"
     found: dict[str, str] = {}
-    for source in [from_.this, *(j.this for j in tree.args.get("joins") or [])]:
+    for source in read_sources(tree):
         if not isinstance(source, exp.Table):
             return "a derived table in the outer query is evaluated by Spark"
         is_inner = source.name == INNER_VIEW and not source.db
@@ -269,18 +269,7 @@ def _qualified(tree: Any, sources: dict[str, str], lower: Mapping[str, set[str]]
     return copy
 
 
-def _conditions(tree: Any) -> list[Any]:
-    where = tree.args.get("where")
-    found = list(where_conjuncts(where.this)) if where is not None else []
-    for join in tree.args.get("joins") or []:
-        if join.args.get("on") is not None:
-            found += where_conjuncts(join.args["on"])
-    return found
-
-
-def _scalars_out(
-    conjunct: Any, scalars: list[OuterScalar], lower: Mapping[str, set[str]]
-) -> Any | str:
+def _scalars_out(conjunct: Any, scalars: list[OuterScalar]) -> Any | str:
     """The conjunct with each scalar subquery replaced by its placeholder column."""
     copy = conjunct.copy()
     for sub in list(copy.find_all(exp.Subquery)):

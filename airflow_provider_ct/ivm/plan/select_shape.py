@@ -22,6 +22,16 @@ def sources(select: Any) -> list[Any]:
     return [from_.this, *joined] if from_ is not None else joined
 
 
+def outer_join(select: Any) -> Any | None:
+    """``select``'s first join that is not an inner or cross join by ``ON`` (an outer join,
+    a semi or anti join, ``USING``), or None."""
+    for join in select.args.get("joins") or []:
+        kind = (join.args.get("kind") or "").upper()
+        if join.args.get("side") or kind not in ("", "INNER", "CROSS") or join.args.get("using"):
+            return join
+    return None
+
+
 def has_own_aggregate(select: Any) -> bool:
     """Whether ``select`` aggregates (an aggregate call of its own, not of a subquery's,
     nor a window function's)."""
