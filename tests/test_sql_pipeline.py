@@ -24,6 +24,11 @@ from airflow_provider_ct.pipelines.spec import load_spec
 
 pytestmark = [pytest.mark.airflow]
 
+#: A Python file's header, as SDP's init writes it (four lines).
+PY = (
+    "from pyspark import pipelines as dp\nfrom pyspark.sql import SparkSession\n\n"
+    "spark = SparkSession.active()\n"
+)
 SPEC = "name: shop\ndatabase: shop\nlibraries:\n  - glob:\n      include: transformations/**\n"
 INPUTS = {
     "shop.raw": {"id": "BIGINT", "customer": "BIGINT", "amount": "BIGINT", "ts": "TIMESTAMP"},
@@ -185,7 +190,45 @@ BAD = {
         1,
         "a plain CREATE VIEW is not supported",
     ),
-    "python file": ({"x.py": "from pyspark import pipelines as dp\n"}, "x.py", 1, "Python files"),
+    "python unknown table": (
+        {
+            "x.py": PY + "\n@dp.materialized_view(name='m')\ndef m():\n"
+            "    return spark.read.table('nope').select('id')\n"
+        },
+        "x.py",
+        6,
+        "unknown table shop.nope",
+    ),
+    "python cycle": (
+        {
+            "x.py": PY + "\n\n@dp.materialized_view\ndef a():\n"
+            "    return spark.sql('SELECT id FROM b')\n",
+            "y.sql": "CREATE MATERIALIZED VIEW b AS SELECT id FROM a;\n",
+        },
+        "x.py",
+        7,
+        "cycle: shop.a -> shop.b -> shop.a; defined at shop.a (shop/transformations/x.py:7)",
+    ),
+    "python call not recorded": (
+        {
+            "x.py": PY + "\n@dp.materialized_view\ndef m():\n"
+            "    frame = spark.read.table('raw')\n    return frame.toPandas()\n"
+        },
+        "x.py",
+        9,
+        "DataFrame.toPandas cannot be recorded",
+    ),
+    "python streaming view": (
+        {
+            "x.py": PY + "\n@dp.materialized_view\ndef m():\n"
+            "    return spark.readStream.table('raw')\n"
+        },
+        "x.py",
+        6,
+        "a materialized view reads tables, not STREAM",
+    ),
+    "python syntax error": ({"x.py": PY + "def broken(:\n"}, "x.py", 5, "syntax error"),
+    "python import": ({"x.py": "import pyspark.ml\n"}, "x.py", 1, "import pyspark.ml"),
     "streaming table without STREAM": (
         {"x.sql": "CREATE STREAMING TABLE s AS SELECT id FROM raw;\n"},
         "x.sql",
@@ -311,11 +354,12 @@ def test_refresh_selection_ticks_the_named_and_what_they_read(tmp_path: Path) ->
     chosen = select(pipeline, {"refresh": ["c"], "full_refresh": []})
     assert [chosen.action(n) for n in pipeline.order] == ["skip", "skip", "skip", "tick"]
     every = select(pipeline, {"full_refresh_all": True})
-    assert [every.action(n) for n in pipeline.order] == ["tick", "full", "full", "full"]
+    assert [every.action(n) for n in pipeline.order] == ["full", "full", "full", "full"]
     with pytest.raises(PipelineError, match="no dataset 'zz'"):
         select(pipeline, {"refresh": ["zz"]})
-    with pytest.raises(PipelineError, match="shop.s is a streaming table"):
-        select(pipeline, {"full_refresh": ["s"]})
+    # A streaming table refreshed in full: truncated and reprocessed; its readers skip.
+    streaming = select(pipeline, {"full_refresh": ["s"]})
+    assert [streaming.action(n) for n in pipeline.order] == ["full", "skip", "skip", "skip"]
 
 
 # -- the DAG -----------------------------------------------------------------------------

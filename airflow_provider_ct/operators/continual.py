@@ -73,9 +73,19 @@ class ContinualWriteOperator(WriteOperator):
     template_fields = ("definition", "namespace", "description")
     job_kind = "continual-task job"
 
-    def __init__(self, *, definition: str, namespace: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        definition: str,
+        namespace: str | None = None,
+        full_refresh: bool = False,
+        **kwargs: Any,
+    ) -> None:
         self.definition = definition
         self.namespace = namespace
+        #: Truncate the output and process the input as it is at the tick's time
+        #: (a pipeline run's ``full_refresh``, set by its pre-execute hook).
+        self.full_refresh = full_refresh
         task = parse_continual_task(definition, default_namespace=namespace)
         super().__init__(target=task.name, sql=definition, **kwargs)
 
@@ -90,7 +100,10 @@ class ContinualWriteOperator(WriteOperator):
     def job_spec(self) -> JobSpec:
         return JobSpec(
             ContinualWrite(
-                task=self.definition, namespace=self.namespace, target=self.target_settings
+                task=self.definition,
+                namespace=self.namespace,
+                target=self.target_settings,
+                full_refresh=self.full_refresh,
             )
         )
 
@@ -106,14 +119,24 @@ class ContinualAppendOperator(AppendOperator):
 
     :param definition: ``CREATE CONTINUAL TASK ...`` text.
     :param namespace: namespace of unqualified table names in the definition.
+    :param full_refresh: the batch is a full refresh: its one time is the
+        description's, at which the input's contents were processed.
     """
 
     template_fields = (*AppendOperator.template_fields, "definition", "namespace")
 
-    def __init__(self, *, definition: str, namespace: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        definition: str,
+        namespace: str | None = None,
+        full_refresh: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.definition = definition
         self.namespace = namespace
+        self.full_refresh = full_refresh
 
     def _allowed_times(
         self, hook: IcebergCatalogHook, table: Table, description: BatchDescription
@@ -121,6 +144,8 @@ class ContinualAppendOperator(AppendOperator):
         task = parse_continual_task(
             self.definition, default_namespace=self.namespace, catalog_name=hook.get_config().name
         )
-        as_of = as_of_of(table.metadata.properties, description.time)
         source = Timeline.of(hook.load_table(task.input))
+        if self.full_refresh:  # the job's rule for a full refresh: the tick's time alone
+            return batch_times(source, description, as_of=description.time, snapshot=True)
+        as_of = as_of_of(table.metadata.properties, description.time)
         return batch_times(source, description, as_of=as_of, snapshot=task.snapshot)

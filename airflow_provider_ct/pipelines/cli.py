@@ -77,6 +77,8 @@ def _plan(loaded: LoadedPipeline, item: Resolved) -> tuple[str, list[str]]:
     dataset = item.dataset
     if item.sql is not None:
         refresh = str(loaded.spec.airflow.get("refresh", "auto"))
+        if dataset.statement.full_reason:  # a Python dataset built by DataFrame calls
+            return "full", ["plan: full", f"why: {dataset.statement.full_reason}"]
         plan = explain_view(
             item.sql,
             target=item.name,

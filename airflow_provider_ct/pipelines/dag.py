@@ -71,8 +71,12 @@ def build_dag(
     settings = loaded.spec.airflow
     params = {
         "refresh": Param([], type="array", description="datasets to tick (and what they read)"),
-        "full_refresh": Param([], type="array", description="views to recompute in full"),
-        "full_refresh_all": Param(False, type="boolean", description="every view in full"),
+        "full_refresh": Param(
+            [],
+            type="array",
+            description="datasets to recompute in full (a streaming table: truncated, reprocessed)",
+        ),
+        "full_refresh_all": Param(False, type="boolean", description="every dataset in full"),
     }
     assert set(params) == set(PARAMS)
     dag_args: dict[str, Any] = {
@@ -137,7 +141,7 @@ def _group(
                 definition=item.definition, namespace=statement.database, **common
             )
         assert item.sql is not None
-        refresh = str(settings.get("refresh", "auto"))
+        refresh = "full" if statement.full_reason else str(settings.get("refresh", "auto"))
         return materialized_view(target=item.name, sql=item.sql, refresh=refresh, **common)
     except CTError as exc:
         raise statement.error(str(exc)) from None
@@ -156,8 +160,10 @@ class _SelectionHook:
         task = context["task"]
         if action == "full":
             task.quiet_ticks = False  # a full refresh runs even when no input changed
-            if hasattr(task, "refresh"):
+            if hasattr(task, "refresh"):  # a view's write: the full correction
                 task.refresh = "full"
+            if hasattr(task, "full_refresh"):  # a continual task's write and append
+                task.full_refresh = True
 
 
 def _select_hooks(loaded: LoadedPipeline, name: str, group: TaskGroup) -> None:

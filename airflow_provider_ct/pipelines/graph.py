@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlglot import exp
 
 from airflow_provider_ct.core.continual import parse_continual_task
 from airflow_provider_ct.exceptions import PipelineError, QueryError
+from airflow_provider_ct.pipelines.python import read_python
 from airflow_provider_ct.pipelines.queries import (
     Query,
     inline,
@@ -89,9 +91,7 @@ class Pipeline:
 
 def build_pipeline(spec: PipelineSpec, catalog: str) -> Pipeline:
     """Read every file of ``spec``, resolve names, inline temporary views, refuse cycles."""
-    statements = [
-        s for path in spec.files for s in read_statements(path, spec.shown(path), spec.database)
-    ]
+    statements = [s for path in spec.files for s in _read(path, spec)]
     if not statements:
         raise PipelineError("the pipeline defines no dataset", path=spec.shown(spec.path))
     named = _names(statements, catalog)
@@ -110,6 +110,13 @@ def build_pipeline(spec: PipelineSpec, catalog: str) -> Pipeline:
         [n for n in order if n in datasets],
         temporary,
     )
+
+
+def _read(path: Path, spec: PipelineSpec) -> list[Statement]:
+    """A file's statements: a SQL file's ``CREATE``s, a Python file's ``@dp`` datasets."""
+    if path.suffix == ".py":
+        return read_python(path, spec.shown(path), spec.database)
+    return read_statements(path, spec.shown(path), spec.database)
 
 
 def _names(statements: list[Statement], catalog: str) -> dict[str, Statement]:

@@ -11,9 +11,10 @@ of the selection skip the run and keep their snapshots. (Decision,
 docs/pipelines.md: SDP refreshes only the named datasets, over whatever
 its inputs hold; a consistent cut needs their inputs at the same time.)
 
-A continual task cannot be refreshed in full (its output is every input
-row processed once, at its time; recomputing would need the inputs' whole
-history): asked for, the run fails naming it.
+A streaming table (a continual task) refreshed in full is truncated and
+processes its input's contents at the run's time once, as ``SNAPSHOT =
+true`` does at a task's first tick (SDP's ``--full-refresh`` of a streaming
+table); its readers tick from that content on their next run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any
 
 from airflow_provider_ct.exceptions import PipelineError
 from airflow_provider_ct.pipelines.graph import Pipeline
-from airflow_provider_ct.pipelines.statements import CONTINUAL_TASK
 
 #: The run parameters and their defaults (the Trigger dialog's form).
 PARAMS: dict[str, Any] = {"refresh": [], "full_refresh": [], "full_refresh_all": False}
@@ -84,19 +84,11 @@ def _upstream_closure(pipeline: Pipeline, names: set[str]) -> set[str]:
 
 
 def select(pipeline: Pipeline, params: Mapping[str, Any]) -> Selection:
-    """The run's selection from its params; unknown names and full refreshes of tasks refused."""
+    """The run's selection from its params; unknown names refused."""
     refresh = _names(pipeline, params.get("refresh"), "refresh")
     if params.get("full_refresh_all"):
-        full = set(pipeline.datasets)
-    else:
-        full = _names(pipeline, params.get("full_refresh"), "full_refresh")
-    tasks = sorted(n for n in full if pipeline.datasets[n].kind == CONTINUAL_TASK)
-    if tasks and not params.get("full_refresh_all"):
-        raise PipelineError(
-            f"full_refresh: {', '.join(tasks)} is a streaming table (a continual task), whose "
-            "rows are each input row processed once at its time; it cannot be recomputed"
-        )
-    full -= set(tasks)  # full_refresh_all: every view in full, tasks tick as always
-    if (not refresh and not full) or params.get("full_refresh_all"):
-        return Selection(None, frozenset(full))
+        return Selection(None, frozenset(pipeline.datasets))
+    full = _names(pipeline, params.get("full_refresh"), "full_refresh")
+    if not refresh and not full:
+        return Selection(None, frozenset())
     return Selection(frozenset(_upstream_closure(pipeline, refresh | full)), frozenset(full))

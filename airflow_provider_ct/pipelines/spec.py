@@ -56,6 +56,10 @@ AIRFLOW_KEYS = frozenset(
 )
 
 
+#: Where unqualified names resolve without ``database:`` (Spark's default database).
+DEFAULT_DATABASE = "default"
+
+
 @dataclass(frozen=True)
 class PipelineSpec:
     """A parsed spec file and the SQL files its ``libraries`` select, in order."""
@@ -126,7 +130,8 @@ def load_spec(folder: str | Path) -> PipelineSpec:
         name=name.strip(),
         files=_library_files(raw.get("libraries"), path.parent, shown),
         catalog=_optional_str(raw, "catalog", shown),
-        database=str(database).lower() if database is not None else None,
+        # SDP's default: Spark's current database, ``default``.
+        database=str(database).lower() if database is not None else DEFAULT_DATABASE,
         storage=_optional_str(raw, "storage", shown),
         configuration={str(k): str(v) for k, v in configuration.items()},
         airflow=airflow,
@@ -163,8 +168,8 @@ def _library_files(libraries: Any, folder: Path, shown: str) -> tuple[Path, ...]
 
     SDP 4.1 accepts a file or a folder ending in ``/**`` as ``include``;
     without ``libraries`` SDP reads ``transformations/**``. Python files are
-    refused here (SDP runs them on Spark 4.1's pipeline API, which we do not
-    have); other files in a selected folder are skipped, as SDP skips them.
+    read with SDP's decorators (:mod:`.python`); other files in a selected
+    folder are skipped, as SDP skips them.
     """
     entries = libraries if libraries is not None else [{"glob": {"include": "transformations/**"}}]
     if not isinstance(entries, list) or not entries:
@@ -177,14 +182,7 @@ def _library_files(libraries: Any, folder: Path, shown: str) -> tuple[Path, ...]
         if not matches:
             raise PipelineError(f"libraries: {pattern!r} matches no file", path=shown)
         for match in matches:
-            if match.suffix == ".py":
-                raise PipelineError(
-                    "Python files of SDP need Spark 4.1's pipeline API, which this provider "
-                    "does not run; write the dataset in SQL",
-                    path=str(match.relative_to(folder.parent)),
-                    line=1,
-                )
-            if match.suffix == ".sql" and match not in found:
+            if match.suffix in (".sql", ".py") and match.resolve() not in found:
                 found.append(match.resolve())
     return tuple(found)
 

@@ -63,9 +63,16 @@ class Statement:
     text: str = ""
     #: The namespace of unqualified names (``USE SCHEMA`` before it, else the spec's).
     database: str | None = None
+    #: From a Python file (``@dp.*``): its query is recorded SQL, whose lines are not
+    #: the file's, so every error names the decorator's line.
+    python: bool = False
+    #: Why the dataset is recomputed in full each tick, when its definition says so.
+    full_reason: str | None = None
 
     def error(self, message: str, line: int | None = None) -> PipelineError:
-        return PipelineError(message, path=self.path, line=line or self.line)
+        return PipelineError(
+            message, path=self.path, line=self.line if self.python else line or self.line
+        )
 
 
 def read_statements(path: Path, shown: str, database: str | None) -> list[Statement]:

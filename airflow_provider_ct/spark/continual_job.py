@@ -228,6 +228,8 @@ class _Run:
     #: Date/time column names of the tables the task reads (``mz_now()``'s type).
     temporal: set[str]
     reads: dict[str, int] = field(default_factory=dict)  # how each time's inserts were read
+    #: A full refresh: every row of the base, retracted at the snapshot time.
+    truncate: list[tuple[str, int]] = field(default_factory=list)
 
     @functools.cached_property
     def files(self) -> BatchFiles:
@@ -243,11 +245,19 @@ def run_continual(
     description: BatchDescription,
     *,
     target: TargetSettings | None = None,
+    full_refresh: bool = False,
 ) -> WriteReport:
     """Compute and stage one batch of a continual task.
 
     :param target: the output's layout when this tick creates it (its columns
         are the definition's: an append-only history has no other).
+    :param full_refresh: truncate the output and process the input's contents
+        at the tick's time once, as ``SNAPSHOT = true`` does at the as-of (a
+        pipeline's ``full_refresh``): the batch's one time is the tick's, it
+        retracts every row of the base and inserts what the statements make of
+        the input's snapshot. It lands by the same compare-and-append as any
+        batch (its description names the base it truncates), so a retry finds
+        it landed and a concurrent writer makes it lose and discard its files.
     """
     task = parse_continual_task(
         task_sql, default_namespace=default_namespace, catalog_name=config.name
@@ -262,8 +272,9 @@ def run_continual(
     if isinstance(table, WriteReport):
         return table
     input_tl = Timeline.of(source)
-    as_of = as_of_of(table.metadata.properties, desc.time)
-    times = batch_times(input_tl, desc, as_of=as_of, snapshot=task.snapshot)
+    as_of = desc.time if full_refresh else as_of_of(table.metadata.properties, desc.time)
+    snapshot = task.snapshot or full_refresh
+    times = batch_times(input_tl, desc, as_of=as_of, snapshot=snapshot)
     batch, manifest = begin_batch(
         table, desc, summary={SummaryKeys.QUERY_HASH: query_hash(task_sql, CONTINUAL_TASK_KIND)}
     )
@@ -277,9 +288,13 @@ def run_continual(
         {n: Timeline.of(catalog.load_table(n)) for n in task.references},
         _State(base=_base_frame(spark, config, task, desc.base_snapshot_id)),
         batch.data_dir,
-        as_of if task.snapshot and times[:1] == [as_of] else None,
+        as_of if snapshot and times[:1] == [as_of] else None,
         temporal,
     )
+    if full_refresh:
+        run.truncate = _truncate(run.state)
+        log.info("full refresh of %s at %s: %d row(s) retracted, the input's contents "
+                 "processed once", task.name, desc.time, len(run.truncate))  # fmt: skip
     staged = [t for t in (_process_time(run, time) for time in times) if t is not None]
     final = finish_batch(batch, manifest, staged, io=io_properties(table))
     total_in, total_out = final.added_record_count, final.deleted_record_count
@@ -423,7 +438,19 @@ def _process_time(run: _Run, time: int) -> StagedTime | None:
     finally:
         if scratch is not None:  # every statement of this time has run (collected)
             run.table.io.delete(scratch)
+    if time == run.snapshot_time and run.truncate:
+        retracted = [*run.truncate, *retracted]
     return _stage_time(run.table, run.files, run.task, time, added, retracted, run.state)
+
+
+def _truncate(state: _State) -> list[tuple[str, int]]:
+    """Every row of the base, marked deleted: the statements then see an empty output."""
+    if state.base is None:
+        return []
+    rows = state.base.select(FILE_COL, POS_COL).collect()
+    positions = sorted((str(r[0]), int(r[1])) for r in rows)
+    state.deleted.update(positions)
+    return positions
 
 
 def _snapshot_rows(run: _Run, time: int) -> DataFrame:

@@ -82,6 +82,9 @@ class ContinualWrite:
     namespace: str | None = None
     #: :class:`~airflow_provider_ct.core.layout.TargetSettings` as JSON.
     target: dict[str, Any] | None = None
+    #: Truncate the output and process the input's contents at the tick's time once
+    #: (a pipeline's ``full_refresh`` of a streaming table).
+    full_refresh: bool = False
 
     def __post_init__(self) -> None:
         TargetSettings.from_json(self.target)  # a bad one fails where the spec is built
@@ -98,6 +101,7 @@ class ContinualWrite:
             self.namespace,
             description,
             target=TargetSettings.from_json(self.target),
+            full_refresh=self.full_refresh,
         )
 
 
