@@ -108,6 +108,26 @@ def normalize_table_name(name: str, catalog_name: str) -> str:
     return ".".join(parts)
 
 
+def input_name(table: exp.Table, catalog_name: str) -> str | None:
+    """The input (``namespace.table``) a table node reads, or None for a name of the query.
+
+    Parse refuses a catalog table written without its namespace
+    (:func:`normalize_table_name`), so a one-part name that survived it names
+    something the query defines itself: a CTE, at any depth (or a view the
+    tick bound). Those are never catalog tables: a rule that meets one reads
+    it as the query's own name, or refuses the shape, and never asks the
+    catalog for it.
+    """
+    if not table.name or not table.db:
+        return None
+    return normalize_table_name(qualified_table_name(table), catalog_name)
+
+
+def reads_query_name(node: Any) -> bool:
+    """Whether ``node`` reads a CTE (a one-part table name) anywhere inside it."""
+    return any(t.name and not t.db for t in node.find_all(exp.Table))
+
+
 @dataclass(frozen=True)
 class ParsedQuery:
     sql: str

@@ -92,7 +92,7 @@ def diff_schemas(table_schema: Schema, query_schema: pa.Schema) -> SchemaDiff:
     promoted, changed = [], []
     for name in want.keys() & have.keys():
         old, new = have[name].field_type, want[name].field_type
-        if old == new:
+        if same_type(old, new):
             continue
         try:
             promote(old, new)
@@ -101,6 +101,27 @@ def diff_schemas(table_schema: Schema, query_schema: pa.Schema) -> SchemaDiff:
         else:
             promoted.append((want[name].name, str(old), str(new)))
     return SchemaDiff(added, tuple(sorted(promoted)), dropped, tuple(sorted(changed)), types)
+
+
+def same_type(old: IcebergType, new: IcebergType) -> bool:
+    """Whether two Iceberg types are the same shape, whatever their field ids and nullability.
+
+    The query's schema is converted from Arrow with placeholder ids (-1) for
+    the fields of lists, maps and structs, and Spark's nullability of nested
+    fields shifts with plans: neither makes the table another type.
+    """
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if isinstance(old, ListType) and isinstance(new, ListType):
+        return same_type(old.element_type, new.element_type)
+    if isinstance(old, MapType) and isinstance(new, MapType):
+        return same_type(old.key_type, new.key_type) and same_type(old.value_type, new.value_type)
+    if isinstance(old, StructType) and isinstance(new, StructType):
+        return len(old.fields) == len(new.fields) and all(
+            a.name == b.name and same_type(a.field_type, b.field_type)
+            for a, b in zip(old.fields, new.fields, strict=True)
+        )
+    return bool(old == new)
 
 
 def schema_error(diff: SchemaDiff, table: str, mode: str) -> SchemaMismatchError:

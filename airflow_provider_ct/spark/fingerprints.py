@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 H1, H2, MULT = "__ct_h1", "__ct_h2", "__ct_m"
 #: Salt that makes the second hash independent of the first (Spark's seed is fixed at 42).
@@ -57,7 +57,8 @@ def with_fingerprint(df: DataFrame, columns: list[str]) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    cols = [F.col(f"`{c}`") for c in columns]
+    kinds = {f.name: f.dataType for f in df.schema.fields}
+    cols = [_hashable(F.col(f"`{c}`"), kinds.get(c)) for c in columns]
     masks = []
     for start in range(0, len(columns), 62):
         chunk = columns[start : start + 62]
@@ -68,6 +69,28 @@ def with_fingerprint(df: DataFrame, columns: list[str]) -> DataFrame:
     return df.withColumn(H1, F.xxhash64(*cols, *masks)).withColumn(
         H2, F.xxhash64(F.lit(SECOND_HASH_SALT), *cols, *masks)
     )
+
+
+def _hashable(column: Column, kind: Any) -> Column:
+    """``column`` in a form Spark hashes: a map as its entries sorted by key.
+
+    Spark refuses to hash maps (equal maps may hash apart); a map's entries
+    sorted by key are the same for equal maps. A map nested in an array or
+    a struct is hashed as its JSON text, in its entries' order: two equal
+    rows whose maps were built in another order then differ, and the tick
+    retracts one and inserts the other, which leaves the same rows.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if not isinstance(kind, (T.MapType, T.ArrayType, T.StructType)):
+        return column
+    nested = kind.simpleString().removeprefix("map<")
+    if isinstance(kind, T.MapType) and "map<" not in nested:
+        return F.array_sort(F.map_entries(column))
+    if "map<" in nested or isinstance(kind, T.MapType):
+        return F.to_json(column)
+    return column
 
 
 def pick_retractions(source: DataFrame, unwanted: DataFrame) -> list[tuple[str, int]]:

@@ -24,6 +24,7 @@ from airflow_provider_ct.core.query import INPUT_VIEW_PREFIX, ParsedQuery
 from airflow_provider_ct.exceptions import CTError
 from airflow_provider_ct.spark.ivm.analysis_cache import analysis_key, analyzed
 from airflow_provider_ct.spark.ivm.input_changes import read_pinned
+from airflow_provider_ct.spark.storable import storable_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -84,8 +85,9 @@ class PinnedQuery:
 
     @functools.cached_property
     def frame(self) -> DataFrame:
-        """The query's rows (Spark binds the inputs and analyzes the query here)."""
-        return self._spark.sql(self._parsed.pinned_sql(self.views))
+        """The query's rows (Spark binds the inputs and analyzes the query here), in the
+        types the target stores (:mod:`.storable`)."""
+        return storable_frame(self._spark.sql(self._parsed.pinned_sql(self.views)))
 
     @property
     def schema(self) -> StructType:

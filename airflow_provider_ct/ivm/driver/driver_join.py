@@ -33,9 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.core.query import input_name
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
-from airflow_provider_ct.ivm.plan.select_shape import qualified_name
 
 #: A fetch of an input's rows: (input, ``"new"`` or ``"old"``, column, values) -> rows.
 Fetch = Callable[[str, str, str, pa.Array], pa.Table]
@@ -95,7 +94,9 @@ def join_shape(
             conditions.append(join.args["on"])
     inputs = []
     for table in tables:
-        name = normalize_table_name(qualified_name(table), catalog_name)
+        name = input_name(table, catalog_name)
+        if name is None:
+            raise NotOnDriver(f"a join reading the CTE {table.name}")
         inputs.append(JoinInput(table.alias_or_name.lower(), name, tuple(columns[name])))
     condition = exp.and_(*conditions) if conditions else None
     equalities = _equalities(condition, inputs) if condition is not None else ()

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.core.query import input_name
 from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import (
     NEW,
@@ -42,7 +42,6 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     qualified,
 )
 from airflow_provider_ct.ivm.plan.left_join import LeftJoin
-from airflow_provider_ct.ivm.plan.select_shape import qualified_name
 
 #: Joined rows -> which of them a condition keeps (``ON``, evaluated with Spark's types).
 Mask = Callable[[pa.Table], pa.Array]
@@ -79,7 +78,9 @@ def left_shape(
         raise NotOnDriver("a LEFT JOIN of something other than two tables")
     inputs = []
     for table in tables:
-        name = normalize_table_name(qualified_name(table), catalog_name)
+        name = input_name(table, catalog_name)
+        if name is None:
+            raise NotOnDriver(f"a LEFT JOIN reading the CTE {table.name}")
         inputs.append(JoinInput(table.alias_or_name.lower(), name, tuple(columns[name])))
     preserved, optional = inputs
     pairs = tuple(

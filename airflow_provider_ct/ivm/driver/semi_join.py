@@ -30,10 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.core.query import input_name
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import Fetch, JoinInput, place_column
-from airflow_provider_ct.ivm.plan.select_shape import qualified_name
 from airflow_provider_ct.ivm.plan.subqueries import semi_join_query, where_conjuncts
 
 
@@ -90,7 +89,9 @@ def _placed(
     columns: Mapping[str, Sequence[str]],
 ) -> SemiJoin:
     table = (query.args.get("from_") or query.args.get("from")).this
-    name = normalize_table_name(qualified_name(table), catalog_name)
+    name = input_name(table, catalog_name)
+    if name is None:
+        raise NotOnDriver(f"a subquery reading the CTE {table.name}")
     alias = table.alias_or_name.lower()
     own = {c.lower() for c in columns[name]}
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.core.query import input_name
 from airflow_provider_ct.ivm.plan.planner import Block, Plan
-from airflow_provider_ct.ivm.plan.select_shape import block_tables, is_count_star, qualified_name
+from airflow_provider_ct.ivm.plan.select_shape import block_tables, is_count_star
 
 
 def referenced_columns(
@@ -57,7 +57,9 @@ def _block_columns(
     block_tables(tree)  # refuses a FROM that is not a table
     aliases: dict[str, set[str]] = {}  # a subquery may reuse an alias: every owner reads it
     for table in tree.find_all(exp.Table):
-        name = normalize_table_name(qualified_name(table), catalog_name)
+        name = input_name(table, catalog_name)
+        if name is None:
+            return None  # a CTE's columns are not an input's
         aliases.setdefault(table.alias_or_name.lower(), set()).add(name)
     lower = {name: {c.lower() for c in columns} for name, columns in schemas.items()}
     placed: dict[str, set[str]] = {}

@@ -15,7 +15,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+from airflow_provider_ct.core.query import (
+    input_name,
+)
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 from airflow_provider_ct.ivm.plan.select_shape import sources
 
@@ -129,8 +131,8 @@ def _scope_columns(
     for source in sources(select):
         if not isinstance(source, exp.Table):
             return None
-        name = normalize_table_name(qualified_table_name(source), catalog_name)
-        if name not in columns:
+        name = input_name(source, catalog_name)
+        if name is None or name not in columns:
             return None
         scope[source.alias_or_name] = columns[name]
     return scope

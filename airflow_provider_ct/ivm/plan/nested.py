@@ -43,7 +43,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+from airflow_provider_ct.core.query import (
+    input_name,
+)
 from airflow_provider_ct.ivm.plan.distinct import split_distinct
 from airflow_provider_ct.ivm.plan.having import INNER_VIEW, having_over_rows, output_position
 
@@ -177,10 +179,8 @@ def _order_by_positions(order: Any, items: list[Any]) -> Any:
 
 
 def _nested(what: str, outer: Any, catalog_name: str, *, optional: bool = False) -> Nested:
-    tables = [t for t in outer.find_all(exp.Table) if t.name != INNER_VIEW or t.db]
-    inputs = tuple(
-        dict.fromkeys(normalize_table_name(qualified_table_name(t), catalog_name) for t in tables)
-    )
+    names = (input_name(t, catalog_name) for t in outer.find_all(exp.Table))
+    inputs = tuple(dict.fromkeys(name for name in names if name is not None))
     return Nested(what, outer.sql(dialect="spark"), inputs, optional)
 
 

@@ -32,7 +32,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+from airflow_provider_ct.core.query import (
+    input_name,
+)
 from airflow_provider_ct.ivm.plan.having import INNER_VIEW
 from airflow_provider_ct.ivm.plan.keyed_sql import (
     aggregate_alias,
@@ -235,11 +237,9 @@ def _sources(tree: Any, catalog_name: str) -> dict[str, str] | str:
         if not isinstance(source, exp.Table):
             return "a derived table in the outer query is evaluated by Spark"
         is_inner = source.name == INNER_VIEW and not source.db
-        name = (
-            INNER_VIEW
-            if is_inner
-            else normalize_table_name(qualified_table_name(source), catalog_name)
-        )
+        name = INNER_VIEW if is_inner else input_name(source, catalog_name)
+        if name is None:
+            return f"the CTE {source.name} in the outer query is evaluated by Spark"
         alias = (source.alias or source.name).lower()
         if alias in found:
             return f"the alias {alias} is read twice in the outer query"

@@ -30,9 +30,8 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import (
+    input_name,
     nondeterministic_calls,
-    normalize_table_name,
-    qualified_table_name,
 )
 from airflow_provider_ct.ivm.plan.subqueries import where_conjuncts
 
@@ -159,8 +158,5 @@ def parameter_tables(select: Any, catalog_name: str, fixed: tuple[str, ...]) -> 
 
 
 def _names(node: Any, catalog_name: str) -> set[str]:
-    return {
-        normalize_table_name(qualified_table_name(t), catalog_name)
-        for t in node.find_all(exp.Table)
-        if t.name
-    }
+    found = {input_name(t, catalog_name) for t in node.find_all(exp.Table)}
+    return {name for name in found if name is not None}

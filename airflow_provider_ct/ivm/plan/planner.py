@@ -64,6 +64,7 @@ from sqlglot import exp
 
 from airflow_provider_ct.core.query import (
     ParsedQuery,
+    input_name,
     nondeterministic_calls,
     normalize_table_name,
 )
@@ -480,6 +481,8 @@ def _block(select: Any, catalog_name: str) -> Block:
         raise NotIncremental("a join of something other than a table is recomputed in full")
     if any(t.args.get("joins") or t.find(exp.Lateral) for t in tables):
         raise NotIncremental("LATERAL views are recomputed in full")
+    if any(input_name(t, catalog_name) is None for t in tables):
+        raise NotIncremental("a CTE joined as a table is recomputed in full")
     names = [normalize_table_name(qualified_name(t), catalog_name) for t in tables]
     left = left_join(select, joins, tables, names)
     if left is not None and len(set(names)) != len(names):

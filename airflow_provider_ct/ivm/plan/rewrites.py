@@ -27,10 +27,10 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name
+from airflow_provider_ct.core.query import input_name
 from airflow_provider_ct.ivm.plan.reads import occurrence_key
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
-from airflow_provider_ct.ivm.plan.select_shape import block_tables, qualified_name
+from airflow_provider_ct.ivm.plan.select_shape import block_tables
 
 #: Temp views a tick registers (``__ct_keyed_keys_0``...): never an input to bind.
 TICK_VIEW_PREFIX = "__ct_"
@@ -46,9 +46,9 @@ def bind_tables(tree: Any, views: Mapping[str, str], catalog_name: str) -> Any:
     copy = tree.copy()
     seen: dict[str, int] = {}
     for table in _tables_in_order(copy):
-        if table.name.startswith(TICK_VIEW_PREFIX) and not table.db:
-            continue  # a view of the tick's own (the keys a keyed block is restricted to)
-        name = normalize_table_name(qualified_name(table), catalog_name)
+        name = input_name(table, catalog_name)
+        if name is None:
+            continue  # a CTE, or a view of the tick's own (a keyed block's keys)
         index = seen.get(name, 0)
         seen[name] = index + 1
         view = views.get(occurrence_key(name, index)) or views[name]

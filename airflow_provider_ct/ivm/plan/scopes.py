@@ -15,7 +15,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+from airflow_provider_ct.core.query import (
+    input_name,
+)
 from airflow_provider_ct.ivm.plan.select_shape import sources
 from airflow_provider_ct.ivm.plan.subqueries import where_conjuncts
 
@@ -107,11 +109,12 @@ def block_equalities(select: Any) -> list[Any]:
 
 def table_scope(select: Any, catalog_name: str) -> dict[str, str]:
     """Lower-cased alias -> input name, for the tables of ``select``'s ``FROM`` and joins."""
-    return {
-        t.alias_or_name.lower(): normalize_table_name(qualified_table_name(t), catalog_name)
+    found = {
+        t.alias_or_name.lower(): input_name(t, catalog_name)
         for t in sources(select)
-        if isinstance(t, exp.Table) and t.name
+        if isinstance(t, exp.Table)
     }
+    return {alias: name for alias, name in found.items() if name is not None}
 
 
 def resolve(

@@ -22,9 +22,9 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import (
+    input_name,
     nondeterministic_calls,
-    normalize_table_name,
-    qualified_table_name,
+    reads_query_name,
 )
 
 
@@ -103,11 +103,8 @@ def semi_tables(select: Any, catalog_name: str, fixed: tuple[str, ...]) -> tuple
     other: set[str] = set()
     for conjunct in where_conjuncts(where.this):
         found = semi_join_query(conjunct)
-        tables = {
-            normalize_table_name(qualified_table_name(t), catalog_name)
-            for t in conjunct.find_all(exp.Table)
-            if t.name
-        }
+        names = {input_name(t, catalog_name) for t in conjunct.find_all(exp.Table)}
+        tables = {name for name in names if name is not None}
         (semi if found is not None else other).update(tables)
     return tuple(sorted(semi - other))
 
@@ -144,9 +141,12 @@ def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...] | s
         query = node.args.get("query") if isinstance(node, exp.In) else node.this
         if query is None or query.find(exp.Window) or nondeterministic_calls(query):
             return "a subquery with window or nondeterministic calls is recomputed in full"
+        if reads_query_name(query):
+            return "a subquery reading a CTE is recomputed in full"
         for table in query.find_all(exp.Table):
-            if table.name:
-                found.add(normalize_table_name(qualified_table_name(table), catalog_name))
+            name = input_name(table, catalog_name)
+            if name is not None:
+                found.add(name)
     return tuple(sorted(found))
 
 

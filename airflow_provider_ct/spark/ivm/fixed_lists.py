@@ -32,7 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+from airflow_provider_ct.core.query import (
+    normalize_table_name,
+    qualified_table_name,
+    reads_query_name,
+)
 from airflow_provider_ct.ivm.plan.rewrites import InlineKeys, bind_tables
 from airflow_provider_ct.ivm.plan.subqueries import (
     fixed_subquery_tables,
@@ -106,6 +110,8 @@ def _values(
     inexact)."""
     while isinstance(query, exp.Subquery):
         query = query.this
+    if reads_query_name(query):
+        return None  # a CTE's rows are not an input's
     tables = sorted(
         {normalize_table_name(qualified_table_name(t), agg.catalog_name) for t in _tables(query)}
     )

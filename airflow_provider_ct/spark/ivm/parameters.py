@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import normalize_table_name, qualified_table_name
+from airflow_provider_ct.core.query import (
+    input_name,
+    normalize_table_name,
+    qualified_table_name,
+    reads_query_name,
+)
 from airflow_provider_ct.exceptions import ChangesUnavailableError
 from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
 from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver, typed_nodes
@@ -106,6 +111,8 @@ def _evaluated(
     before: Mapping[str, int | None],
 ) -> Parameter | None:
     """The parameter's values on both sides, or None (correlated, an error, no literal)."""
+    if reads_query_name(query):
+        return None  # a CTE's rows are not an input's
     tables = sorted(
         {
             normalize_table_name(qualified_table_name(t), agg.catalog_name)
@@ -178,7 +185,9 @@ def _on_driver(
     shape = aggregate_shape(query)
     if shape is None or agg.inputs is None:
         raise NotOnDriver("not one aggregate over one table")
-    name = normalize_table_name(qualified_table_name(shape.table), agg.catalog_name)
+    name = input_name(shape.table, agg.catalog_name)
+    if name is None:
+        raise NotOnDriver(f"{shape.table.name} is a CTE, not an input")
     table, snapshot = agg.inputs.get(name), snapshots.get(name)
     if table is None:
         raise NotOnDriver(f"{name} is not an input")
