@@ -61,8 +61,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "pipelines.load": frozenset(
         {AIRFLOW, "exceptions", "core", "hooks", "operators._common", "pipelines"}
     ),
+    "pipelines.constant_task": frozenset(
+        {AIRFLOW, "exceptions", "core", "hooks", "operators._common", "pipelines"}
+    ),
     "pipelines.dag": frozenset(
         {AIRFLOW, "exceptions", "views", "continual", "pipelines", "pipelines.load"}
+        | {"pipelines.constant_task"}
     ),
     "pipelines.cli": frozenset(
         {AIRFLOW, "exceptions", "views", "pipelines", "pipelines.load", "pipelines.dag"}

@@ -77,6 +77,9 @@ def _plan(loaded: LoadedPipeline, item: Resolved) -> tuple[str, list[str]]:
     dataset = item.dataset
     if item.sql is not None:
         refresh = str(loaded.spec.airflow.get("refresh", "auto"))
+        if dataset.statement.constant is not None:
+            why = "reads no table (spark.range): its rows are written once, each tick seals it"
+            return "constant", ["plan: constant", f"why: {why}"]
         if dataset.statement.full_reason:  # a Python dataset built by DataFrame calls
             return "full", ["plan: full", f"why: {dataset.statement.full_reason}"]
         plan = explain_view(

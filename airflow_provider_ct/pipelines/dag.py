@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_ct.continual import continual_task
 from airflow_provider_ct.exceptions import CTError
+from airflow_provider_ct.pipelines.constant_task import constant_group
 from airflow_provider_ct.pipelines.load import LoadedPipeline, load_pipeline
 from airflow_provider_ct.pipelines.resolve import Resolved
 from airflow_provider_ct.pipelines.selection import PARAMS, select
@@ -135,6 +136,14 @@ def _group(
         **extra,
     }
     statement = item.dataset.statement
+    if statement.constant is not None:  # reads no table: its rows written, its frontier ticked
+        return constant_group(
+            group_id=common["group_id"],
+            table=item.name,
+            bounds=statement.constant,
+            iceberg_conn_id=loaded.iceberg_conn_id,
+            time=time,
+        )
     try:
         if item.definition is not None:
             return continual_task(

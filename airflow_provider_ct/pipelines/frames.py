@@ -182,6 +182,13 @@ class DataFrame:
     group_by: tuple[str, ...] | None = None
     distinct_rows: bool = False
     alias_name: str | None = None
+    #: ``spark.range``'s ``(start, end, step)``: rows known without reading a table.
+    bounds: tuple[int, int, int] | None = None
+
+    @property
+    def constant(self) -> tuple[int, int, int] | None:
+        """The bounds of a bare ``spark.range(...)`` (no call after it), else None."""
+        return self.bounds if self._plain() and not self.conditions else None
 
     @property
     def sql(self) -> str:
@@ -203,7 +210,7 @@ class DataFrame:
     def _nested(self) -> DataFrame:
         """This query as the FROM of a new one (a derived table)."""
         alias = self.alias_name or f"_q{next(_names)}"
-        return DataFrame(f"({self.sql}) AS `{alias}`")
+        return DataFrame(f"({self.sql}) AS `{alias}`")  # no longer a bare range
 
     def filter(self, condition: Any) -> DataFrame:
         base = self if self._plain() else self._nested()
@@ -329,7 +336,8 @@ class RecordingSession:
     ) -> DataFrame:
         """``spark.range``: Spark SQL's ``range`` table function (column ``id``)."""
         lower, upper = (0, start) if end is None else (start, end)
-        return DataFrame(f"range({int(lower)}, {int(upper)}, {int(step)})")
+        bounds = (int(lower), int(upper), int(step))
+        return DataFrame(f"range({bounds[0]}, {bounds[1]}, {bounds[2]})", bounds=bounds)
 
     def __getattr__(self, name: str) -> Any:
         raise Unsupported(

@@ -121,6 +121,12 @@ def _statement(definition: dp.Definition, shown: str, database: str | None) -> S
     kind = _KINDS.get(definition.decorator)
     if kind is None:  # dp.table: streaming over readStream, else a materialized view
         kind = STREAMING_TABLE if _STREAM.search(sql) else MATERIALIZED_VIEW
+    if frame.constant is not None and kind == MATERIALIZED_VIEW:  # spark.range: no input
+        base["columns"] = (("id", "BIGINT"),)
+        query = f"SELECT id FROM {frame.source}"
+        constant = frame.constant
+        return Statement(kind, name, **base, query=query, query_line=definition.line,
+                         text=query, constant=constant)  # fmt: skip
     full = CALLS_ARE_FULL if kind == MATERIALIZED_VIEW and frame.kind == frames.CALLS else None
     target = definition.target.lower() if definition.target else None
     text = sql if kind != FLOW else f"INSERT INTO {target} {sql}"
@@ -206,10 +212,14 @@ def _function(name: str) -> Callable[..., frames.Column]:
 
 def _functions_module() -> types.ModuleType:
     module = types.ModuleType("pyspark.sql.functions")
-    module.col = module.column = lambda name: frames.Column(frames.column_name(name))  # type: ignore[attr-defined]
-    module.lit = frames.Column.of  # type: ignore[attr-defined]
-    module.expr = frames.Column  # type: ignore[attr-defined]
-    module.__getattr__ = _function  # any other function, by its name
+    names: dict[str, Any] = {
+        "col": lambda name: frames.Column(frames.column_name(name)),
+        "lit": frames.Column.of,
+        "expr": frames.Column,
+        "__getattr__": _function,  # any other function, by its name
+    }
+    names["column"] = names["col"]
+    vars(module).update(names)
     return module
 
 

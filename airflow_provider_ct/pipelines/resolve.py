@@ -129,6 +129,9 @@ def _resolve(dataset: Dataset, schema: dict[str, Columns]) -> Resolved:
         sql = " UNION ALL ".join(f"SELECT {select} FROM {f}" for f in dataset.flows)
         columns = tuple((c, schema[dataset.flows[0]][c]) for c in names)
         return Resolved(dataset, sql=sql, columns=columns, **_layout(statement))
+    if statement.constant is not None:  # spark.range: no input, columns known
+        columns = tuple((c, t or "BIGINT") for c, t in statement.columns)
+        return Resolved(dataset, sql=statement.query, columns=columns, **_layout(statement))
     if dataset.kind == CONTINUAL_TASK and dataset.tree is None:  # CREATE CONTINUAL TASK
         columns = tuple(dataset.columns)
         return Resolved(dataset, definition=statement.text, columns=columns, **_layout(statement))

@@ -68,6 +68,8 @@ class Statement:
     python: bool = False
     #: Why the dataset is recomputed in full each tick, when its definition says so.
     full_reason: str | None = None
+    #: A dataset that reads no table: ``spark.range``'s ``(start, end, step)``.
+    constant: tuple[int, int, int] | None = None
 
     def error(self, message: str, line: int | None = None) -> PipelineError:
         return PipelineError(
