@@ -9,6 +9,7 @@ leaves the catalog and the warehouse as they were.
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -466,3 +467,119 @@ def test_the_column_check_leaves_what_spark_resolves_alone(tmp_path: Path) -> No
         },
     )
     assert list(resolved(root)) == ["shop.a", "shop.b"]
+
+
+# -- Python datasets (SDP's decorators) -----------------------------------------------
+
+
+def test_python_datasets_are_read_with_sdps_decorators_as_sql(tmp_path: Path) -> None:
+    root = folder(
+        tmp_path,
+        {
+            "x.py": PY
+            + textwrap.dedent(
+                """
+                from pyspark.sql.functions import col, sum
+
+
+                @dp.materialized_view(partition_cols=["customer"], table_properties={"t": "1"})
+                def by_customer():
+                    return spark.sql("SELECT customer, SUM(amount) AS total FROM raw GROUP BY 1")
+
+
+                @dp.temporary_view
+                def positive():
+                    return spark.read.table("raw").filter(col("amount") > 0)
+
+
+                @dp.materialized_view(name="totals")
+                def totals():
+                    return spark.table("positive").groupBy("customer").agg(sum("amount").alias("t"))
+
+
+                dp.create_streaming_table("all_events")
+
+
+                @dp.append_flow(target="all_events")
+                def from_raw():
+                    return spark.readStream.table("raw").select("id", "amount")
+
+
+                @dp.table
+                def big():
+                    return spark.readStream.table("raw").where("amount > 100")
+                """
+            ),
+        },
+    )
+    pipeline = build_pipeline(load_spec(root), "ct")
+    items = resolve(pipeline, INPUTS.get)
+    assert list(items) == ["shop.by_customer", "shop.totals", "shop.all_events", "shop.big"]
+    by_customer = items["shop.by_customer"]
+    assert by_customer.sql is not None and "GROUP BY" in by_customer.sql
+    assert (by_customer.dataset.statement.path, by_customer.dataset.statement.line) == (
+        "shop/transformations/x.py",
+        9,
+    )
+    assert by_customer.partition_by == ("customer",) and by_customer.properties == {"t": "1"}
+    assert by_customer.dataset.statement.full_reason is None  # spark.sql: its own plan
+    totals = items["shop.totals"]
+    assert totals.dataset.reads == ("shop.raw",)  # the temporary view inlined
+    assert totals.dataset.via == ("shop.positive",)
+    assert "recomputed in full" in str(totals.dataset.statement.full_reason)
+    assert [n for n, _ in totals.columns] == ["customer", "t"]
+    assert items["shop.all_events"].definition is not None  # one flow: a continual task
+    assert "ON INPUT shop.raw" in str(items["shop.all_events"].definition)
+    assert items["shop.big"].dataset.kind == "continual task"  # @dp.table over readStream
+    assert [n for n, _ in items["shop.big"].columns] == ["id", "customer", "amount", "ts"]
+
+
+def test_the_dry_run_of_python_datasets_says_which_are_recomputed_in_full(
+    tmp_path: Path, lake: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_ct.pipelines.cli import main
+
+    catalog, warehouse = lake
+    body = (
+        "\n@dp.materialized_view\ndef a():\n"
+        "    return spark.sql('SELECT id, SUM(amount) AS t FROM raw GROUP BY id')\n"
+        "\n@dp.materialized_view\ndef b():\n"
+        "    return spark.read.table('a').filter('t > 3').select('id')\n"
+    )
+    root = folder(tmp_path, {"x.py": PY + body})
+    tables, written = _tables(catalog), _files(warehouse)
+    assert main(["dry-run", str(root)]) == 0
+    sections = {s.split()[0]: s for s in capsys.readouterr().out.split("\n\n")[1:]}
+    assert (
+        "[materialized view -> materialized view]  shop/transformations/x.py:6"
+        in sections["shop.a"]
+    )
+    assert "plan: aggregate" in sections["shop.a"]
+    assert (
+        "plan: full\n  why: a Python dataset whose function does not return spark.sql(...) "
+        "is recomputed in full each tick" in sections["shop.b"]
+    )
+    assert _tables(catalog) == tables and _files(warehouse) == written
+
+
+def test_a_full_refresh_refuses_only_an_input_whose_history_has_expired(lake: Any) -> None:
+    from airflow_provider_ct.core.continual import unreadable_at
+    from airflow_provider_ct.core.timeline import Timeline
+
+    catalog, _ = lake
+    table = catalog.load_table("shop.raw")
+    schema = pa.schema([("id", pa.int64()), ("amount", pa.int64())])
+    table.append(pa.Table.from_pylist([{"id": 1, "amount": 2}], schema))
+    first = table.metadata.current_snapshot()
+    time.sleep(0.01)  # two commits, two milliseconds
+    table.append(pa.Table.from_pylist([{"id": 2, "amount": 3}], schema))
+    second = table.metadata.current_snapshot()
+    assert first is not None and second is not None
+    # Before the first snapshot the table was empty: readable (nothing to read).
+    assert unreadable_at(table, Timeline.of(table), first.timestamp_ms - 1) is None
+    table.maintenance.expire_snapshots().by_id(first.snapshot_id).commit()
+    table = catalog.load_table("shop.raw")
+    assert unreadable_at(table, Timeline.of(table), second.timestamp_ms) is None
+    # Between the two: the first snapshot held it, and it is gone.
+    reason = unreadable_at(table, Timeline.of(table), second.timestamp_ms - 1)
+    assert reason is not None and "have expired" in reason

@@ -352,3 +352,27 @@ def batch_times(
 def window(description: BatchDescription) -> tuple[int, int]:
     """A description's ``[lower, upper)`` as epoch-ms integers."""
     return int(description.lower.time or 0), int(description.upper.time or 0)
+
+
+def unreadable_at(table: Any, timeline: Timeline, time: int) -> str | None:
+    """Why ``table``'s contents at ``time`` cannot be read any more (None: they can).
+
+    A full refresh reads its input as of the tick's time. When no kept
+    snapshot holds that time, either the table was empty then (its history
+    starts later: nothing to read) or the snapshots up to then have expired
+    (the oldest kept one has a parent that is gone, or, as PyIceberg's expiry
+    clears parents, a sequence number past the first): only that is refused.
+    """
+    if timeline.snapshot_at(time, require_sealed=False) is not None:
+        return None
+    snapshots = list(table.metadata.snapshots)
+    if not snapshots:
+        return None
+    oldest = min(snapshots, key=lambda s: (s.timestamp_ms, s.snapshot_id))
+    if oldest.parent_snapshot_id is None and (oldest.sequence_number or 0) <= 1:
+        return None
+    return (
+        f"cannot be read as of {time}: its snapshots up to then have expired (the oldest "
+        f"kept, {oldest.snapshot_id}, was committed at {oldest.timestamp_ms}); refresh at a "
+        "time its kept history covers"
+    )

@@ -41,6 +41,7 @@ from airflow_provider_ct.core.continual import (
     batch_times,
     parse_continual_task,
     window,
+    unreadable_at,
 )
 from airflow_provider_ct.core.continual_now import with_time
 from airflow_provider_ct.core.continual_statements import width_error
@@ -54,7 +55,12 @@ from airflow_provider_ct.core.staging import begin_batch, finish_batch, outdated
 from airflow_provider_ct.core.storage import io_properties
 from airflow_provider_ct.core.tables import create_managed_table, load_table_or_none
 from airflow_provider_ct.core.timeline import Timeline
-from airflow_provider_ct.exceptions import CTError, QueryError, SchemaMismatchError
+from airflow_provider_ct.exceptions import (
+    ChangesUnavailableError,
+    CTError,
+    QueryError,
+    SchemaMismatchError,
+)
 from airflow_provider_ct.spark.continual_checks import (
     check_statements,
     renamed,
@@ -252,12 +258,7 @@ def run_continual(
     :param target: the output's layout when this tick creates it (its columns
         are the definition's: an append-only history has no other).
     :param full_refresh: truncate the output and process the input's contents
-        at the tick's time once, as ``SNAPSHOT = true`` does at the as-of (a
-        pipeline's ``full_refresh``): the batch's one time is the tick's, it
-        retracts every row of the base and inserts what the statements make of
-        the input's snapshot. It lands by the same compare-and-append as any
-        batch (its description names the base it truncates), so a retry finds
-        it landed and a concurrent writer makes it lose and discard its files.
+        at the tick's time once (:func:`_full_refresh`).
     """
     task = parse_continual_task(
         task_sql, default_namespace=default_namespace, catalog_name=config.name
@@ -273,8 +274,7 @@ def run_continual(
         return table
     input_tl = Timeline.of(source)
     as_of = desc.time if full_refresh else as_of_of(table.metadata.properties, desc.time)
-    snapshot = task.snapshot or full_refresh
-    times = batch_times(input_tl, desc, as_of=as_of, snapshot=snapshot)
+    times = batch_times(input_tl, desc, as_of=as_of, snapshot=task.snapshot or full_refresh)
     batch, manifest = begin_batch(
         table, desc, summary={SummaryKeys.QUERY_HASH: query_hash(task_sql, CONTINUAL_TASK_KIND)}
     )
@@ -288,13 +288,11 @@ def run_continual(
         {n: Timeline.of(catalog.load_table(n)) for n in task.references},
         _State(base=_base_frame(spark, config, task, desc.base_snapshot_id)),
         batch.data_dir,
-        as_of if snapshot and times[:1] == [as_of] else None,
+        as_of if (task.snapshot or full_refresh) and times[:1] == [as_of] else None,
         temporal,
     )
     if full_refresh:
-        run.truncate = _truncate(run.state)
-        log.info("full refresh of %s at %s: %d row(s) retracted, the input's contents "
-                 "processed once", task.name, desc.time, len(run.truncate))  # fmt: skip
+        _full_refresh(run, desc.time)
     staged = [t for t in (_process_time(run, time) for time in times) if t is not None]
     final = finish_batch(batch, manifest, staged, io=io_properties(table))
     total_in, total_out = final.added_record_count, final.deleted_record_count
@@ -443,14 +441,28 @@ def _process_time(run: _Run, time: int) -> StagedTime | None:
     return _stage_time(run.table, run.files, run.task, time, added, retracted, run.state)
 
 
-def _truncate(state: _State) -> list[tuple[str, int]]:
-    """Every row of the base, marked deleted: the statements then see an empty output."""
-    if state.base is None:
-        return []
-    rows = state.base.select(FILE_COL, POS_COL).collect()
-    positions = sorted((str(r[0]), int(r[1])) for r in rows)
-    state.deleted.update(positions)
-    return positions
+def _full_refresh(run: _Run, time: int) -> None:
+    """A pipeline's ``full_refresh`` of the task: truncate, then the input's contents once.
+
+    As ``SNAPSHOT = true`` does at the as-of: the batch's one time is the
+    tick's, it retracts every row of the base (the statements then see an
+    empty output) and inserts what the statements make of the input's
+    snapshot at ``time``. It lands by the same compare-and-append as any
+    batch (its description names the base it truncates), so a retry finds it
+    landed and a concurrent writer makes it lose and discard its files.
+    Refused when the input's contents at ``time`` can no longer be read.
+    """
+    reason = unreadable_at(run.source, run.input_timeline, time)
+    if reason is not None:
+        raise ChangesUnavailableError(
+            f"full refresh of {run.task.name} at {time}: its input {run.task.input} {reason}"
+        )
+    if run.state.base is not None:
+        rows = run.state.base.select(FILE_COL, POS_COL).collect()
+        run.truncate = sorted((str(r[0]), int(r[1])) for r in rows)
+        run.state.deleted.update(run.truncate)
+    log.info("full refresh of %s at %s: %d row(s) retracted, the input's contents processed "
+             "once", run.task.name, time, len(run.truncate))  # fmt: skip
 
 
 def _snapshot_rows(run: _Run, time: int) -> DataFrame:
