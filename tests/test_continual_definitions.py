@@ -8,6 +8,8 @@ the expected refusals use Materialize's words for the same mistakes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 import sqlglot
@@ -15,7 +17,7 @@ import sqlglot
 from airflow_provider_ct.continual import continual_task
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.continual import parse_continual_task
-from airflow_provider_ct.core.continual_now import with_time
+from airflow_provider_ct.core.continual_now import now_stamps, with_time
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.exceptions import ConfigurationError, QueryError
 
@@ -186,3 +188,36 @@ def test_an_input_that_is_not_an_iceberg_table_is_refused_with_nothing_created(
     with pytest.raises(ConfigurationError, match=r"'mzview\.some_view' does not exist"):
         mint.execute({})
     assert not catalog.table_exists("mzview.nope")
+
+
+@pytest.mark.parametrize(
+    ("where", "kinds", "expected"),
+    [
+        # Spark says the operand is a number: the words (ts_col) no longer decide.
+        ("unix_millis(ts_col) + 10000 > mz_now()", {"other"}, "> 7"),
+        ("unix_millis(ts_col) > mz_now() - 2000", {"other"}, "> 7 - 2000"),
+        # ... or a timestamp, whatever its name says.
+        ("event_at > mz_now()", {"temporal"}, "> TIMESTAMP_MILLIS(7)"),
+        ("mz_now() + x < event_at", {"interval", "temporal"}, "TIMESTAMP_MILLIS(7) + x"),
+        # Spark could not type it: the words decide, as before.
+        ("ts_col > mz_now()", {None}, "> TIMESTAMP_MILLIS(7)"),
+    ],
+)
+def test_mz_now_takes_the_type_spark_gives_its_operand(
+    where: str, kinds: set[str | None], expected: str
+) -> None:
+    tree = sqlglot.parse_one(f"SELECT * FROM t WHERE {where}", read="spark")
+    seen: list[str] = []
+
+    def kind_of(node: Any) -> str | None:
+        seen.append(node.sql(dialect="spark"))
+        return next(iter(kinds)) if len(kinds) == 1 else _kind_by_name(node, kinds)
+
+    stamps = now_stamps(tree, ("ts_col",), kind_of)
+    got = with_time(tree, 7, stamps=stamps).args["where"].this.sql(dialect="spark")
+    assert expected in got, (got, seen)
+
+
+def _kind_by_name(node: Any, kinds: set[str | None]) -> str | None:
+    """``x`` is an interval, anything else a timestamp (the test's own typing)."""
+    return "interval" if node.sql() == "x" else "temporal"

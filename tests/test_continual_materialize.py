@@ -195,8 +195,26 @@ ON INPUT append_only AS (
 )"""
 
 
-@pytest.mark.parametrize(("ns", "definition"), [("mz_retain", RETAIN_SUGAR),
-                                                ("mz_retain_ddl", RETAIN_STATEMENTS)])  # fmt: skip
+#: The epoch-ms spelling over a timestamp column (issue 59): Spark types the operand
+#: ``unix_millis(ts_col) + 2000`` as a number, so ``mz_now()`` is the number ``t``.
+RETAIN_EPOCH_MS = """CREATE CONTINUAL TASK retain
+    FROM RETAIN append_only
+    WHILE (unix_millis(ts_col) + 2000 > mz_now())"""
+#: ``mz_now()`` inside arithmetic with a number, compared with a number.
+RETAIN_EPOCH_MS_SHIFTED = """CREATE CONTINUAL TASK retain
+    FROM RETAIN append_only
+    WHILE (unix_millis(ts_col) > mz_now() - 2000)"""
+
+
+RETAINS = [
+    ("mz_retain", RETAIN_SUGAR),
+    ("mz_retain_ddl", RETAIN_STATEMENTS),
+    ("mz_retain_ms", RETAIN_EPOCH_MS),
+    ("mz_retain_ms2", RETAIN_EPOCH_MS_SHIFTED),
+]
+
+
+@pytest.mark.parametrize(("ns", "definition"), RETAINS)
 def test_ct_retain_compares_mz_now_with_timestamps(
     spark: Any, spark_catalog_config: CatalogConfig, ns: str, definition: str
 ) -> None:
@@ -204,6 +222,8 @@ def test_ct_retain_compares_mz_now_with_timestamps(
 
     Failed before issue 43: ``mz_now()`` was a number, which Spark does not
     compare with a timestamp (and the ``FROM RETAIN`` sugar did not parse).
+    The epoch-ms spellings failed before issue 59: ``ts_col`` in the operand
+    made ``mz_now()`` a timestamp, and Spark refuses ``BIGINT > TIMESTAMP``.
     """
     schema = pa.schema([("val", pa.string()), ("ts_col", pa.timestamp("us", tz="UTC"))])
     catalog = spark_catalog_config.load()

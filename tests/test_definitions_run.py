@@ -9,12 +9,17 @@ from __future__ import annotations
 import datetime
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_ct.core.catalog import CatalogConfig
-from tests.helpers import rows_of
+from airflow_provider_ct.core.tables import create_managed_table
+from airflow_provider_ct.exceptions import QueryError
+from tests.conftest import connection_json
+from tests.helpers import advance, rows_of
 from tests.test_incremental import _inputs_of, _normalized, _tick
 
 #: CTEs in every form a user writes them (TPC-DS q51, q77, q78, q97's shapes).
@@ -168,3 +173,88 @@ def test_a_target_is_typed_as_the_query_for_every_type_spark_produces(
     assert stored.keys() == STORED_TYPES.keys()
     for name, kind in STORED_TYPES.items():
         assert stored[name].startswith(kind), (name, stored[name])
+
+
+# -- the dry run: what would fail every tick fails before the first ----------------------------
+PIPELINE_SPEC = (
+    "name: shop\ndatabase: dry\nlibraries:\n  - glob:\n      include: transformations/**\n"
+)
+#: A folder with each of issue 59's forms: a CTE joined to a CTE, a ROLLUP's GROUPING()
+#: columns, a streaming table and a view over it (analysed before either exists), and a
+#: retention task comparing mz_now() with an epoch-ms operand over a timestamp column.
+PIPELINE_SQL = """
+CREATE MATERIALIZED VIEW per_kind AS
+WITH big AS (SELECT kind, SUM(v) AS t FROM events WHERE v > 2 GROUP BY kind),
+     small AS (SELECT kind, COUNT(*) AS n FROM events WHERE v <= 2 GROUP BY kind)
+SELECT big.kind, big.t, small.n FROM big LEFT JOIN small ON big.kind = small.kind;
+CREATE MATERIALIZED VIEW rolled AS
+SELECT kind, v, GROUPING(kind) + GROUPING(v) AS lochierarchy, COUNT(*) AS n
+FROM events GROUP BY ROLLUP(kind, v);
+CREATE STREAMING TABLE cleaned AS SELECT kind, v * 2 AS v2 FROM STREAM(events) WHERE v > 0;
+CREATE MATERIALIZED VIEW over_cleaned AS SELECT kind, SUM(v2) AS t FROM cleaned GROUP BY kind;
+CREATE CONTINUAL TASK recent FROM RETAIN events WHILE (unix_millis(ts) + 2000 > mz_now());
+"""
+EVENTS = pa.schema([("kind", pa.string()), ("v", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))])
+
+
+@pytest.fixture
+def dry_lake(
+    airflow_db: None, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """The session's Spark catalog as the default connection, with ``dry.events``."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ICEBERG_CATALOG_DEFAULT", connection_json(spark_catalog_config)
+    )
+    catalog = spark_catalog_config.load()
+    if not catalog.table_exists("dry.events"):
+        advance(create_managed_table(catalog, "dry.events", EVENTS), 5_000)
+    return catalog
+
+
+def _folder(tmp_path: Path, sql: str) -> Path:
+    root = tmp_path / "shop"
+    (root / "transformations").mkdir(parents=True)
+    (root / "spark-pipeline.yml").write_text(PIPELINE_SPEC)
+    (root / "transformations" / "all.sql").write_text(sql.lstrip("\n"))
+    return root
+
+
+@pytest.mark.spark
+@pytest.mark.airflow
+def test_the_dry_run_analyses_every_dataset_with_spark_and_creates_nothing(
+    tmp_path: Path, spark: Any, dry_lake: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_ct.pipelines.cli import main
+
+    tables = {t for ns in dry_lake.list_namespaces() for t in dry_lake.list_tables(ns)}
+    assert main(["dry-run", str(_folder(tmp_path, PIPELINE_SQL))], spark=spark) == 0
+    out = capsys.readouterr().out
+    sections = {s.split()[0]: s for s in out.split("\n\n")[1:]}
+    assert (
+        "spark: analysed; the table's columns: kind string, t bigint, n bigint"
+        in (sections["dry.per_kind"])
+    )
+    assert "lochierarchy int, n bigint" in sections["dry.rolled"]  # Spark's tinyint, stored
+    assert "columns: kind string, v2 bigint" in sections["dry.cleaned"]
+    assert "columns: kind string, t bigint" in sections["dry.over_cleaned"]  # over a bound one
+    assert "spark: analysed" in sections["dry.recent"]
+    assert {t for ns in dry_lake.list_namespaces() for t in dry_lake.list_tables(ns)} == tables
+
+
+@pytest.mark.spark
+@pytest.mark.airflow
+def test_a_definition_every_tick_would_refuse_fails_the_dry_run_with_the_ticks_words(
+    tmp_path: Path, spark: Any, spark_catalog_config: CatalogConfig, dry_lake: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from airflow_provider_ct.pipelines.cli import main
+
+    sql = "CREATE MATERIALIZED VIEW untyped AS\nSELECT kind, NULL AS nothing FROM events;\n"
+    assert main(["dry-run", str(_folder(tmp_path, sql))], spark=spark) == 1
+    err = capsys.readouterr().err
+    words = "column nothing is of type void, which an Iceberg table cannot store"
+    assert "shop/transformations/all.sql:1: dry.untyped: " in err and words in err
+    with pytest.raises(QueryError, match=words):  # the tick's own refusal
+        _tick(spark, spark_catalog_config, "dry.untyped", "SELECT kind, NULL AS nothing"
+              " FROM dry.events", 1_000)  # fmt: skip
+    assert not dry_lake.table_exists("dry.untyped")

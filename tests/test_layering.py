@@ -68,8 +68,13 @@ ALLOWED: dict[str, frozenset[str]] = {
         {AIRFLOW, "exceptions", "views", "continual", "pipelines", "pipelines.load"}
         | {"pipelines.constant_task"}
     ),
+    # The dry run's Spark analysis: the tick's own checks (spark.definition_check).
+    "pipelines.spark_check": frozenset(
+        {"exceptions", "core", "spark", "pipelines", "pipelines.load"}
+    ),
     "pipelines.cli": frozenset(
         {AIRFLOW, "exceptions", "views", "pipelines", "pipelines.load", "pipelines.dag"}
+        | {"hooks", "spark", "pipelines.spark_check"}
     ),
     "ui": frozenset({AIRFLOW, "exceptions", "core", "collections", "hooks"}),
     "get_provider_info": frozenset({"__init__"}),

@@ -77,6 +77,13 @@ TIMEOUT_S, RETRIES = 3, 1
 BOUND_S = 60.0
 #: Where the failpoint pauses a write job: its manifest written, its files not yet.
 PAUSE = "staging.after-begin"
+#: ... or as it begins its input scan: the inputs opened, none of their data read.
+SCAN = "write.input-scan"
+
+
+def _marker(marker: Path, failpoint: str) -> Path:
+    """The marker file that arms ``failpoint`` (beside the module's first one)."""
+    return marker if failpoint == PAUSE else marker.with_name(f"{failpoint}-paused")
 
 
 # -- the server, the connection, the inputs -------------------------------------------------
@@ -92,11 +99,12 @@ def outage_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Obj
     folder = tmp_path_factory.mktemp("outages")
     marker = folder / "job-paused"
     marker.touch()  # disarmed
+    _marker(marker, SCAN).touch()
     with pytest.MonkeyPatch.context() as env:
         env.setenv(STORE_TIMEOUT_ENV, str(TIMEOUT_S))
         env.setenv(STORE_RETRIES_ENV, str(RETRIES))
         env.setenv(CATALOG_TIMEOUT_ENV, str(TIMEOUT_S))
-        env.setenv(FAILPOINTS, f"{PAUSE}=sleep:3@{marker}")
+        env.setenv(FAILPOINTS, f"{PAUSE}=sleep:3@{marker},{SCAN}=sleep:3@{_marker(marker, SCAN)}")
         with running_object_store(folder / "store") as store:
             yield store, marker
 
@@ -248,20 +256,24 @@ def _dag(name: str) -> Any:
 
 
 CASES = [
-    # (DAG, namespace, output, model, fault)
-    ("outage_in_place_submit", "out_ips", "view", _in_place_model, "killed"),
-    ("outage_in_place_warm", "out_ipw", "view", _in_place_model, "frozen"),
-    ("outage_spark_submit", "out_sps", "view", _spark_model, "frozen"),
-    ("outage_spark_warm", "out_spw", "view", _spark_model, "killed"),
-    ("outage_continual_submit", "out_cts", "out", _continual_model, "killed"),
-    ("outage_continual_warm", "out_ctw", "out", _continual_model, "frozen"),
+    # (DAG, namespace, output, model, fault, where the job pauses)
+    ("outage_in_place_submit", "out_ips", "view", _in_place_model, "killed", PAUSE),
+    ("outage_in_place_warm", "out_ipw", "view", _in_place_model, "frozen", PAUSE),
+    ("outage_spark_submit", "out_sps", "view", _spark_model, "frozen", PAUSE),
+    ("outage_spark_warm", "out_spw", "view", _spark_model, "killed", PAUSE),
+    ("outage_continual_submit", "out_cts", "out", _continual_model, "killed", PAUSE),
+    ("outage_continual_warm", "out_ctw", "out", _continual_model, "frozen", PAUSE),
+    # Issue 59: the store killed as the write job begins its input scan.
+    ("outage_in_place_warm", "out_ipw", "view", _in_place_model, "killed", SCAN),
 ]
 
 
 @pytest.mark.parametrize(
-    ("dag_name", "ns", "output", "model", "fault"),
+    ("dag_name", "ns", "output", "model", "fault", "failpoint"),
     CASES,
-    ids=[f"{c[0].removeprefix('outage_')}-{c[4]}" for c in CASES],
+    ids=[
+        f"{c[0].removeprefix('outage_')}-{c[4]}{'-at-scan' if c[5] == SCAN else ''}" for c in CASES
+    ],
 )
 def test_an_outage_during_a_spark_job_fails_within_the_bound_and_the_retry_is_exact(
     lake: tuple[ObjectStore, Path],
@@ -273,8 +285,10 @@ def test_an_outage_during_a_spark_job_fails_within_the_bound_and_the_retry_is_ex
     output: str,
     model: Callable[[], Counter[tuple[Any, ...]]],
     fault: str,
+    failpoint: str,
 ) -> None:
     store, marker = lake
+    marker = _marker(marker, failpoint)
     dag = _dag(dag_name)
     catalog = _inputs(store, ns)
     tick = _sealed_time(catalog, ns)

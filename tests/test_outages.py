@@ -159,6 +159,28 @@ def test_pyarrow_and_requests_errors_are_recognized_and_secrets_scrubbed() -> No
     assert isinstance(unavailable(wrapped, _rest(), "staging"), StoreUnavailableError)
 
 
+def test_a_connection_dropped_mid_request_names_the_catalog_from_its_request() -> None:
+    """A pooled connection the killed server dropped: the error itself names no host.
+
+    Failed before issue 59 (the text was ``('Connection aborted.', RemoteDisconnected(...))``
+    alone, and the task saw a ``SparkJobError``).
+    """
+    from http.client import RemoteDisconnected
+
+    from urllib3.exceptions import ProtocolError
+
+    request = requests.Request("GET", f"{REST}/v1/namespaces/ns/tables/events").prepare()
+    dropped = ProtocolError(
+        "Connection aborted.", RemoteDisconnected("Remote end closed connection without response")
+    )
+    exc = requests.exceptions.ConnectionError(dropped, request=request)
+    typed = unavailable(exc, _rest(), "the write job for ns.v")
+    assert isinstance(typed, CatalogUnavailableError), typed
+    assert typed.endpoint == REST and typed.operation.startswith("GET ")
+    assert "/v1/namespaces/ns/tables/events" in typed.operation
+    assert f"at {REST} did not answer during GET" in str(typed)
+
+
 @pytest.mark.parametrize(
     "exc",
     [

@@ -421,7 +421,7 @@ def test_the_dry_run_prints_each_plan_and_writes_nothing(
         },
     )
     tables, written = _tables(catalog), _files(warehouse)
-    assert main(["dry-run", str(root)]) == 0
+    assert main(["dry-run", str(root), "--no-spark"]) == 0
     out = capsys.readouterr().out
     assert "order: shop.s -> shop.a -> shop.b -> shop.w" in out
     assert "external inputs: shop.raw" in out and "temporary views (inlined): shop.v" in out
@@ -447,7 +447,7 @@ def test_the_dry_run_of_a_bad_folder_exits_1_naming_file_and_line(
     from airflow_provider_ct.pipelines.cli import main
 
     root = folder(tmp_path, {"x.sql": "CREATE MATERIALIZED VIEW a AS\nSELECT id FROM gone;\n"})
-    assert main(["dry-run", str(root)]) == 1
+    assert main(["dry-run", str(root), "--no-spark"]) == 1
     err = capsys.readouterr().err
     assert "error: shop/transformations/x.sql:2: unknown table shop.gone" in err
 
@@ -548,7 +548,7 @@ def test_the_dry_run_of_python_datasets_says_which_are_recomputed_in_full(
     )
     root = folder(tmp_path, {"x.py": PY + body})
     tables, written = _tables(catalog), _files(warehouse)
-    assert main(["dry-run", str(root)]) == 0
+    assert main(["dry-run", str(root), "--no-spark"]) == 0
     sections = {s.split()[0]: s for s in capsys.readouterr().out.split("\n\n")[1:]}
     assert (
         "[materialized view -> materialized view]  shop/transformations/x.py:6"

@@ -228,7 +228,7 @@ def test_the_project_spark_pipelines_init_writes_dry_runs_and_ticks_unchanged(
 ) -> None:
     from airflow_provider_ct.pipelines.cli import main
 
-    assert main(["dry-run", str(FOLDERS / "sdp_init")]) == 0
+    assert main(["dry-run", str(FOLDERS / "sdp_init"), "--no-spark"]) == 0
     out = capsys.readouterr().out
     assert "default.example_python_materialized_view  [materialized view" in out
     assert "plan: constant" in out

@@ -175,7 +175,7 @@ _STORE = re.compile(
 #: Traces of the catalog's clients (Iceberg REST, PyIceberg's session, JDBC, SQLAlchemy).
 _CATALOG = re.compile(
     r"org\.apache\.iceberg\.rest|RESTException|org\.apache\.iceberg\.jdbc|PSQLException|"
-    r"psycopg2|sqlalchemy|/v1/(config|oauth|namespaces|[^ ]*/namespaces)",
+    r"psycopg2|sqlalchemy|/v1/(config|oauth|namespaces|[^ ]*/namespaces)|requests\.exceptions",
 )
 _POOL_HOST = re.compile(r"host='([^']+)', port=(\d+)")
 _S3A_OPERATION = re.compile(r"\b(\w+) on (s3a?://[^\s:]+)")
@@ -193,8 +193,27 @@ def error_text(exc: BaseException) -> str:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         parts.append(f"{type(current).__module__}.{type(current).__name__}: {current}")
+        request = _request_line(current)
+        if request:
+            parts.append(request)
         current = current.__cause__ or current.__context__
     return "\n".join(parts)
+
+
+def _request_line(exc: BaseException) -> str | None:
+    """The HTTP request an exception of ``requests`` was raised for (``GET http://h:p/v1/...``).
+
+    A connection the server dropped while a pooled one was reused says only
+    ``('Connection aborted.', RemoteDisconnected(...))``: no host, no path.
+    The request it carries names both, so the outage names its service,
+    endpoint and operation like every other.
+    """
+    request = getattr(exc, "request", None)
+    url = getattr(request, "url", None)
+    if not isinstance(url, str) or not url:
+        return None
+    method = getattr(request, "method", None) or "GET"
+    return f"while sending {method} {url}"
 
 
 def _hostport(uri: str) -> str | None:

@@ -6,7 +6,11 @@ parsed, every name resolved against the catalog, cycles refused. For each
 dataset it prints its kind, inputs, layout and plan: a view's incremental
 strategy or ``full`` with the reason, as the factory decides it
 (:func:`~airflow_provider_ct.views.explain_view`), or what its continual
-task processes. Exit status 1 and ``file:line: problem`` for a bad folder.
+task processes. Then Spark analyses each dataset as its first tick will
+(:mod:`.spark_check`: types, names, the planner over the inputs' columns,
+the table's schema, ``mz_now()``), over empty views, so what would fail
+every tick fails here with the tick's words (``--no-spark`` skips it: no
+JVM). Exit status 1 and ``file:line: problem`` for a bad folder.
 
 Run as ``ct-pipeline dry-run shop/`` (installed) or
 ``python -m airflow_provider_ct.pipelines.cli dry-run shop/``.
@@ -18,16 +22,18 @@ import argparse
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from airflow_provider_ct.exceptions import CTError
 from airflow_provider_ct.pipelines.dag import build_dag, group_id_of
 from airflow_provider_ct.pipelines.load import LoadedPipeline, load_pipeline
 from airflow_provider_ct.pipelines.resolve import Resolved
+from airflow_provider_ct.pipelines.spark_check import SparkChecks, check_pipeline
 from airflow_provider_ct.views import explain_view
 
 
-def describe(loaded: LoadedPipeline) -> list[str]:
-    """The dry run's report, line by line."""
+def describe(loaded: LoadedPipeline, checks: SparkChecks | None = None) -> list[str]:
+    """The dry run's report, line by line (with what Spark said of each dataset, if asked)."""
     pipeline, spec = loaded.pipeline, loaded.spec
     lines = [
         f"pipeline {spec.name}: {len(pipeline.order)} datasets from {len(spec.files)} files, "
@@ -44,7 +50,16 @@ def describe(loaded: LoadedPipeline) -> list[str]:
     lines.append("plans: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     for name in pipeline.order:
         lines += ["", *_dataset(loaded, loaded.resolved[name], plans[name][1])]
+        if checks is not None:
+            lines += _analysis(checks, name)
     return lines
+
+
+def _analysis(checks: SparkChecks, name: str) -> list[str]:
+    """What Spark said of one dataset: its table's columns and types, or why it could not."""
+    if name in checks.skipped:
+        return [f"  spark: not analysed: {checks.skipped[name]}"]
+    return [f"  spark: analysed; the table's columns: {', '.join(checks.checked[name].columns())}"]
 
 
 def _dataset(loaded: LoadedPipeline, item: Resolved, plan: list[str]) -> list[str]:
@@ -103,20 +118,42 @@ def _plan(loaded: LoadedPipeline, item: Resolved) -> tuple[str, list[str]]:
     return "continual", plan
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _spark_checks(loaded: LoadedPipeline, spark: Any) -> SparkChecks:
+    """Spark's checks of every dataset, on ``spark`` or a local session of the catalog's."""
+    from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+    from airflow_provider_ct.spark.conf import local_session, spark_jars
+
+    config = IcebergCatalogHook(loaded.iceberg_conn_id).get_config()
+    if spark is None:
+        jars = ",".join(spark_jars(config))
+        spark = local_session(
+            config, master="local[1]", app_name="ct-pipeline-dry-run", **{"spark.jars": jars}
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+    return check_pipeline(loaded, spark, config)
+
+
+def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
+    """The command line; ``spark``: a session to analyse with (else a local one is started)."""
     parser = argparse.ArgumentParser(prog="ct-pipeline", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     dry = commands.add_parser("dry-run", help="check a folder and print each dataset's plan")
     dry.add_argument("folder", help="the pipeline folder (holding spark-pipeline.yml)")
     dry.add_argument("--iceberg-conn-id", default=None, help="the catalog connection")
     dry.add_argument("--catalog", default=None, help="the catalog name of three-part names")
+    dry.add_argument(
+        "--no-spark",
+        action="store_true",
+        help="skip Spark's analysis of each dataset (types, names, the tick's own checks)",
+    )
     args = parser.parse_args(argv)
     try:
         loaded = load_pipeline(
             args.folder, iceberg_conn_id=args.iceberg_conn_id, catalog_name=args.catalog
         )
         build_dag(loaded)  # the DAG file's own checks; the DAG is dropped
-        report = describe(loaded)
+        checks = None if args.no_spark else _spark_checks(loaded, spark)
+        report = describe(loaded, checks)
     except CTError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

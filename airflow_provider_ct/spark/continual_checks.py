@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.continual import ContinualTaskDef
-from airflow_provider_ct.core.continual_now import with_time
+from airflow_provider_ct.core.continual_now import now_calls, now_stamps, with_time
 from airflow_provider_ct.core.continual_statements import Statement, width_error
 from airflow_provider_ct.exceptions import QueryError
 
@@ -137,6 +137,10 @@ def _check_insert(statement: Statement, schema: StructType, task: ContinualTaskD
             )
 
 
+#: ``mz_now()``'s type per statement (its index): one flag per call, timestamp or epoch ms.
+NowStamps = dict[int, tuple[bool, ...]]
+
+
 def check_statements(
     spark: SparkSession,
     task: ContinualTaskDef,
@@ -144,19 +148,23 @@ def check_statements(
     insert_views: Mapping[str, str],
     temporal: set[str],
     bind_output: Callable[[ContinualTaskDef], None],
-) -> ContinualTaskDef:
+) -> tuple[ContinualTaskDef, NowStamps]:
     """Analyse every statement over the bound (empty) views; the task with its columns.
 
     ``views`` maps the definition's table names to the views the caller bound
     for DELETEs, ``insert_views`` those for INSERTs (the output's views are
-    bound by ``bind_output`` once the columns are known).
+    bound by ``bind_output`` once the columns are known). Also returns each
+    statement's ``mz_now()`` types, read from Spark's analysis of the operands
+    they meet (:func:`operand_kind`), the words of ``temporal`` where it
+    cannot say.
     """
     back = {view: name for name, view in (*views.items(), *insert_views.items())}
+    stamps: NowStamps = {}
     if task.declared:
         bind_output(task)
     for statement in task.statements:
-        tree = with_time(renamed(statement.expression, insert_views), 0, temporal)
         if statement.kind == "insert":
+            tree = _timed(spark, statement, insert_views, temporal, stamps)
             schema = _analysed(spark, statement, tree.expression.sql(dialect="spark"), back)
             if not task.declared:
                 task = task.with_columns(_infer(statement, schema))
@@ -164,13 +172,79 @@ def check_statements(
             _check_insert(statement, schema, task)
     for statement in task.statements:  # DELETEs: once the output's columns are known
         if statement.kind == "delete":
-            tree = with_time(renamed(statement.expression, views), 0, temporal)
+            tree = _timed(spark, statement, views, temporal, stamps)
             where = tree.args.get("where")
             probe = f"SELECT * FROM {tree.this.sql(dialect='spark')}"
             if where is not None:
                 probe += f" WHERE {where.this.sql(dialect='spark')}"
             _analysed(spark, statement, probe, back)
-    return task
+    return task, stamps
+
+
+def _timed(
+    spark: SparkSession,
+    statement: Statement,
+    views: Mapping[str, str],
+    temporal: set[str],
+    stamps: NowStamps,
+) -> Any:
+    """``statement`` over ``views`` at time 0, its ``mz_now()`` types kept in ``stamps``."""
+    tree = renamed(statement.expression, views)
+    kinds = now_stamps(tree, temporal, lambda node: operand_kind(spark, node))
+    stamps[statement.index] = kinds
+    return with_time(tree, 0, stamps=kinds)
+
+
+def operand_kind(spark: SparkSession, node: Any) -> str | None:
+    """Spark's type of ``node`` (an operand ``mz_now()`` meets), as a kind; None if unknown.
+
+    The operand is analysed as the one output of its own ``SELECT``'s sources
+    (its ``FROM``, joins, ``GROUP BY`` and the statement's CTEs), so a column
+    is typed by the table it belongs to and a function by what it returns
+    (``unix_millis(ts) + 10000`` is a number, whatever ``ts`` is). Another
+    ``mz_now()`` inside the operand, a correlated column or anything Spark
+    refuses leaves it unknown.
+    """
+    from pyspark.errors import AnalysisException, ParseException
+    from pyspark.sql import types as T
+
+    if now_calls(node):
+        return None
+    probe = _probe(node)
+    if probe is None:
+        return None
+    try:
+        kind = spark.sql(probe.sql(dialect="spark")).schema.fields[0].dataType
+    except (AnalysisException, ParseException):
+        return None
+    if isinstance(kind, (T.DateType, T.TimestampType, T.TimestampNTZType)):
+        return "temporal"
+    if isinstance(kind, T.AnsiIntervalType):
+        return "interval"
+    return "other"
+
+
+def _probe(node: Any) -> Any:
+    """``SELECT <node> FROM <its select's sources>``, or None where it has none."""
+    from sqlglot import exp
+
+    owner = node.find_ancestor(exp.Select, exp.Delete)
+    if owner is None:
+        return None
+    probe = exp.Select(expressions=[exp.alias_(node.copy(), "__ct_operand")])
+    if isinstance(owner, exp.Delete):
+        return probe.from_(owner.this.copy())
+    for arg in ("from_", "joins", "group"):
+        value = owner.args.get(arg)
+        if value:
+            probe.set(arg, [v.copy() for v in value] if isinstance(value, list) else value.copy())
+    scope = owner
+    while scope is not None:  # the statement's CTEs, wherever its WITH sits
+        if scope.args.get("with") is not None:
+            probe.set("with", scope.args["with"].copy())
+            break
+        scope = scope.parent
+    return probe
 
 
 def renamed(tree: Any, views: Mapping[str, str]) -> Any:

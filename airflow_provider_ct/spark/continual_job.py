@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +41,8 @@ from airflow_provider_ct.core.continual import (
     as_of_of,
     batch_times,
     parse_continual_task,
-    window,
     unreadable_at,
+    window,
 )
 from airflow_provider_ct.core.continual_now import with_time
 from airflow_provider_ct.core.continual_statements import width_error
@@ -62,6 +63,7 @@ from airflow_provider_ct.exceptions import (
     SchemaMismatchError,
 )
 from airflow_provider_ct.spark.continual_checks import (
+    NowStamps,
     check_statements,
     renamed,
     temporal_columns,
@@ -72,6 +74,7 @@ from airflow_provider_ct.spark.snapshots import read_at
 if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("airflow_provider_ct.continual_job")
 
@@ -160,17 +163,18 @@ def _run_time(run: _Run, time: int, inserts: DataFrame) -> tuple[list[Any], list
     pending = _Pending(time)
     ddl = f"{task.spark_schema_ddl()}, `{FILE_COL}` string, `{POS_COL}` long"
     for statement in task.statements:
+        stamps = run.stamps[statement.index]
         current = _state_frame(spark, task, state)
         if pending.added:
             current = current.unionByName(spark.createDataFrame(pending.added, ddl))
         current.createOrReplaceTempView(SELF_VIEW)
         current.drop(FILE_COL, POS_COL).createOrReplaceTempView(SELF_ROWS)
         if statement.kind == "delete":
-            tree = with_time(renamed(statement.expression, mapping), time, run.temporal)
+            tree = with_time(renamed(statement.expression, mapping), time, stamps=stamps)
             _run_delete(spark, tree, state, pending)
         else:
             views = {**mapping, task.name: SELF_ROWS}
-            tree = with_time(renamed(statement.expression, views), time, run.temporal)
+            tree = with_time(renamed(statement.expression, views), time, stamps=stamps)
             _run_insert(spark, task, statement, tree, pending)
     return pending.added, pending.retracted
 
@@ -231,8 +235,8 @@ class _Run:
     state: _State
     data_dir: str
     snapshot_time: int | None
-    #: Date/time column names of the tables the task reads (``mz_now()``'s type).
-    temporal: set[str]
+    #: Each statement's ``mz_now()`` types (timestamp or epoch ms), per call.
+    stamps: NowStamps
     reads: dict[str, int] = field(default_factory=dict)  # how each time's inserts were read
     #: A full refresh: every row of the base, retracted at the snapshot time.
     truncate: list[tuple[str, int]] = field(default_factory=list)
@@ -268,7 +272,7 @@ def run_continual(
         raise CTError(f"description {desc.id} is for {desc.target}, not for task {task.name}")
     catalog = config.load()
     source = _load_input(catalog, task)
-    task, temporal = _checked(spark, config, task)  # refused here: nothing created or written
+    task, stamps = checked_task(spark, config, task)  # refused here: nothing created or written
     table = _open_output(spark, catalog, task, desc, (target or TargetSettings()).layout)
     if isinstance(table, WriteReport):
         return table
@@ -289,7 +293,7 @@ def run_continual(
         _State(base=_base_frame(spark, config, task, desc.base_snapshot_id)),
         batch.data_dir,
         as_of if (task.snapshot or full_refresh) and times[:1] == [as_of] else None,
-        temporal,
+        stamps,
     )
     if full_refresh:
         _full_refresh(run, desc.time)
@@ -325,22 +329,31 @@ def _load_input(catalog: Any, task: ContinualTaskDef) -> Table:
         ) from None
 
 
-def _checked(
-    spark: SparkSession, config: CatalogConfig, task: ContinualTaskDef
-) -> tuple[ContinualTaskDef, set[str]]:
+def checked_task(
+    spark: SparkSession,
+    config: CatalogConfig,
+    task: ContinualTaskDef,
+    bound: Mapping[str, StructType] | None = None,
+) -> tuple[ContinualTaskDef, NowStamps]:
     """The task checked against the tables' schemas, its columns inferred if not declared.
 
     Empty views stand for the tables (Spark analyses, reads nothing), under the
-    names the statements run against; also returns the date/time columns for
-    ``mz_now()``.
+    names the statements run against; also returns each statement's
+    ``mz_now()`` types, typed by Spark over those views. ``bound``: the
+    schemas of tables that do not exist yet (a pipeline's dry run: the
+    datasets its earlier ticks would create), read instead of the catalog.
     """
+    bound = bound or {}
     views = {task.name: SELF_VIEW, task.input: INPUT_VIEW}
     for index, name in enumerate(sorted(task.references)):
         views[name] = f"{REF_VIEW}{index}"
     schemas = []
     for name, view in views.items():
         if name != task.name:
-            frame = spark.table(f"{config.name}.{name}").limit(0)
+            if name in bound:
+                frame = spark.createDataFrame([], bound[name])
+            else:
+                frame = spark.table(f"{config.name}.{name}").limit(0)
             frame.createOrReplaceTempView(view)
             schemas.append(frame.schema)
     temporal = temporal_columns(schemas)
@@ -352,8 +365,7 @@ def _checked(
         temporal.update(temporal_columns([frame.schema]))
 
     inserts = {**views, task.name: SELF_ROWS}
-    checked = check_statements(spark, task, views, inserts, temporal, bind_output)
-    return checked, temporal
+    return check_statements(spark, task, views, inserts, temporal, bind_output)
 
 
 def _open_output(

@@ -63,10 +63,7 @@ def prepare_target(
     (:mod:`airflow_provider_ct.core.schema_change`).
     """
     schema = query.schema
-    columns = [f.name for f in schema.fields]
-    if len({c.lower() for c in columns}) != len(columns):
-        raise CTError(f"the query for {desc.target} has duplicate column names: {columns}")
-    arrow_schema = _query_schema(schema)
+    arrow_schema = table_schema_of(schema, desc.target)
     if table is None:
         table = create_managed_table(catalog, desc.target, arrow_schema, layout=settings.layout)
         if table.metadata.current_snapshot() is not None:
@@ -104,14 +101,19 @@ def _frames(
 _AT = ("_file", "_pos")
 
 
-def _query_schema(schema: StructType) -> pa.Schema:
-    """The query's columns as Arrow types, every one optional.
+def table_schema_of(schema: StructType, target: str) -> pa.Schema:
+    """The query's columns (as the table stores them) as Arrow types, every one optional.
 
-    Spark's nullability flags shift with plans (joins, explode), and a
-    required column would reject staged files.
+    Refuses duplicate names, which no table can hold. Spark's nullability
+    flags shift with plans (joins, explode), and a required column would
+    reject staged files. Also what a dry run checks a definition with
+    (:mod:`.definition_check`), so both refuse alike.
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    columns = [f.name for f in schema.fields]
+    if len({c.lower() for c in columns}) != len(columns):
+        raise CTError(f"the query for {target} has duplicate column names: {columns}")
     return pa.schema([f.with_nullable(True) for f in to_arrow_schema(schema)])
 
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.layout import TargetSettings
 from airflow_provider_ct.core.query import parse_query, query_hash
@@ -127,6 +128,7 @@ def run_write(
         log.info("%s", reason)
         return WriteReport(WriteStatus.OUTDATED, desc.id, desc.target, reason=reason)
 
+    failpoint("write.input-scan")  # the inputs opened, none of their data read yet
     clock = PhaseClock()
     views = PinnedViews(spark, config, desc, parsed.inputs)
     query = PinnedQuery(spark, sql, parsed, views, tables, desc.inputs)
