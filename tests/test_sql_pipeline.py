@@ -508,13 +508,24 @@ def test_python_datasets_are_read_with_sdps_decorators_as_sql(tmp_path: Path) ->
                 @dp.table
                 def big():
                     return spark.readStream.table("raw").where("amount > 100")
+
+
+                @dp.table(schema="id BIGINT, twice BIGINT")
+                def batch():
+                    return spark.read.table("raw").selectExpr("id", "amount * 2")
                 """
             ),
         },
     )
     pipeline = build_pipeline(load_spec(root), "ct")
     items = resolve(pipeline, INPUTS.get)
-    assert list(items) == ["shop.by_customer", "shop.totals", "shop.all_events", "shop.big"]
+    assert list(items) == [
+        "shop.by_customer",
+        "shop.totals",
+        "shop.all_events",
+        "shop.big",
+        "shop.batch",
+    ]
     by_customer = items["shop.by_customer"]
     assert by_customer.sql is not None and "GROUP BY" in by_customer.sql
     assert (by_customer.dataset.statement.path, by_customer.dataset.statement.line) == (
@@ -532,6 +543,9 @@ def test_python_datasets_are_read_with_sdps_decorators_as_sql(tmp_path: Path) ->
     assert "ON INPUT shop.raw" in str(items["shop.all_events"].definition)
     assert items["shop.big"].dataset.kind == "continual task"  # @dp.table over readStream
     assert [n for n, _ in items["shop.big"].columns] == ["id", "customer", "amount", "ts"]
+    batch = items["shop.batch"]  # @dp.table over a batch read: a materialized view
+    assert batch.dataset.kind == "materialized view"
+    assert batch.columns == (("id", "BIGINT"), ("twice", "BIGINT"))  # schema= declares them
 
 
 def test_the_dry_run_of_python_datasets_says_which_are_recomputed_in_full(
