@@ -597,3 +597,20 @@ def test_a_full_refresh_refuses_only_an_input_whose_history_has_expired(lake: An
     # Between the two: the first snapshot held it, and it is gone.
     reason = unreadable_at(table, Timeline.of(table), second.timestamp_ms - 1)
     assert reason is not None and "have expired" in reason
+
+
+def test_a_python_dataset_records_the_same_sql_at_every_parse(tmp_path: Path) -> None:
+    """Derived tables are numbered per function: the view's query (and its hash) is stable."""
+    body = (
+        "\n@dp.materialized_view\ndef joined():\n"
+        "    raw = spark.read.table('raw').filter('amount > 0')\n"
+        "    return raw.groupBy('customer').count().join(spark.table('customers'), 'customer')\n"
+    )
+    root = folder(tmp_path, {"x.py": PY + body})
+    first, second = resolved(root), resolved(root)
+    sql = first["shop.joined"].sql
+    assert sql == second["shop.joined"].sql
+    assert "USING" in str(sql) and first["shop.joined"].dataset.reads == (
+        "shop.customers",
+        "shop.raw",
+    )

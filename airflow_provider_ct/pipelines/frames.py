@@ -21,6 +21,8 @@ name) with Python's operators, ``alias``, ``cast``, ``isNull``,
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,7 +32,26 @@ from airflow_provider_ct.exceptions import PipelineError
 SQL = "spark.sql"
 CALLS = "calls"
 
-_names = itertools.count(1)
+_names: ContextVar[Iterator[int]] = ContextVar("ct_frame_names")
+
+
+def fresh_names() -> None:
+    """Number derived tables from 1 again: one function's SQL is the same at every parse."""
+    _names.set(itertools.count(1))
+
+
+def _next_name() -> str:
+    counter = _names.get(None)
+    if counter is None:
+        fresh_names()
+        counter = _names.get()
+    return f"_q{next(counter)}"
+
+
+def _no_dunder(name: str) -> None:
+    """Python's own probes (``__deepcopy__``...) get the AttributeError they expect."""
+    if name.startswith("__"):
+        raise AttributeError(name)
 
 
 class Unsupported(PipelineError):
@@ -150,6 +171,7 @@ class Column:
         return Column(f"{self.sql} ASC")
 
     def __getattr__(self, name: str) -> Any:
+        _no_dunder(name)
         raise Unsupported(f"Column.{name} cannot be recorded: write the query with spark.sql")
 
 
@@ -209,7 +231,7 @@ class DataFrame:
 
     def _nested(self) -> DataFrame:
         """This query as the FROM of a new one (a derived table)."""
-        alias = self.alias_name or f"_q{next(_names)}"
+        alias = self.alias_name or _next_name()
         return DataFrame(f"({self.sql}) AS `{alias}`")  # no longer a bare range
 
     def filter(self, condition: Any) -> DataFrame:
@@ -255,7 +277,7 @@ class DataFrame:
     def unionByName(self, other: DataFrame, allowMissingColumns: bool = False) -> DataFrame:
         if allowMissingColumns:
             raise Unsupported("unionByName(allowMissingColumns=True) cannot be recorded")
-        return DataFrame(f"({self.sql} UNION ALL {other.sql}) AS `_q{next(_names)}`")
+        return DataFrame(f"({self.sql} UNION ALL {other.sql}) AS `{_next_name()}`")
 
     union = unionAll = unionByName
 
@@ -281,6 +303,7 @@ class DataFrame:
         return replace(self._nested() if not self._plain() else self, alias_name=name)
 
     def __getattr__(self, name: str) -> Any:
+        _no_dunder(name)
         raise Unsupported(
             f"DataFrame.{name} cannot be recorded at DAG-parse time: write the query with "
             "spark.sql(...)"
@@ -311,6 +334,7 @@ class _Reader:
         return DataFrame(f"{source} AS `{name.split('.')[-1]}`")
 
     def __getattr__(self, name: str) -> Any:
+        _no_dunder(name)
         raise Unsupported(
             f"spark.{'readStream' if self.stream else 'read'}.{name} cannot be recorded: a "
             "pipeline reads the catalog's tables (read.table / readStream.table)"
@@ -340,6 +364,7 @@ class RecordingSession:
         return DataFrame(f"range({bounds[0]}, {bounds[1]}, {bounds[2]})", bounds=bounds)
 
     def __getattr__(self, name: str) -> Any:
+        _no_dunder(name)
         raise Unsupported(
             f"spark.{name} cannot be used at DAG-parse time: a dataset's function builds its "
             "DataFrame from spark.sql, spark.read.table or spark.readStream.table"

@@ -110,6 +110,7 @@ def _statement(definition: dp.Definition, shown: str, database: str | None) -> S
     if definition.function is None:  # create_streaming_table: a target of flows
         return Statement(STREAMING_TABLE, name, **base)
     path = Path(definition.function.__code__.co_filename)
+    frames.fresh_names()
     frame = _guarded(definition.function, path, shown, definition.line)
     if not isinstance(frame, frames.DataFrame):
         raise PipelineError(
@@ -182,6 +183,8 @@ def _importer(modules: dict[str, types.ModuleType]) -> Callable[..., Any]:
 
 class _Builder:
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
         return lambda *args, **kwargs: self if name != "getOrCreate" else frames.RecordingSession()
 
 
