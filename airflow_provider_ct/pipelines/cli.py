@@ -74,7 +74,7 @@ def _dataset(loaded: LoadedPipeline, item: Resolved, plan: list[str]) -> list[st
         f"{', stream' if r == dataset.stream else ''})"
         for r in dataset.reads
     ]
-    lines.append(f"  inputs: {', '.join(inputs)}")
+    lines.append(f"  inputs: {', '.join(inputs) or 'none'}")
     if dataset.via:
         lines.append(f"  via temporary views: {', '.join(dataset.via)}")
     if item.definition is not None and item.columns:  # declared: they create the table
