@@ -154,6 +154,9 @@ def test_sql_and_python_datasets_tick_five_times_as_duckdb_says_with_a_full_refr
     world.customer(3, None)
     _tick(world, dag)
     world.check()
+    run_id = _last_run_id(dag.dag_id)  # spark.sql kept incrementally; DataFrame calls in full
+    assert task_xcom(dag.dag_id, run_id, "customer_spend.write")["strategy"] == "aggregate"
+    assert task_xcom(dag.dag_id, run_id, "region_big.write")["strategy"] == "full"
 
     # A raw row deleted: the streaming table keeps what it processed (no refresh yet).
     world.forget(1)
