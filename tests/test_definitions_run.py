@@ -239,6 +239,11 @@ def test_the_dry_run_analyses_every_dataset_with_spark_and_creates_nothing(
     assert "columns: kind string, t bigint" in sections["dry.over_cleaned"]  # over a bound one
     assert "spark: analysed" in sections["dry.recent"]
     assert {t for ns in dry_lake.list_namespaces() for t in dry_lake.list_tables(ns)} == tables
+    # SDP's init project: a Python dataset (spark.range) and a SQL view over it.
+    init = Path(__file__).parent / "pipelines" / "sdp_init"
+    assert main(["dry-run", str(init)], spark=spark) == 0
+    out = capsys.readouterr().out
+    assert out.count("spark: analysed; the table's columns: id bigint") == 2, out
 
 
 @pytest.mark.spark

@@ -51,15 +51,8 @@ def describe(loaded: LoadedPipeline, checks: SparkChecks | None = None) -> list[
     for name in pipeline.order:
         lines += ["", *_dataset(loaded, loaded.resolved[name], plans[name][1])]
         if checks is not None:
-            lines += _analysis(checks, name)
+            lines.append(f"  spark: analysed; the table's columns: {checks[name].describe()}")
     return lines
-
-
-def _analysis(checks: SparkChecks, name: str) -> list[str]:
-    """What Spark said of one dataset: its table's columns and types, or why it could not."""
-    if name in checks.skipped:
-        return [f"  spark: not analysed: {checks.skipped[name]}"]
-    return [f"  spark: analysed; the table's columns: {', '.join(checks.checked[name].columns())}"]
 
 
 def _dataset(loaded: LoadedPipeline, item: Resolved, plan: list[str]) -> list[str]:

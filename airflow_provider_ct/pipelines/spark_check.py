@@ -13,13 +13,14 @@ dataset's file and line, with the tick's words.
 ``pipelines`` imports no PySpark (it loads and plans folders without a
 JVM): the session and schemas here are passed through as they come.
 
-A Python dataset built by DataFrame calls (not ``spark.sql``) is run only
-by its ticks, so it, and what reads it, is listed as not analysed.
+A Python dataset is analysed as the SQL its function was recorded as (a
+``spark.sql`` text, or the query its DataFrame calls spell), which is what
+its ticks run. A dataset that reads no table (``spark.range``) has nothing
+to analyse but its column (``id bigint``), bound for what reads it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.exceptions import CTError
@@ -35,44 +36,26 @@ if TYPE_CHECKING:
     from airflow_provider_ct.pipelines.resolve import Resolved
 
 
-@dataclass
-class SparkChecks:
-    """What Spark said of each dataset, and which it could not analyse (and why)."""
-
-    checked: dict[str, CheckedDefinition] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
+#: What Spark said of each dataset, by name.
+SparkChecks = dict[str, CheckedDefinition]
 
 
 def check_pipeline(loaded: LoadedPipeline, spark: Any, config: CatalogConfig) -> SparkChecks:
     """Every dataset of ``loaded`` checked by Spark, in order; the first error raised."""
-    checks = SparkChecks()
+    checks: SparkChecks = {}
     bound: dict[str, Any] = {}
     refresh = str(loaded.spec.airflow.get("refresh", "auto"))
     for name in loaded.pipeline.order:
         item = loaded.resolved[name]
-        why = _not_analysed(item, checks.skipped)
-        if why is not None:
-            checks.skipped[name] = why
-            continue
-        try:
-            result = _check(item, spark, config, refresh, bound)
-        except CTError as exc:
-            raise item.dataset.statement.error(f"{name}: {exc}") from None
-        bound[name] = result.schema
-        checks.checked[name] = result
+        if item.dataset.statement.constant is not None:  # spark.range: one id column
+            checks[name] = CheckedDefinition(name, spark.range(0).schema)
+        else:
+            try:
+                checks[name] = _check(item, spark, config, refresh, bound)
+            except CTError as exc:
+                raise item.dataset.statement.error(f"{name}: {exc}") from None
+        bound[name] = checks[name].schema
     return checks
-
-
-def _not_analysed(item: Resolved, skipped: dict[str, str]) -> str | None:
-    statement = item.dataset.statement
-    if statement.constant is not None:
-        return "a constant (spark.range): written once, nothing to analyse"
-    if statement.full_reason:
-        return "built by DataFrame calls: Spark runs it at its ticks"
-    upstream = sorted(r for r in item.dataset.reads if r in skipped)
-    if upstream:
-        return f"reads {', '.join(upstream)}, which is not analysed"
-    return None
 
 
 def _check(

@@ -59,9 +59,9 @@ class CheckedDefinition:
     schema: StructType
     plan: tuple[str, ...] = ()
 
-    def columns(self) -> list[str]:
-        """``name type`` per column, for a report."""
-        return [f"{f.name} {f.dataType.simpleString()}" for f in self.schema.fields]
+    def describe(self) -> str:
+        """``name type, ...``: the columns for a report."""
+        return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in self.schema.fields)
 
 
 def check_view(
