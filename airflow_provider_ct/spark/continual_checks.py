@@ -25,10 +25,21 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.continual import ContinualTaskDef
 from airflow_provider_ct.core.continual_now import now_calls, now_stamps, with_time
 from airflow_provider_ct.core.continual_statements import Statement, width_error
 from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.spark.continual_state import (
+    FILE_COL,
+    INPUT_VIEW,
+    POS_COL,
+    REF_VIEW,
+    SELF_ROWS,
+    SELF_VIEW,
+    State,
+    state_frame,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -258,3 +269,42 @@ def renamed(tree: Any, views: Mapping[str, str]) -> Any:
             alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
             table.replace(exp.Table(this=exp.to_identifier(views[name]), alias=alias))
     return tree
+
+
+def checked_task(
+    spark: SparkSession,
+    config: CatalogConfig,
+    task: ContinualTaskDef,
+    bound: Mapping[str, StructType] | None = None,
+) -> tuple[ContinualTaskDef, NowStamps]:
+    """The task checked against the tables' schemas, its columns inferred if not declared.
+
+    Empty views stand for the tables (Spark analyses, reads nothing), under the
+    names the statements run against; also returns each statement's
+    ``mz_now()`` types, typed by Spark over those views. ``bound``: the
+    schemas of tables that do not exist yet (a pipeline's dry run: the
+    datasets its earlier ticks would create), read instead of the catalog.
+    """
+    bound = bound or {}
+    views = {task.name: SELF_VIEW, task.input: INPUT_VIEW}
+    for index, name in enumerate(sorted(task.references)):
+        views[name] = f"{REF_VIEW}{index}"
+    schemas = []
+    for name, view in views.items():
+        if name != task.name:
+            if name in bound:
+                frame = spark.createDataFrame([], bound[name])
+            else:
+                frame = spark.table(f"{config.name}.{name}").limit(0)
+            frame.createOrReplaceTempView(view)
+            schemas.append(frame.schema)
+    temporal = temporal_columns(schemas)
+
+    def bind_output(columns: ContinualTaskDef) -> None:
+        frame = state_frame(spark, columns, State(base=None))
+        frame.createOrReplaceTempView(SELF_VIEW)
+        frame.drop(FILE_COL, POS_COL).createOrReplaceTempView(SELF_ROWS)
+        temporal.update(temporal_columns([frame.schema]))
+
+    inserts = {**views, task.name: SELF_ROWS}
+    return check_statements(spark, task, views, inserts, temporal, bind_output)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import logging
 import posixpath
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,61 +61,25 @@ from airflow_provider_ct.exceptions import (
     QueryError,
     SchemaMismatchError,
 )
-from airflow_provider_ct.spark.continual_checks import (
-    NowStamps,
-    check_statements,
-    renamed,
-    temporal_columns,
-)
+from airflow_provider_ct.spark.continual_checks import NowStamps, checked_task, renamed
 from airflow_provider_ct.spark.continual_inputs import inserted_rows
+from airflow_provider_ct.spark.continual_state import (
+    FILE_COL,
+    INPUT_VIEW,
+    POS_COL,
+    REF_VIEW,
+    SELF_ROWS,
+    SELF_VIEW,
+    State,
+    state_frame,
+)
 from airflow_provider_ct.spark.snapshots import read_at
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 log = logging.getLogger("airflow_provider_ct.continual_job")
-
-SELF_VIEW, INPUT_VIEW, REF_VIEW = "__ct_self", "__ct_input", "__ct_ref_"
-#: The output so far without the row addresses: what an INSERT's SELECT reads
-#: (``SELECT * FROM output`` gives the output's columns, nothing internal).
-SELF_ROWS = "__ct_self_rows"
-FILE_COL, POS_COL = "__ct_file", "__ct_pos"
-
-
-@dataclass
-class _State:
-    """The output as the batch has changed it so far."""
-
-    base: DataFrame | None  # output at the base snapshot, with FILE_COL/POS_COL
-    written: list[dict[str, Any]] = field(default_factory=list)  # rows staged this batch
-    deleted: set[tuple[str, int]] = field(default_factory=set)
-
-
-def _state_frame(spark: SparkSession, task: ContinualTaskDef, state: _State) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    ddl = f"{task.spark_schema_ddl()}, `{FILE_COL}` string, `{POS_COL}` long"
-    frames = []
-    if state.base is not None:
-        base = state.base
-        if state.deleted:
-            gone = spark.createDataFrame(
-                sorted(state.deleted), f"`{FILE_COL}` string, `{POS_COL}` long"
-            )
-            base = base.join(F.broadcast(gone), [FILE_COL, POS_COL], "left_anti")
-        frames.append(base)
-    if state.written:
-        live = [r for r in state.written if (r[FILE_COL], r[POS_COL]) not in state.deleted]
-        if live:
-            frames.append(spark.createDataFrame(live, ddl))
-    if not frames:
-        return spark.createDataFrame([], ddl)
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
 
 
 def _bind_views(
@@ -164,7 +127,7 @@ def _run_time(run: _Run, time: int, inserts: DataFrame) -> tuple[list[Any], list
     ddl = f"{task.spark_schema_ddl()}, `{FILE_COL}` string, `{POS_COL}` long"
     for statement in task.statements:
         stamps = run.stamps[statement.index]
-        current = _state_frame(spark, task, state)
+        current = state_frame(spark, task, state)
         if pending.added:
             current = current.unionByName(spark.createDataFrame(pending.added, ddl))
         current.createOrReplaceTempView(SELF_VIEW)
@@ -179,7 +142,7 @@ def _run_time(run: _Run, time: int, inserts: DataFrame) -> tuple[list[Any], list
     return pending.added, pending.retracted
 
 
-def _run_delete(spark: SparkSession, tree: Any, state: _State, pending: _Pending) -> None:
+def _run_delete(spark: SparkSession, tree: Any, state: State, pending: _Pending) -> None:
     """A ``DELETE``: retract the rows it matches (staged earlier, or added at this time)."""
     where = tree.args.get("where")
     select = exp.select(exp.column(FILE_COL), exp.column(POS_COL)).from_(tree.this)
@@ -232,7 +195,7 @@ class _Run:
     source: Table
     input_timeline: Timeline
     references: dict[str, Timeline]
-    state: _State
+    state: State
     data_dir: str
     snapshot_time: int | None
     #: Each statement's ``mz_now()`` types (timestamp or epoch ms), per call.
@@ -290,7 +253,7 @@ def run_continual(
         source,
         input_tl,
         {n: Timeline.of(catalog.load_table(n)) for n in task.references},
-        _State(base=_base_frame(spark, config, task, desc.base_snapshot_id)),
+        State(base=_base_frame(spark, config, task, desc.base_snapshot_id)),
         batch.data_dir,
         as_of if (task.snapshot or full_refresh) and times[:1] == [as_of] else None,
         stamps,
@@ -327,45 +290,6 @@ def _load_input(catalog: Any, task: ContinualTaskDef) -> Table:
             "the catalog: a continual task reads its input's changes from its snapshots, "
             "which a view does not have"
         ) from None
-
-
-def checked_task(
-    spark: SparkSession,
-    config: CatalogConfig,
-    task: ContinualTaskDef,
-    bound: Mapping[str, StructType] | None = None,
-) -> tuple[ContinualTaskDef, NowStamps]:
-    """The task checked against the tables' schemas, its columns inferred if not declared.
-
-    Empty views stand for the tables (Spark analyses, reads nothing), under the
-    names the statements run against; also returns each statement's
-    ``mz_now()`` types, typed by Spark over those views. ``bound``: the
-    schemas of tables that do not exist yet (a pipeline's dry run: the
-    datasets its earlier ticks would create), read instead of the catalog.
-    """
-    bound = bound or {}
-    views = {task.name: SELF_VIEW, task.input: INPUT_VIEW}
-    for index, name in enumerate(sorted(task.references)):
-        views[name] = f"{REF_VIEW}{index}"
-    schemas = []
-    for name, view in views.items():
-        if name != task.name:
-            if name in bound:
-                frame = spark.createDataFrame([], bound[name])
-            else:
-                frame = spark.table(f"{config.name}.{name}").limit(0)
-            frame.createOrReplaceTempView(view)
-            schemas.append(frame.schema)
-    temporal = temporal_columns(schemas)
-
-    def bind_output(columns: ContinualTaskDef) -> None:
-        frame = _state_frame(spark, columns, _State(base=None))
-        frame.createOrReplaceTempView(SELF_VIEW)
-        frame.drop(FILE_COL, POS_COL).createOrReplaceTempView(SELF_ROWS)
-        temporal.update(temporal_columns([frame.schema]))
-
-    inserts = {**views, task.name: SELF_ROWS}
-    return check_statements(spark, task, views, inserts, temporal, bind_output)
 
 
 def _open_output(
@@ -497,7 +421,7 @@ def _stage_time(
     time: int,
     added: list[dict[str, Any]],
     retracted: list[tuple[str, int]],
-    state: _State,
+    state: State,
 ) -> StagedTime | None:
     """Write one time's files; added rows become addressable (file, pos) for later times."""
     if not added and not retracted:

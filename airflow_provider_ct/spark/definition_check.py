@@ -16,7 +16,7 @@ data is read, nothing is created or written), through the same functions:
   (:func:`~airflow_provider_ct.core.schema_change.plan_schema_change`,
   planned, never committed);
 * a continual task: the job's own statement checks and ``mz_now()`` typing
-  (:func:`~.continual_job.checked_task`).
+  (:func:`~.continual_checks.checked_task`).
 
 So an error here is the tick's error, word for word. ``bound`` gives the
 schemas of tables that do not exist yet: a pipeline's dry run checks its
@@ -38,7 +38,7 @@ from airflow_provider_ct.core.tables import load_table_or_none
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.planner import choose_plan
-from airflow_provider_ct.spark.continual_job import checked_task
+from airflow_provider_ct.spark.continual_checks import checked_task
 from airflow_provider_ct.spark.storable import storable_frame
 from airflow_provider_ct.spark.target import table_schema_of
 
