@@ -296,9 +296,10 @@ class Exprs:
         items: list[Item] = [("g0", a.sql, a.type), ("g1", b.sql, b.type)]
         calls = [self.aggregate_call(scope, allow_avg=i > 0) for i in range(self.rng.randint(1, 2))]
         items += [(f"a{i}", sql, k) for i, (sql, k) in enumerate(calls)]
-        if self.rng.random() < 0.35:
+        if self.rng.random() < 0.35:  # alone, or summed as TPC-DS q70/q86's lochierarchy
             self.features.add("grouping_function")
-            items.append(("gr", f"GROUPING({a.sql})", INT))
+            both = f"GROUPING({a.sql}) + GROUPING({b.sql})"
+            items.append(("gr", self.rng.choice((f"GROUPING({a.sql})", both)), INT))
         select = ", ".join(f"{sql} AS {name}" for name, sql, _ in items)
         # The empty grouping set over no rows: DuckDB (as the SQL standard) gives one row
         # of empty aggregates, Spark none. Keeping only groups with rows means one thing.
