@@ -263,3 +263,21 @@ def test_a_definition_every_tick_would_refuse_fails_the_dry_run_with_the_ticks_w
         _tick(spark, spark_catalog_config, "dry.untyped", "SELECT kind, NULL AS nothing"
               " FROM dry.events", 1_000)  # fmt: skip
     assert not dry_lake.table_exists("dry.untyped")
+
+
+@pytest.mark.spark
+def test_mz_now_is_typed_over_the_ctes_its_operand_reads(spark: Any) -> None:
+    """The operand's probe carries the statement's WITH: a CTE's column is typed too."""
+    import sqlglot
+
+    from airflow_provider_ct.core.continual_now import now_calls
+    from airflow_provider_ct.spark.continual_checks import operand_kind
+
+    spark.createDataFrame([], "ts timestamp, n bigint").createOrReplaceTempView("__ct_probe_in")
+    sql = (
+        "WITH w AS (SELECT ts, unix_millis(ts) AS ms FROM __ct_probe_in) "
+        "SELECT * FROM w WHERE w.ms + 10 > mz_now() AND w.ts > mz_now()"
+    )
+    tree = sqlglot.parse_one(sql, read="spark")
+    kinds = [operand_kind(spark, call.parent.this) for call in now_calls(tree)]
+    assert kinds == ["other", "temporal"]

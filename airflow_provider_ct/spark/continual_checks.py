@@ -251,8 +251,8 @@ def _probe(node: Any) -> Any:
             probe.set(arg, [v.copy() for v in value] if isinstance(value, list) else value.copy())
     scope = owner
     while scope is not None:  # the statement's CTEs, wherever its WITH sits
-        if scope.args.get("with") is not None:
-            probe.set("with", scope.args["with"].copy())
+        if scope.args.get("with_") is not None:
+            probe.set("with_", scope.args["with_"].copy())
             break
         scope = scope.parent
     return probe
