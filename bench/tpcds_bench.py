@@ -146,7 +146,9 @@ class Bench:
             out.status, out.error = ORACLE_REFUSED, _first_line(exc)
             return False
         if spark_rows != want:
-            out.status, out.error = ENGINES_DIFFER, f"{sum((spark_rows - want).values())} rows"
+            only_spark, only_duckdb = spark_rows - want, want - spark_rows
+            out.status = ENGINES_DIFFER
+            out.error = f"Spark only {list(only_spark)[:3]}; DuckDB only {list(only_duckdb)[:3]}"
             return False
         return True
 
@@ -182,7 +184,7 @@ class Bench:
                 self.inputs.seal(tick_time)
             started = time.monotonic()
             for view in live:
-                self.tick(view, tick_time, busy=step > 0)
+                self.tick(view, tick_time, busy=step > 0 and view.reads_changed())
             live = [v for v in live if self.outcomes[v.number].failed_tick is None]
             print(
                 f"tpcds: tick {step + 1} of {ticks} in {time.monotonic() - started:.0f}s",

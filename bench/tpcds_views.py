@@ -63,6 +63,11 @@ class TpcdsView:
     def target(self) -> str:
         return f"{TARGETS}.q{self.number:02d}"
 
+    def reads_changed(self) -> bool:
+        """Whether the query reads a table the busy ticks change (then each is busy for it)."""
+        tree = sqlglot.parse_one(self.spark_sql, read="spark")
+        return any(t.db == NS and t.name in CHANGED for t in tree.find_all(exp.Table))
+
 
 def _name_outputs(tree: exp.Expr) -> None:
     """Name every unnamed or repeated output column ``c<i>`` (a table's columns need names)."""
