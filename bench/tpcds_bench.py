@@ -4,6 +4,7 @@ Issue 58's second measure of generality (the first is tests/test_sqlgen.py).
 Run from the repository root::
 
     .venv/bin/python bench/tpcds_bench.py --sf 0.01 --ticks 3 [--queries 1,2,3] [--out FILE]
+        [--refresh full]   # what parse accepts must also run when every tick is full
 
 * **Data and queries** from DuckDB's ``tpcds`` extension (bench/tpcds_gen.py,
   run in a throwaway environment with DuckDB 1.5.5, created on first use
@@ -109,7 +110,10 @@ def _first_line(exc: BaseException) -> str:
 class Bench:
     """The views of one run over one history of the inputs."""
 
-    def __init__(self, spark: Any, inputs: Inputs, queries: list[TpcdsView]) -> None:
+    def __init__(
+        self, spark: Any, inputs: Inputs, queries: list[TpcdsView], refresh: str = "auto"
+    ) -> None:
+        self.refresh = refresh
         self.spark, self.inputs = spark, inputs
         self.views = queries
         self.outcomes = {v.number: Outcome(0, v.number, v.spark_sql, ()) for v in queries}
@@ -155,7 +159,7 @@ class Bench:
     def tick(self, view: TpcdsView, tick_time: int, busy: bool) -> None:
         out = self.outcomes[view.number]
         try:
-            report = self.inputs.tick(self.spark, view, tick_time, CONN)
+            report = self.inputs.tick(self.spark, view, tick_time, CONN, self.refresh)
         except Exception as exc:
             out.status, out.failed_tick, out.error = (
                 TICK_FAILED,
@@ -200,6 +204,9 @@ def main() -> None:
         "--ticks", type=int, default=3, help="ticks per view, the first creating it"
     )
     parser.add_argument("--queries", default="", help="comma-separated numbers (default all 99)")
+    parser.add_argument(
+        "--refresh", default="auto", choices=("auto", "full"), help="the views' refresh mode"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "test-artifacts" / "tpcds-bench.json")
     args = parser.parse_args()
     from airflow_provider_ct.core.catalog import CatalogConfig
@@ -226,7 +233,8 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     started = time.monotonic()
-    outcomes = Bench(spark, inputs, views(texts, numbers, set(inputs.tables))).run(args.ticks)
+    bench = Bench(spark, inputs, views(texts, numbers, set(inputs.tables)), args.refresh)
+    outcomes = bench.run(args.ticks)
     summary = Summary(outcomes, time.monotonic() - started)
     print(summary.text(), flush=True)
     summary.write(args.out)

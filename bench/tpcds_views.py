@@ -204,8 +204,10 @@ class Inputs:
         columns = [arrow.column(n).to_pylist() for n in arrow.column_names]
         return normalized(zip(*columns, strict=True))
 
-    def tick(self, spark: Any, view: TpcdsView, tick_time: int, conn: str) -> Any:
-        """Mint, write (``refresh="auto"``) and append one tick of the view, as its tasks do."""
+    def tick(
+        self, spark: Any, view: TpcdsView, tick_time: int, conn: str, refresh: str = "auto"
+    ) -> Any:
+        """Mint, write (``refresh``: ``auto`` or ``full``) and append one tick of the view."""
         from pyiceberg.exceptions import NoSuchTableError
 
         from airflow_provider_ct.core.mint import mint
@@ -223,7 +225,9 @@ class Inputs:
         decision = mint(target=view.target, target_timeline=target, time=tick_time, inputs=inputs)
         if decision.description is None:
             raise RuntimeError(f"the mint refused the tick: {decision.reason}")
-        report = run_write(spark, self.config, view.spark_sql, decision.description, refresh="auto")
+        report = run_write(
+            spark, self.config, view.spark_sql, decision.description, refresh=refresh
+        )
         appended = AppendOperator(task_id="append", report=report.to_json(), iceberg_conn_id=conn)
         if not appended.execute({}).get("appended"):
             raise RuntimeError("the append did not land")
