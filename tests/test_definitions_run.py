@@ -281,3 +281,11 @@ def test_mz_now_is_typed_over_the_ctes_its_operand_reads(spark: Any) -> None:
     tree = sqlglot.parse_one(sql, read="spark")
     kinds = [operand_kind(spark, call.parent.this) for call in now_calls(tree)]
     assert kinds == ["other", "temporal"]
+    # In a grouped select: WHERE is typed before the grouping, HAVING after it.
+    grouped = sqlglot.parse_one(
+        "SELECT n, MAX(ts) FROM __ct_probe_in WHERE ts > mz_now() GROUP BY n"
+        " HAVING MAX(unix_millis(ts)) > mz_now()",
+        read="spark",
+    )
+    kinds = [operand_kind(spark, call.parent.this) for call in now_calls(grouped)]
+    assert kinds == ["temporal", "other"]

@@ -245,7 +245,9 @@ def _probe(node: Any) -> Any:
     probe = exp.Select(expressions=[exp.alias_(node.copy(), "__ct_operand")])
     if isinstance(owner, exp.Delete):
         return probe.from_(owner.this.copy())
-    for arg in ("from_", "joins", "group"):
+    clause = node.find_ancestor(exp.Where, exp.Having, exp.Join, exp.Select)
+    grouped = not isinstance(clause, (exp.Where, exp.Join))  # the select list or HAVING
+    for arg in ("from_", "joins", "group") if grouped else ("from_", "joins"):
         value = owner.args.get(arg)
         if value:
             probe.set(arg, [v.copy() for v in value] if isinstance(value, list) else value.copy())
