@@ -289,3 +289,22 @@ def test_mz_now_is_typed_over_the_ctes_its_operand_reads(spark: Any) -> None:
     )
     kinds = [operand_kind(spark, call.parent.this) for call in now_calls(grouped)]
     assert kinds == ["temporal", "other"]
+
+
+#: Found by the generator's long run (seed 5858, queries 227 and 333): COUNT(*) alone over
+#: one table, in place on the driver, failed every tick after the first (no node to type).
+FOUND = {
+    "count_star_twice": "SELECT COUNT(*) AS a0, COUNT(*) AS a1 FROM {ns}.b AS t1",
+    "count_star_anti_join": (
+        "SELECT COUNT(*) AS a0 FROM {ns}.b AS t1"
+        " WHERE NOT EXISTS (SELECT 1 FROM {ns}.a AS t2 WHERE t2.id = t1.k)"
+    ),
+}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", sorted(FOUND))
+def test_views_the_generator_found_tick_exactly(
+    spark: Any, spark_catalog_config: CatalogConfig, name: str
+) -> None:
+    _ticks(spark, spark_catalog_config, name, FOUND[name])

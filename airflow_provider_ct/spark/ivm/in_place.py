@@ -286,6 +286,8 @@ def _node_types(agg: Aggregation, parts: Expressions) -> dict[str, pa.DataType]:
 
     roots = [*parts.keys, *parts.arguments, *([parts.where] if parts.where is not None else [])]
     nodes = typed_nodes(roots)
+    if not nodes:  # COUNT(*) alone: nothing to type (and no select list to analyse)
+        return {}
     tree = agg.plan.blocks[0].tree.copy()
     for arg in ("where", "group", "having", "order", "limit", "distinct"):
         tree.set(arg, None)
