@@ -20,7 +20,8 @@ refuses (the generator's, not counted against the product), a definition
 the factory refuses, one it accepts whose tick then fails (issue 59), a
 wrong result, and exact views, with the share incremental on every busy
 tick and every reason a busy tick ran in full. The run prints its numbers
-and writes them, with every query, to ``test-artifacts/sqlgen-<seed>.json``.
+and writes them, with every query, to
+``test-artifacts/sqlgen-<seed>-<first>-<queries>x<ticks>.json``.
 
 A wrong result or a failed tick fails the test with the query and its
 seed: either is a product bug (regenerate the query with
@@ -71,6 +72,8 @@ from tests.sqlgen.world import Inputs, normalized
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 QUERIES = int(os.environ.get("CT_SQLGEN_QUERIES", "12"))
+#: The first query's index (to run again one query a long run reported).
+FIRST = int(os.environ.get("CT_SQLGEN_FIRST", "0"))
 TICKS = max(2, int(os.environ.get("CT_SQLGEN_TICKS", "3")))
 SEED = int(os.environ.get("CT_SQLGEN_SEED", "20261207"))
 #: The views' refresh mode: ``auto`` (the default), or ``full`` to check that what
@@ -152,7 +155,7 @@ class Views:
             report = self._write(g, time)
         except Exception as exc:
             out.status, out.failed_tick = TICK_FAILED, step
-            out.error = _first_line(exc) + "\n" + traceback.format_exc(limit=-3)
+            out.error = _first_line(exc) + "\n" + _product_frames(exc)
             self.blame_spark(g, con)
             return
         out.strategies.append(str(report.extra.get("strategy", "-")))
@@ -209,6 +212,14 @@ class Views:
         return list(self.outcomes.values())
 
 
+def _product_frames(exc: BaseException, limit: int = 6) -> str:
+    """Where in the product the exception came from: its last frames under the package."""
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if "airflow_provider_ct" in f.filename
+    ]
+    return "".join(traceback.format_list(frames[-limit:]))
+
+
 def _diff(got: Counter[Any], want: Counter[Any], limit: int = 6) -> str:
     extra = sorted((got - want).items(), key=repr)[:limit]
     missing = sorted((want - got).items(), key=repr)[:limit]
@@ -223,13 +234,13 @@ def test_generated_views_equal_duckdb_on_every_tick(
 ) -> None:
     started = _time.monotonic()
     outcomes: list[Outcome] = []
-    for start in range(0, QUERIES, PER_NAMESPACE):
-        count = min(PER_NAMESPACE, QUERIES - start)
+    for start in range(FIRST, FIRST + QUERIES, PER_NAMESPACE):
+        count = min(PER_NAMESPACE, FIRST + QUERIES - start)
         outcomes += Views(spark, spark_catalog_config, start, count).run()
         print(f"sqlgen: {len(outcomes)} of {QUERIES} queries in {_time.monotonic() - started:.0f}s")
     summary = Summary(outcomes, _time.monotonic() - started)
     print("\n" + summary.text())
-    summary.write(ARTIFACTS / f"sqlgen-{SEED}.json")
+    summary.write(ARTIFACTS / f"sqlgen-{SEED}-{FIRST}-{QUERIES}x{TICKS}.json")
     bad = [o for o in outcomes if o.status in (WRONG, TICK_FAILED)]
     assert not bad, "\n".join(
         f"{o.status}: seed={o.seed} query={o.index} tick={o.failed_tick}: {o.error}\n{o.sql}"
