@@ -103,8 +103,10 @@ def generate(sf: float, folder: Path) -> dict[str, str]:
 
 
 def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:1000]
+    """The error's first line; for an error of the JVM, the line naming Spark's error."""
+    lines = str(exc).strip().splitlines() or [""]
+    named = [line for line in lines if "Exception: " in line or "Error: " in line]
+    return f"{type(exc).__name__}: {(named or lines)[0].strip()}"[:1000]
 
 
 class Bench:

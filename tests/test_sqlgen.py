@@ -85,8 +85,10 @@ ARTIFACTS = Path(os.environ.get("CT_TEST_ARTIFACTS", Path(__file__).parents[1] /
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:1000]
+    """The error's first line; for an error of the JVM, the line naming Spark's error."""
+    lines = str(exc).strip().splitlines() or [""]
+    named = [line for line in lines if "Exception: " in line or "Error: " in line]
+    return f"{type(exc).__name__}: {(named or lines)[0].strip()}"[:1000]
 
 
 class Views:
