@@ -48,6 +48,7 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_ct.operators.continual",
             "airflow_provider_ct.operators.collections",
             "airflow_provider_ct.operators.collections_upkeep",
+            "airflow_provider_ct.pipelines.constant_task",
         ),
         "sensors": _group("airflow_provider_ct.sensors.frontier"),
         "triggers": _group("airflow_provider_ct.triggers.frontier"),
