@@ -28,6 +28,7 @@ from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.timeline import Timeline
 from tests.helpers import XComTI, rows_of, run_at_sealed_time, task_xcom
+from tests.pipelines.customers import CustomersInput
 from tests.pipelines.mixed_oracle import CUSTOMERS, DATASETS, RAW, expected
 from tests.warm import private_warm_dir
 
@@ -37,7 +38,7 @@ FOLDERS = Path(__file__).resolve().parent / "pipelines"
 Row = tuple[int, int, int, str]
 
 
-class Shop:
+class Shop(CustomersInput):
     """The inputs in the catalog and the same rows in Python."""
 
     def __init__(self, catalog: Any) -> None:
@@ -65,27 +66,6 @@ class Shop:
     def refreshed(self) -> None:
         """``events`` after its full refresh: the raw rows of now, processed once."""
         self.events = [r for r in self.raw.values() if r[3] != "test"]
-
-    def customer(self, customer_id: int, region: str | None) -> None:
-        key = EqualTo("customer_id", customer_id)
-        if region is None:
-            self.customers_table.delete(key)
-            del self.customers[customer_id]
-            return
-        row = pa.Table.from_pylist([{"customer_id": customer_id, "region": region}], CUSTOMERS)
-        if customer_id in self.customers:
-            self.customers_table.overwrite(row, overwrite_filter=key)
-        else:
-            self.customers_table.append(row)
-        self.customers[customer_id] = region
-
-    def last_commit_ms(self) -> int:
-        stamps = [0]
-        for table in (self.raw_table, self.customers_table):
-            table.refresh()
-            head = table.metadata.current_snapshot()
-            stamps.append(0 if head is None else head.timestamp_ms)
-        return max(stamps)
 
     def expected(self, dataset: str) -> Counter[tuple[Any, ...]]:
         def arrow(rows: list[Row]) -> pa.Table:

@@ -15,19 +15,19 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyiceberg.expressions import EqualTo
 
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.frontier import Frontier
 from airflow_provider_ct.core.timeline import Timeline
 from tests.helpers import rows_of, run_at_sealed_time, task_xcom
+from tests.pipelines.customers import CustomersInput
 from tests.pipelines.shop_oracle import CUSTOMERS, DATASETS, RAW, expected
 from tests.warm import private_warm_dir
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
 
 
-class Shop:
+class Shop(CustomersInput):
     """The inputs in the catalog and the same rows in Python."""
 
     def __init__(self, catalog: Any) -> None:
@@ -43,28 +43,6 @@ class Shop:
             pa.Table.from_pylist([dict(zip(RAW.names, r, strict=True)) for r in rows], RAW)
         )
         self.raw += rows
-
-    def customer(self, customer_id: int, region: str | None) -> None:
-        """Insert, update (overwrite by key) or, with ``None``, delete one customer."""
-        key = EqualTo("customer_id", customer_id)
-        if region is None:
-            self.customers_table.delete(key)
-            del self.customers[customer_id]
-            return
-        row = pa.Table.from_pylist([{"customer_id": customer_id, "region": region}], CUSTOMERS)
-        if customer_id in self.customers:
-            self.customers_table.overwrite(row, overwrite_filter=key)
-        else:
-            self.customers_table.append(row)
-        self.customers[customer_id] = region
-
-    def last_commit_ms(self) -> int:
-        stamps = [0]
-        for table in (self.raw_table, self.customers_table):
-            table.refresh()
-            head = table.metadata.current_snapshot()
-            stamps.append(0 if head is None else head.timestamp_ms)
-        return max(stamps)
 
     def expected(self, dataset: str) -> Counter[tuple[Any, ...]]:
         raw = pa.Table.from_pylist([dict(zip(RAW.names, r, strict=True)) for r in self.raw], RAW)
