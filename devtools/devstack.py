@@ -1,12 +1,13 @@
 """A real Airflow on this machine, for ``make demo`` and the end-to-end tests.
 
 ``LocalAirflow`` runs ``airflow standalone`` (scheduler, dag-processor,
-triggerer and API server; SQLite metadata database; LocalExecutor) under its
-own ``AIRFLOW_HOME``, on free ports, in its own process group, with a known
-login. ``stop()`` ends every process it started, including task processes and
-``spark-submit`` children: all of them share the session of the standalone
-process (or, if one started its own session, carry a marker in their
-environment), and ``stop()`` looks for both in ``/proc``.
+triggerer and API server; LocalExecutor; a SQLite metadata database unless
+``env`` names another) under its own ``AIRFLOW_HOME``, on free ports, in its
+own process group, with a known login. ``stop()`` ends every process it
+started, including task processes and ``spark-submit`` children: all of
+them share the session of the standalone process (or, if one started its
+own session, carry a marker in their environment), and ``stop()`` looks for
+both in ``/proc``.
 
 This module is a development tool, not part of a production deployment; the
 settings it needs (and why) are written down in ``docs/e2e-notes.md``.
@@ -57,10 +58,13 @@ def free_port() -> int:
 class Api:
     """A small client of Airflow's REST API (``/api/v2``) with a bearer token."""
 
-    def __init__(self, base_url: str, username: str, password: str) -> None:
+    def __init__(
+        self, base_url: str, username: str, password: str, log_path: Path | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.username = username
         self.password = password
+        self.log_path = log_path  # the stack's combined log, for errors
         self._token: str | None = None
 
     def _request(self, method: str, url: str, body: Any, auth: bool) -> Any:
@@ -105,7 +109,10 @@ class Api:
 
         On a SQLite metadata database Airflow answers 503 "Database is locked"
         while the scheduler holds the write lock (seen on a loaded 2-core
-        machine): nothing was created, so wait and ask again, a few times.
+        machine). The answer does not say whether the backfill was created:
+        Airflow may have committed it and some of its runs before the lock
+        stopped it. So after a 503 the backfill is looked up first and only
+        asked for again if the DAG has none.
         """
         body = {
             "dag_id": dag_id,
@@ -115,14 +122,26 @@ class Api:
             "run_backwards": False,
             "reprocess_behavior": "none",
         }
-        for delay in (2, 5, 8, 11, 14):
+        for delay in (2, 5, 8, 11, 14, 0):
             try:
                 return dict(self.call("POST", "/backfills", body))
             except DevStackError as exc:
-                if "HTTP 503" not in str(exc) or "locked" not in str(exc):
+                if "HTTP 503" not in str(exc) or "locked" not in str(exc) or not delay:
                     raise
                 time.sleep(delay)
-        return dict(self.call("POST", "/backfills", body))
+                if created := self.backfills(dag_id):
+                    return created[-1]
+        raise AssertionError("unreachable: the last attempt raises or returns")
+
+    def backfills(self, dag_id: str) -> list[dict[str, Any]]:
+        answer = self.call("GET", f"/backfills?dag_id={urllib.parse.quote(dag_id)}")
+        return list(answer["backfills"])
+
+    def scheduler_health(self) -> dict[str, Any]:
+        """The scheduler's part of ``/api/v2/monitor/health`` (status, last heartbeat)."""
+        return dict(
+            self._request("GET", f"{self.base_url}/api/v2/monitor/health", None, False)["scheduler"]
+        )
 
     def trigger(self, dag_id: str, logical_date: str) -> dict[str, Any]:
         return dict(
@@ -139,18 +158,51 @@ class Api:
         return list(answer["task_instances"])
 
     def wait_for_runs(
-        self, dag_id: str, count: int, timeout: float, poll: float = 5.0
+        self,
+        dag_id: str,
+        count: int,
+        timeout: float,
+        poll: float = 5.0,
+        scheduler_grace: float = 180.0,
     ) -> list[dict[str, Any]]:
-        """Waits until ``dag_id`` has ``count`` runs, all finished; returns them."""
+        """Waits until ``dag_id`` has ``count`` runs, all finished; returns them.
+
+        Runs only move while a scheduler runs. ``airflow standalone`` does not
+        start its scheduler again after it exits on an error (seen: a
+        ``StaleDataError`` from SQLite under concurrent writes), and its runs
+        then sit in ``queued`` for the whole timeout. So a scheduler that
+        reports itself unhealthy for ``scheduler_grace`` seconds in a row ends
+        the wait at once, with what Airflow logged about it.
+        """
         deadline = time.monotonic() + timeout
+        unhealthy_since: float | None = None
         while True:
             runs = self.runs(dag_id)
             if len(runs) >= count and all(r["state"] in TERMINAL_RUN_STATES for r in runs):
                 return runs
-            if time.monotonic() > deadline:
-                states = [(r["dag_run_id"], r["state"]) for r in runs]
+            states = [(r["dag_run_id"], r["state"]) for r in runs]
+            now = time.monotonic()
+            health = self.scheduler_health()
+            if health.get("status") == "healthy":
+                unhealthy_since = None
+            elif unhealthy_since is None:
+                unhealthy_since = now
+            elif now - unhealthy_since > scheduler_grace:
+                raise DevStackError(
+                    f"{dag_id}: the scheduler is down ({health}), runs stay {states}"
+                    f"{self.diagnose()}"
+                )
+            if now > deadline:
                 raise DevStackError(f"{dag_id}: runs did not finish in {timeout:.0f} s: {states}")
             time.sleep(poll)
+
+    def diagnose(self) -> str:
+        """The scheduler's last lines in the stack's log (empty without a log)."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        tail = [line for line in lines if line.startswith("scheduler")][-40:]
+        return f"\n--- the scheduler's last lines in {self.log_path} ---\n" + "\n".join(tail)
 
 
 @dataclass
@@ -252,7 +304,7 @@ class LocalAirflow:
             start_new_session=True,
         )
         self._session = self._proc.pid
-        api = Api(self.url, self.username, self.password)
+        api = Api(self.url, self.username, self.password, self.log_path)
         deadline = time.monotonic() + timeout
         missing: list[str] = list(expect_dags)
         while True:

@@ -1,9 +1,17 @@
 """One real Airflow for the end-to-end tests, with a Spark cluster and a PostgreSQL catalog.
 
-The session starts, on free ports: a PostgreSQL server (catalog of the
-``revenue_backfill_pg`` DAG), a Spark standalone cluster (write jobs of the
-``revenue_backfill_cluster`` DAG), then ``airflow standalone`` reading
-``tests/e2e_dags``. Everything is stopped at the end of the session, also
+The session starts, on free ports: a PostgreSQL server (Airflow's metadata
+database, and the catalog of the ``revenue_backfill_pg`` DAG), a Spark
+standalone cluster (write jobs of the ``revenue_backfill_cluster`` DAG), then
+``airflow standalone`` reading ``tests/e2e_dags``.
+
+Airflow's metadata is on PostgreSQL, as in a deployment, not on SQLite: the
+UI's backfill (a POST of the backfill and a PATCH unpausing the DAG, sent
+together) met the scheduler's writes on SQLite, the POST answered 503 after
+some runs were committed, and the scheduler exited on a ``StaleDataError``;
+``airflow standalone`` does not start it again, so every later run stayed
+queued. The demo keeps SQLite (its calls are sequential, and
+``test_demo.py`` covers it). Everything is stopped at the end of the session, also
 when a test fails, and the teardown fails if any process survives.
 """
 
@@ -68,6 +76,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pg_server) -> Iterator[Stack
         host, port = cluster.host_port
         spark_conn = {"conn_type": "spark", "host": host, "port": port}
         env = {
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_server.create_database("airflow_meta"),
             f"AIRFLOW_CONN_{POSTGRES_CONN.upper()}": connection_json(postgres),
             f"AIRFLOW_CONN_{SPARK_CONN.upper()}": json.dumps(spark_conn),
             # The warm drivers of this stack's DAGs live here, not in the
@@ -80,5 +89,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pg_server) -> Iterator[Stack
         create_inputs(CatalogConfig.embedded(home).load())
         with airflow:
             api = airflow.start([*VIEWS, DEFERRAL_DAG, *MEDALLION_DAGS, SQL_PIPELINE_DAG])
+            assert not (home / "airflow.db").exists()  # the metadata went to PostgreSQL
             yield Stack(airflow, api, CatalogConfig.embedded(home), postgres, cluster)
         assert not airflow.survivors(), f"Airflow processes outlived stop(): {airflow.survivors()}"
