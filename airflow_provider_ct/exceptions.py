@@ -22,6 +22,7 @@ our refusals apart from bugs in libraries underneath::
     ├── QueryError                SQL is unusable (syntax, not a SELECT, tables)
     │   └── PipelineError             a pipeline folder is unusable (names its file and line)
     ├── SchemaMismatchError       a query's schema no longer matches its table
+    ├── CompositionError          a part of a view's query kept apart cannot serve a tick
     ├── OwnershipError            a second definition points at a table another maintains
     ├── SparkJobError             a Spark job failed without one of these errors
     ├── ChangesUnavailableError   a table's changes between two snapshots cannot be read
@@ -165,6 +166,13 @@ class PipelineError(QueryError):
 
 class SchemaMismatchError(CTError):
     """A query's result schema no longer matches its target table."""
+
+
+class CompositionError(CTError):
+    """A part of a view's query kept apart cannot serve this tick (``spark/composed.py``).
+
+    The write job then runs the view's query in full, as written.
+    """
 
 
 class OwnershipError(CTError):

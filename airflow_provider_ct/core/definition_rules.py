@@ -21,7 +21,10 @@ a JVM starts and before any table is created:
 * **a target named like a table the product keeps for itself**: a view's
   aggregate state lives in ``<target>`` + :data:`~.tables.STATE_TABLE_SUFFIX`; a
   definition whose output ends in that suffix would write into another
-  view's state (or have its own state table collide with it).
+  view's state (or have its own state table collide with it); the parts of
+  a view's query kept apart live in ``<target>`` +
+  :data:`~.tables.PART_TABLE_INFIX` + a digest, so a target holding that
+  mark is refused too.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import ParsedQuery, nondeterministic_calls
-from airflow_provider_ct.core.tables import STATE_TABLE_SUFFIX
+from airflow_provider_ct.core.tables import PART_TABLE_INFIX, STATE_TABLE_SUFFIX
 from airflow_provider_ct.exceptions import QueryError
 
 #: Suffixes of table names the product keeps for itself.
@@ -96,6 +99,11 @@ def check_target_name(name: str) -> None:
     :param name: the normalized ``namespace.table``.
     """
     table = name.rsplit(".", 1)[-1].lower()
+    if PART_TABLE_INFIX in table:
+        raise QueryError(
+            f"target {name!r} holds {PART_TABLE_INFIX!r}, the mark of the tables that keep the "
+            f"parts of a view's query (<target>{PART_TABLE_INFIX}<digest>): choose another name"
+        )
     for suffix in RESERVED_SUFFIXES:
         if table.endswith(suffix):
             raise QueryError(

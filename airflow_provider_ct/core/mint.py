@@ -72,7 +72,7 @@ def mint(
     check_timestamp(time, "tick time")
     if read_only:
         return MintDecision(None, "read-only mode: minting nothing")
-    upper = _target_upper(target_timeline)
+    upper = target_upper(target_timeline)
     if upper.is_empty:
         return MintDecision(None, f"target {target} is closed (its upper is empty)")
     if upper.seals(time):
@@ -87,22 +87,33 @@ def mint(
             f"{previous.lower.to_summary()} of description {previous.id}; the frontier went "
             "backwards"
         )
-    pinned = pin_inputs(inputs, time)
-    base = target_timeline.head_snapshot_id if target_timeline is not None else None
-    description = BatchDescription(
-        target=target,
-        lower=upper,
-        upper=Frontier.sealing(time),
-        time=time,
-        base_snapshot_id=base,
-        inputs=pinned,
-        table_uuid=target_timeline.table_uuid if target_timeline is not None else None,
-    )
+    description = describe(target, target_timeline, time, pin_inputs(inputs, time))
     if previous is not None and previous.id == description.id:
         return MintDecision(previous, "re-minted the same description (idempotent)")
     adopting = target_timeline is not None and not target_timeline.managed
     how = f"adopting {target} (created without our frontier): " if adopting else ""
     return MintDecision(description, f"{how}minted [{upper.to_summary()}, {time + 1}) for T={time}")
+
+
+def describe(
+    target: str, target_timeline: Timeline | None, time: int, pinned: Mapping[str, int | None]
+) -> BatchDescription:
+    """The description of tick ``time`` of ``target`` over inputs already ``pinned``.
+
+    What :func:`mint` builds once it has decided the tick may write; also
+    the description of a part of a view's query, which the view's own tick
+    pins (``spark/composed.py``). The caller has checked that the target's
+    upper does not seal ``time``.
+    """
+    return BatchDescription(
+        target=target,
+        lower=target_upper(target_timeline),
+        upper=Frontier.sealing(time),
+        time=time,
+        base_snapshot_id=target_timeline.head_snapshot_id if target_timeline else None,
+        inputs=dict(pinned),
+        table_uuid=target_timeline.table_uuid if target_timeline is not None else None,
+    )
 
 
 def _same_table(
@@ -128,7 +139,7 @@ def _same_table(
     )
 
 
-def _target_upper(timeline: Timeline | None) -> Frontier:
+def target_upper(timeline: Timeline | None) -> Frontier:
     """The target's upper; nothing is sealed in a target we have not written yet.
 
     A table the user created for the view (to choose its partitioning,

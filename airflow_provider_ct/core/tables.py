@@ -41,6 +41,16 @@ def state_table_name(target: str) -> str:
     return f"{target}{STATE_TABLE_SUFFIX}"
 
 
+#: A part of a view's query kept apart (``ivm/plan/compose.py``) lives in
+#: ``<target>__ct_part_<digest of its SQL>``, in the view's namespace.
+PART_TABLE_INFIX = "__ct_part_"
+
+
+def part_table_name(target: str, digest: str) -> str:
+    """The table of the part of view ``target`` whose SQL has ``digest``."""
+    return f"{target}{PART_TABLE_INFIX}{digest}"
+
+
 def load_table_or_none(catalog: Any, name: str) -> Any:
     """The table ``name``, or None when it does not exist (before a first tick, an optional
     companion table): the one place a missing table is not an error."""

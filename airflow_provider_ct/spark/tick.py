@@ -26,6 +26,8 @@ from airflow_provider_ct.spark.ivm.input_changes import Scratch
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from airflow_provider_ct.spark.composed import ComposedQuery
+
 
 class PhaseClock:
     """Wall time per phase of the job, for the log (where does a tick's time go?)."""
@@ -149,6 +151,8 @@ class Tick:
     analysis_key: tuple | None
     #: When the job started (the draft materialized-view spec's refresh start).
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    #: A composed tick's parts (:mod:`.composed`): the query ran over them.
+    composed: ComposedQuery | None = None
     _loaded: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def input_table(self, name: str) -> Any:

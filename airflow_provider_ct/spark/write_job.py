@@ -42,7 +42,7 @@ from airflow_provider_ct.core.description import BatchDescription
 from airflow_provider_ct.core.faults import failpoint
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.layout import TargetSettings
-from airflow_provider_ct.core.query import parse_query, query_hash
+from airflow_provider_ct.core.query import ParsedQuery, parse_query, query_hash
 from airflow_provider_ct.core.refresh_state import view_batch_summary
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
 from airflow_provider_ct.core.settings import full_rows_on_driver
@@ -58,7 +58,9 @@ from airflow_provider_ct.exceptions import (
     CTError,
     IncrementalMismatchError,
     KeyedReadError,
+    ServiceUnavailableError,
 )
+from airflow_provider_ct.ivm.plan.compose import compose
 from airflow_provider_ct.ivm.plan.decision import (
     Action,
     Discovery,
@@ -70,9 +72,10 @@ from airflow_provider_ct.ivm.plan.decision import (
 )
 from airflow_provider_ct.ivm.plan.history import incremental_base
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
-from airflow_provider_ct.ivm.plan.planner import FULL, choose_plan
+from airflow_provider_ct.ivm.plan.planner import FULL, Plan, choose_plan
 from airflow_provider_ct.ivm.plan.refresh import full_diff_on_driver
 from airflow_provider_ct.ivm.plan.sizes import keyed_read_history, read_check, size_rules
+from airflow_provider_ct.spark.composed import COMPOSED, ComposedQuery, tick_parts
 from airflow_provider_ct.spark.correction import correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -130,8 +133,11 @@ def run_write(
 
     failpoint("write.input-scan")  # the inputs opened, none of their data read yet
     clock = PhaseClock()
-    views = PinnedViews(spark, config, desc, parsed.inputs)
-    query = PinnedQuery(spark, sql, parsed, views, tables, desc.inputs)
+    composed = _composed(spark, config, sql, desc, plan, mode, dry_run)
+    if composed is not None:
+        plan = Plan(FULL, composed.composition.reason, steps=tuple(composed.composition.explain()))
+        clock.lap("parts")
+    views, query = _bound_query(spark, config, catalog, parsed, desc, tables, composed)
     if table is None and dry_run:
         return WriteReport(
             WriteStatus.DRY_RUN,
@@ -151,7 +157,9 @@ def run_write(
     settings = RefreshSettings.of(mode, verify_every)
     scratch = Scratch(spark, prepared.table)
     tick = Tick(
-        spark, config, catalog, sql, desc, plan, settings, scratch, clock, views, tables, query.key
+        *(spark, config, catalog, sql, desc, plan, settings, scratch, clock, views, tables),
+        query.key,
+        composed=composed,
     )
     try:
         return _compute_and_stage(tick, prepared, dry_run)
@@ -159,10 +167,69 @@ def run_write(
         tick.scratch.remove()
 
 
+def _composed(
+    spark: SparkSession,
+    config: CatalogConfig,
+    sql: str,
+    desc: BatchDescription,
+    plan: Plan,
+    mode: RefreshMode,
+    dry_run: bool,
+) -> ComposedQuery | None:
+    """The query's parts brought to the tick's time, when no rule maintains it whole.
+
+    Only under ``refresh="auto"`` and for a real tick (a dry run writes no
+    part). A part that cannot serve the tick (:mod:`.composed`) leaves the
+    query to run in full as written; an unreachable store or catalog fails
+    the tick as anywhere else.
+    """
+    if plan.incremental or mode is not RefreshMode.AUTO or dry_run:
+        return None
+    composition = compose(sql, desc.target, config.name)
+    if isinstance(composition, str):
+        log.info("%s: %s", desc.target, composition)
+        return None
+    try:
+        return tick_parts(spark, config, composition, desc, run_write)
+    except ServiceUnavailableError:
+        raise
+    except Exception as exc:  # any part's failure leaves the view to run in full as written
+        log.warning(
+            "%s: the parts of its query cannot serve this tick, so it runs in full as written: "
+            "%s: %s",
+            desc.target,
+            type(exc).__name__,
+            exc,
+        )
+        return None
+
+
+def _bound_query(
+    spark: SparkSession,
+    config: CatalogConfig,
+    catalog: Any,
+    parsed: ParsedQuery,
+    desc: BatchDescription,
+    tables: dict[str, Any] | None,
+    composed: ComposedQuery | None,
+) -> tuple[PinnedViews, PinnedQuery]:
+    """The view's query bound to its pins; a composed tick's, the query over its parts."""
+    if composed is None:
+        views = PinnedViews(spark, config, desc, parsed.inputs)
+        return views, PinnedQuery(spark, parsed.sql, parsed, views, tables, desc.inputs)
+    top = composed.parsed
+    views = PinnedViews(spark, config, replace(desc, inputs=composed.pins), top.inputs)
+    top_tables = input_tables(catalog, top.inputs)
+    return views, PinnedQuery(spark, top.sql, top, views, top_tables, composed.pins)
+
+
 def _compute_and_stage(tick: Tick, target: Target, dry_run: bool) -> WriteReport:
     """Compute the correction, then report it (dry run) or stage it."""
     desc, clock = tick.desc, tick.clock
     computed = _compute(tick, target)
+    if tick.composed is not None and computed.strategy == FULL:
+        details = {**computed.details, **tick.composed.details()}
+        computed = replace(computed, strategy=COMPOSED, details=details)
     clock.lap("diff")
     correction = computed.correction
     log.info(

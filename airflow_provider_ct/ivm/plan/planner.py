@@ -42,7 +42,9 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
 
 A derived table that only projects and filters, read alone by the query
 (``SELECT ... FROM (SELECT ...) AS t``), is merged into it first
-(:mod:`.flatten`), so TPC-H's q7, q8 and q9 are plain blocks here. A
+(:mod:`.flatten`), so TPC-H's q7, q8 and q9 are plain blocks here; a
+leading ``RIGHT JOIN`` is planned as the ``LEFT JOIN`` it equals
+(:mod:`.right_joins`). A
 subquery in ``WHERE`` is a fixed filter of every strategy while the tables
 it reads do not change (:mod:`.subqueries`; a tick that changes
 one runs in full, :mod:`.decision`).
@@ -90,6 +92,7 @@ from airflow_provider_ct.ivm.plan.nested import Nested, split_nested
 from airflow_provider_ct.ivm.plan.parameters import parameter_tables
 from airflow_provider_ct.ivm.plan.reads import occurrence_keys
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
+from airflow_provider_ct.ivm.plan.right_joins import as_left_joins
 from airflow_provider_ct.ivm.plan.select_shape import (
     block_tables,
     check_linear_select,
@@ -271,7 +274,7 @@ def _plan_tree(tree: Any, catalog_name: str) -> Plan:
     calls = nondeterministic_calls(tree)
     if calls:
         raise NotIncremental(f"the query calls nondeterministic functions {calls}")
-    tree = flatten_derived_tables(tree)
+    tree = as_left_joins(flatten_derived_tables(tree))
     split = split_nested(tree, catalog_name)
     nested = None if split is None else _nested_plan(split, tree, catalog_name)
     if nested is not None:

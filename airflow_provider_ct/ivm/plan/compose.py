@@ -1,0 +1,213 @@
+"""A query no rule maintains whole, split into parts that are maintained, and the query over them.
+
+The planner's rules match a shape at the top of a query; a ``WITH`` clause
+or a derived table they do not know made the whole view run in full, even
+where each CTE alone is an aggregate or a join the rules maintain. Here
+such a query is taken apart, as a person would write it as a pipeline:
+
+* every CTE of the query's ``WITH`` (in order: a later one may read an
+  earlier one) and every derived table in a ``FROM`` or ``JOIN`` (outside
+  ``WHERE``/select-list subqueries, which may be correlated) becomes a
+  **part**: a query of its own, kept in a table of the view
+  (``<target>__ct_part_<digest>``) and maintained by the same planner and
+  write job as any view, pinned to the same input snapshots as the tick;
+* the query that is left reads the parts as tables, and is recomputed in
+  full over them each tick.
+
+A part is kept only when its columns are named (every select item an alias
+or a column, no ``*``, no two alike): its table needs column names, and
+the query over it must find the names it used. The split is worth it only
+when every part that reads an input of the view is maintained
+incrementally; otherwise that part would be recomputed in full over the
+inputs, and the split would cost what a full refresh costs, plus the
+parts' writes. Then :func:`compose` says why not, and the view runs in full
+as before.
+
+Why parts are tables and not the operators' state in memory: a part's
+table is written exactly once per tick by compare-and-append, carries the
+pins it reflects, outlives the job, and can be as large as the lakehouse.
+Nothing here needs Spark: the split is SQL to SQL (sqlglot), decided where
+the planner is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_provider_ct.core.query import nondeterministic_calls, parse_query
+from airflow_provider_ct.core.tables import part_table_name
+from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.ivm.plan.planner import Plan, plan_query
+from airflow_provider_ct.ivm.plan.select_shape import is_count_star
+
+
+class _NotSplit(Exception):
+    """Why a query is not taken apart (the message is the reason)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """A CTE or derived table kept in a table of the view, and its own plan."""
+
+    table: str
+    sql: str
+    #: What the part read as written (``WITH c AS``: ``c``; a derived table: its alias).
+    label: str
+    plan: Plan
+    #: Whether it reads an input of the view (not only other parts).
+    reads_inputs: bool
+
+
+@dataclass(frozen=True)
+class Composition:
+    """The parts, in the order they are ticked, and the query over them."""
+
+    parts: tuple[Part, ...]
+    sql: str
+
+    def explain(self) -> list[str]:
+        lines = [f"composed of {len(self.parts)} part(s), each kept in a table of the view:"]
+        for part in self.parts:
+            plan = part.plan
+            lines.append(f"  {part.label} -> {part.table}: {plan.strategy} ({plan.reason})")
+        lines.append("the query over the parts, recomputed in full over them")
+        return lines
+
+    @property
+    def reason(self) -> str:
+        kept = ", ".join(f"{p.label} ({p.plan.strategy})" for p in self.parts)
+        return (
+            f"composed: {len(self.parts)} part(s) maintained in tables of the view ({kept}); "
+            "the query over them recomputed in full"
+        )
+
+
+def compose(sql: str, target: str, catalog_name: str) -> Composition | str:
+    """The query split into maintained parts and the query over them, or why not."""
+    try:
+        tree = parse_query(sql, target=target, catalog_name=catalog_name).expression
+        calls = nondeterministic_calls(tree)
+        if calls:
+            raise _NotSplit(f"the query calls nondeterministic functions {calls}")
+        splitter = _Splitter(target, catalog_name)
+        top = splitter.split(tree.copy())
+        if not splitter.parts:
+            raise _NotSplit("no CTE or derived table to keep apart")
+        parts = tuple(splitter.parts.values())
+        full = [p for p in parts if p.reads_inputs and not p.plan.incremental]
+        if full:
+            first = full[0]
+            raise _NotSplit(
+                f"the part {first.label} would be recomputed in full: {first.plan.reason}"
+            )
+        top_sql = top.sql(dialect="spark")
+        parse_query(top_sql, target=target, catalog_name=catalog_name)
+    except (_NotSplit, QueryError) as exc:
+        return f"not split into parts: {exc}"
+    return Composition(parts, top_sql)
+
+
+class _Splitter:
+    """Walks a query, turning its CTEs and derived tables into parts (deduplicated by SQL)."""
+
+    def __init__(self, target: str, catalog_name: str) -> None:
+        self.target, self.catalog_name = target, catalog_name
+        self.parts: dict[str, Part] = {}
+
+    def split(self, tree: Any) -> Any:
+        """``tree`` (a copy the caller owns) reading parts for its CTEs and derived tables."""
+        tree = self._split_ctes(tree)
+        for sub in list(tree.find_all(exp.Subquery)):
+            if sub.root() is not tree or not _derived_table(sub):
+                continue
+            alias = sub.args.get("alias")
+            if alias is not None and alias.args.get("columns"):
+                raise _NotSplit(f"the derived table {sub.alias} names its columns in its alias")
+            label = sub.alias or "a derived table"
+            table = self._part(sub.this.copy(), label)
+            sub.replace(_table_node(table, sub.alias))
+        return tree
+
+    def _split_ctes(self, tree: Any) -> Any:
+        with_ = tree.args.get("with_") or tree.args.get("with")
+        if with_ is None:
+            return tree
+        if with_.args.get("recursive"):
+            raise _NotSplit("a recursive WITH is not taken apart")
+        names: dict[str, str] = {}
+        for cte in with_.expressions:
+            if cte.args.get("alias") is not None and cte.args["alias"].args.get("columns"):
+                raise _NotSplit(f"the CTE {cte.alias} names its columns in its alias")
+            body = _renamed(cte.this.copy(), names)
+            names[cte.alias.lower()] = self._part(body, cte.alias)
+        tree.set("with_", None)
+        tree.set("with", None)
+        return _renamed(tree, names)
+
+    def _part(self, body: Any, label: str) -> str:
+        """The table of the part ``body`` (split itself first), added once."""
+        if body.find(exp.Lateral):
+            raise _NotSplit(f"{label} holds a LATERAL view")
+        body = self.split(body)
+        _check_names(body, label)
+        sql = body.sql(dialect="spark")
+        digest = hashlib.sha256(sql.encode()).hexdigest()[:12]
+        table = part_table_name(self.target, digest)
+        if table not in self.parts:
+            parsed = parse_query(sql, target=table, catalog_name=self.catalog_name)
+            reads_inputs = any(not _is_part(name, self.target) for name in parsed.inputs)
+            plan = plan_query(parsed)
+            self.parts[table] = Part(table, sql, label, plan, reads_inputs)
+        return table
+
+
+def _derived_table(sub: Any) -> bool:
+    """Whether ``sub`` is a subquery in ``FROM``/``JOIN`` outside any predicate subquery."""
+    if not isinstance(sub.parent, exp.From | exp.Join) or not isinstance(sub.this, exp.Query):
+        return False
+    node: Any = sub.parent
+    while node is not None:
+        if isinstance(node, exp.Subquery) and not isinstance(node.parent, exp.From | exp.Join):
+            return False
+        if isinstance(node, exp.Exists | exp.In):
+            return False
+        node = node.parent
+    return True
+
+
+def _check_names(body: Any, label: str) -> None:
+    """Refuse a part whose columns a table could not hold under the names the query uses."""
+    seen: set[str] = set()
+    for item in body.selects:
+        if isinstance(item, exp.Star) or (item.find(exp.Star) and not is_count_star(item)):
+            raise _NotSplit(f"{label} selects *")
+        if not isinstance(item, exp.Alias | exp.Column):
+            raise _NotSplit(f"{label} has an output without a name ({item.sql(dialect='spark')})")
+        name = item.alias_or_name.lower()
+        if not name or name in seen:
+            raise _NotSplit(f"{label} has two outputs named {name!r}")
+        seen.add(name)
+
+
+def _renamed(tree: Any, names: dict[str, str]) -> Any:
+    """``tree`` with every read of a CTE in ``names`` turned into a read of its part's table."""
+    if not names:
+        return tree
+    for table in list(tree.find_all(exp.Table)):
+        if table.args.get("db") or table.name.lower() not in names:
+            continue
+        table.replace(_table_node(names[table.name.lower()], table.alias_or_name))
+    return tree
+
+
+def _table_node(table: str, alias: str | None) -> Any:
+    node = exp.to_table(table)
+    return exp.alias_(node, alias, table=True) if alias else node
+
+
+def _is_part(name: str, target: str) -> bool:
+    return name.startswith(part_table_name(target, ""))

@@ -1,0 +1,150 @@
+"""A composed tick: the parts of a view's query ticked first, then the query over them.
+
+:mod:`airflow_provider_ct.ivm.plan.compose` splits a query no rule maintains
+whole into parts (its CTEs and derived tables) and the query over them.
+Here a tick at ``T`` brings each part's table to ``T`` (in order, a part
+read by a later one first) and returns what the view's own tick then
+binds: the query over the parts, and the snapshot of each part at ``T``
+beside the inputs' pins.
+
+A part's tick is a view's tick: a description of its own (its upper,
+``T``, the view's pins of the inputs it reads, the snapshots of the parts
+it reads), the write job for its SQL under ``refresh="auto"`` (so it is
+incremental by its own plan and history), and the compare-and-append. So
+each part is exactly once at each time it was ticked at, self-corrected
+like any view, and never wrong for longer than a tick.
+
+The view's correction never trusts a part it did not check: the snapshot
+it reads for ``T`` must record the same part SQL (``ct.query-hash``) and
+the same pins, whether this job wrote it or an earlier attempt of the same
+tick did. A part that cannot serve the tick raises
+:class:`~airflow_provider_ct.exceptions.CompositionError`, and the write
+job runs the view's query in full as written instead. A part whose inputs
+are where its last batch left them is not ticked at all: its head is the
+part at ``T``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_ct.core.appending import land_staged
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.description import BatchDescription
+from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.layout import TargetSettings
+from airflow_provider_ct.core.mint import describe, target_upper
+from airflow_provider_ct.core.query import ParsedQuery, parse_query, query_hash
+from airflow_provider_ct.core.reports import WriteReport, WriteStatus
+from airflow_provider_ct.core.tables import load_table_or_none
+from airflow_provider_ct.core.timeline import Timeline, TimelineEntry
+from airflow_provider_ct.exceptions import CompositionError
+from airflow_provider_ct.ivm.plan.compose import Composition, Part
+from airflow_provider_ct.ivm.plan.modes import RefreshMode
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: The strategy a composed tick reports (and records as ``ct.refresh``).
+COMPOSED = "composed"
+#: A part's table follows its SQL's columns: a new SQL is a new table (its name
+#: is the SQL's digest), so only an input's evolution changes a part's schema.
+PART_SETTINGS = TargetSettings(on_schema_change="recreate")
+
+#: ``run_write``, passed in: the write job calls this module, which calls it back.
+Write = Callable[..., WriteReport]
+
+
+@dataclass(frozen=True)
+class ComposedQuery:
+    """What the view's tick binds once its parts are at ``T``."""
+
+    composition: Composition
+    parsed: ParsedQuery
+    #: The pins of what the query over the parts reads: inputs and parts.
+    pins: dict[str, int | None]
+    #: Part label -> how its tick went (its strategy, or ``unchanged``/``landed before``).
+    ticks: dict[str, str]
+
+    def details(self) -> dict[str, Any]:
+        return {"parts": dict(self.ticks), "composition": self.composition.explain()}
+
+
+def tick_parts(
+    spark: SparkSession,
+    config: CatalogConfig,
+    composition: Composition,
+    desc: BatchDescription,
+    write: Write,
+) -> ComposedQuery:
+    """Bring every part to ``desc.time``; the query over them, bound to their snapshots."""
+    pins: dict[str, int | None] = dict(desc.inputs)
+    ticks: dict[str, str] = {}
+    for part in composition.parts:
+        reads = parse_query(part.sql, target=part.table, catalog_name=config.name).inputs
+        part_pins = {name: pins[name] for name in reads}
+        pins[part.table], ticks[part.label] = _tick_part(
+            spark, config, part, part_pins, desc.time, write
+        )
+    parsed = parse_query(composition.sql, target=desc.target, catalog_name=config.name)
+    return ComposedQuery(composition, parsed, {n: pins[n] for n in parsed.inputs}, ticks)
+
+
+def _tick_part(
+    spark: SparkSession,
+    config: CatalogConfig,
+    part: Part,
+    pins: Mapping[str, int | None],
+    time: int,
+    write: Write,
+) -> tuple[int | None, str]:
+    """The part's snapshot at ``time`` (ticking it if needed), and how it got there."""
+    catalog = config.load()
+    table = load_table_or_none(catalog, part.table)
+    timeline = Timeline.of(table) if table is not None else None
+    if timeline is not None and target_upper(timeline).seals(time):
+        return _checked(timeline, part, pins, time), "landed before"
+    if timeline is not None and _unchanged(timeline, part, pins):
+        return timeline.head_snapshot_id, "unchanged"
+    desc = describe(part.table, timeline, time, pins)
+    report = write(spark, config, part.sql, desc, refresh=RefreshMode.AUTO, target=PART_SETTINGS)
+    if report.status is not WriteStatus.STAGED or report.manifest is None:
+        raise CompositionError(
+            f"the part {part.label} ({part.table}) was not staged: {report.status} "
+            f"({report.reason})"
+        )
+    landed = land_staged(catalog.load_table(part.table), report.manifest, description=desc)
+    if not landed.result.landed:
+        log.info("part %s lost its append for %s: %s", part.table, time, landed.result.reason)
+    timeline = Timeline.of(catalog.load_table(part.table))
+    return _checked(timeline, part, pins, time), str(report.extra.get("strategy", "?"))
+
+
+def _unchanged(timeline: Timeline, part: Part, pins: Mapping[str, int | None]) -> bool:
+    """Whether the part's head is this SQL over exactly these pins (so it is the part now)."""
+    head = timeline.entry(timeline.head_snapshot_id) if timeline.head_snapshot_id else None
+    return head is not None and _ours(head, part, pins)
+
+
+def _checked(
+    timeline: Timeline, part: Part, pins: Mapping[str, int | None], time: int
+) -> int | None:
+    """The part's snapshot at ``time``, refused unless it is this SQL over these pins."""
+    snapshot = timeline.snapshot_at(time)
+    entry = timeline.entry(snapshot) if snapshot is not None else None
+    if entry is None or not _ours(entry, part, pins):
+        raise CompositionError(
+            f"the part {part.label} ({part.table}) at {time} is not its SQL over the tick's "
+            "input snapshots (another definition, a hand edit, or a later tick's pins)"
+        )
+    return snapshot
+
+
+def _ours(entry: TimelineEntry, part: Part, pins: Mapping[str, int | None]) -> bool:
+    recorded = entry.summary.get(SummaryKeys.QUERY_HASH)
+    return recorded == query_hash(part.sql) and dict(entry.inputs or {}) == dict(pins)

@@ -1,0 +1,175 @@
+"""Queries no rule maintains whole, ticked as parts kept in tables and the query over them.
+
+Each view is ticked under ``refresh="auto"`` over inputs the test changes at
+random (inserts, updates, deletes, NULLs, duplicates) and must equal DuckDB
+over the test's own rows after every tick. Beside the results: the parts
+live in tables of the view, a retried tick reads the parts its first
+attempt landed, and a part edited by hand is corrected, not trusted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_provider_ct.core.catalog import CatalogConfig
+from airflow_provider_ct.core.definition_rules import check_target_name
+from airflow_provider_ct.core.tables import PART_TABLE_INFIX, STATE_TABLE_SUFFIX
+from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.ivm.plan.compose import Composition, compose
+from airflow_provider_ct.operators.append import AppendOperator
+from airflow_provider_ct.spark.write_job import run_write
+from tests.conftest import SPARK_CATALOG_CONN as CONN
+from tests.helpers import mint_view_tick, rows_of
+from tests.test_incremental import _inputs_of, _normalized, _tick
+
+#: Shapes the planner refuses whole, each with parts it maintains.
+COMPOSED = {
+    # Two aggregating CTEs, joined, ranked by a window over the join (no PARTITION BY).
+    "ctes_ranked": (
+        2,
+        "WITH sa AS (SELECT k, SUM(v) AS t, COUNT(*) AS n FROM {ns}.a GROUP BY k),"
+        " sb AS (SELECT k, COUNT(name) AS m FROM {ns}.b GROUP BY k)"
+        " SELECT sa.k, sa.t, sa.n, sb.m, RANK() OVER (ORDER BY sa.t DESC NULLS LAST) AS r"
+        " FROM sa LEFT JOIN sb ON sa.k = sb.k",
+    ),
+    # A CTE reading a CTE, the top a window without PARTITION BY.
+    "cte_of_cte_windowed": (
+        2,
+        "WITH per AS (SELECT k, s, SUM(v) AS t FROM {ns}.a GROUP BY k, s),"
+        " best AS (SELECT s, MAX(t) AS mt, COUNT(*) AS groups FROM per GROUP BY s)"
+        " SELECT s, mt, groups, DENSE_RANK() OVER (ORDER BY mt DESC NULLS LAST) AS r FROM best",
+    ),
+    # Two aggregating derived tables joined (one of them over a join).
+    "derived_tables_joined": (
+        2,
+        "SELECT x.k, x.t, y.names FROM"
+        " (SELECT a.k, SUM(a.v) AS t FROM {ns}.a a GROUP BY a.k) x JOIN"
+        " (SELECT b.k, COUNT(b.name) AS names FROM {ns}.b b JOIN {ns}.a a2 ON a2.k = b.k"
+        "  GROUP BY b.k) y ON x.k = y.k",
+    ),
+    # The same derived table read twice is one part.
+    "derived_table_read_twice": (
+        1,
+        "SELECT p.k, p.n, q.n AS n_next FROM"
+        " (SELECT k, COUNT(*) AS n FROM {ns}.a GROUP BY k) p LEFT JOIN"
+        " (SELECT k, COUNT(*) AS n FROM {ns}.a GROUP BY k) q ON q.k = p.k + 1"
+        " WHERE p.n > (SELECT MIN(v) FROM {ns}.a)",
+    ),
+}
+
+
+def _part_tables(catalog: Any, ns: str) -> list[str]:
+    """The parts' tables (a part keeping aggregates in place has its own state table too)."""
+    names = [n for _, n in catalog.list_tables(ns)]
+    return sorted(n for n in names if PART_TABLE_INFIX in n and not n.endswith(STATE_TABLE_SUFFIX))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", sorted(COMPOSED))
+def test_a_composed_view_equals_duckdb_at_every_tick(
+    spark: Any, spark_catalog_config: CatalogConfig, name: str
+) -> None:
+    parts, template = COMPOSED[name]
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, f"composed_{name}")
+    sql = template.format(ns=ns)
+    for n in range(1, 6):
+        inputs.mutate(1_000 * n - 500, change_b=n % 2 == 1)
+        inputs.seal(1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+        assert report["strategy"] == "composed", report["reason"]
+        assert len(report["parts"]) == parts, report["parts"]
+        if n > 1:  # each part ticks by its own plan: none of them in full
+            assert "full" not in report["parts"].values(), report["parts"]
+    assert len(_part_tables(catalog, ns)) == parts
+
+
+@pytest.mark.spark
+def test_a_retried_tick_reads_the_parts_its_first_attempt_landed(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    config = spark_catalog_config
+    ns, catalog, inputs = _inputs_of(config, "composed_retry")
+    sql = COMPOSED["ctes_ranked"][1].format(ns=ns)
+    inputs.mutate(500)
+    inputs.seal(1_000)
+    _tick(spark, config, f"{ns}.view", sql, 1_000)
+    inputs.mutate(1_500)
+    inputs.seal(2_000)
+    decision = mint_view_tick(config.load(), f"{ns}.view", sql, 2_000)
+    assert decision.description is not None
+    # The first attempt stages and dies before its append: its parts are at 2_000.
+    first = run_write(spark, config, sql, decision.description)
+    assert set(first.extra["parts"].values()) <= {"group", "aggregate", "unchanged"}
+    second = run_write(spark, config, sql, decision.description).to_json()
+    assert set(second["parts"].values()) == {"landed before"}, second["parts"]
+    AppendOperator(task_id="append", report=second, iceberg_conn_id=CONN).execute({})
+    got = rows_of(catalog.load_table(f"{ns}.view"))
+    assert _normalized(got) == _normalized(inputs.oracle(sql))
+
+
+@pytest.mark.spark
+def test_a_part_edited_by_hand_is_corrected_not_trusted(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    import pyarrow as pa
+
+    config = spark_catalog_config
+    ns, catalog, inputs = _inputs_of(config, "composed_edit")
+    sql = COMPOSED["derived_tables_joined"][1].format(ns=ns)
+    for n in (1, 2):
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        _tick(spark, config, f"{ns}.view", sql, 1_000 * n)
+    for part in _part_tables(catalog, ns):  # a row no input holds, in every part
+        table = catalog.load_table(f"{ns}.{part}")
+        bogus = {f.name: None for f in table.schema().fields} | {"k": 99}
+        table.append(pa.Table.from_pylist([bogus], table.schema().as_arrow()))
+    inputs.mutate(2_500)
+    inputs.seal(3_000)
+    report = _tick(spark, config, f"{ns}.view", sql, 3_000)
+    assert report["strategy"] == "composed"
+    for part in _part_tables(catalog, ns):
+        assert all(row[0] != 99 for row in rows_of(catalog.load_table(f"{ns}.{part}")))
+    got = rows_of(catalog.load_table(f"{ns}.view"))
+    assert _normalized(got) == _normalized(inputs.oracle(sql))
+
+
+def test_the_split_keeps_parts_with_named_columns_and_says_why_not() -> None:
+    why = {
+        "SELECT k, r FROM (SELECT *, RANK() OVER (ORDER BY v) AS r FROM ns.a) t": "selects *",
+        "SELECT x FROM (SELECT k + 1, SUM(v) AS x FROM ns.a GROUP BY k + 1) t": "without a name",
+        "SELECT t.k FROM (SELECT a.k, b.k FROM ns.a a JOIN ns.b b ON a.v = b.k) t": "two outputs",
+        "SELECT k, RANK() OVER (ORDER BY v) AS r FROM ns.a": "no CTE or derived table",
+        # The part itself would run in full over the inputs: nothing gained.
+        "SELECT k FROM (SELECT k, RANK() OVER (ORDER BY v) AS r FROM ns.a) t GROUP BY k": (
+            "would be recomputed in full"
+        ),
+    }
+    for sql, reason in why.items():
+        found = compose(sql, "ns.v", "ct")
+        assert isinstance(found, str) and reason in found, (sql, found)
+
+
+def test_the_split_reads_ctes_of_ctes_and_leaves_predicate_subqueries_alone() -> None:
+    sql = (
+        "WITH per AS (SELECT k, SUM(v) AS t FROM ns.a GROUP BY k),"
+        " top AS (SELECT MAX(t) AS mt FROM per)"
+        " SELECT per.k, per.t, RANK() OVER (ORDER BY per.t) AS r FROM per, top"
+        " WHERE per.t = top.mt AND per.k IN (SELECT k FROM (SELECT k FROM ns.b) AS inner_b)"
+    )
+    found = compose(sql, "ns.v", "ct")
+    assert isinstance(found, Composition), found
+    per, top = found.parts
+    assert (per.label, top.label) == ("per", "top")
+    assert per.table in top.sql and "ns.a" not in top.sql  # the CTE of a CTE reads its part
+    assert "WITH" not in found.sql and "inner_b" in found.sql  # IN's derived table stays
+    assert all(p.table.startswith(f"ns.v{PART_TABLE_INFIX}") for p in found.parts)
+
+
+def test_a_target_named_like_a_part_is_refused() -> None:
+    with pytest.raises(QueryError, match=PART_TABLE_INFIX):
+        check_target_name(f"ns.v{PART_TABLE_INFIX}0123456789ab")
