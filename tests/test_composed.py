@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_ct.collections.maintenance import MaintenanceSettings, maintain
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.definition_rules import check_target_name
 from airflow_provider_ct.core.tables import PART_TABLE_INFIX, STATE_TABLE_SUFFIX
@@ -173,3 +174,32 @@ def test_the_split_reads_ctes_of_ctes_and_leaves_predicate_subqueries_alone() ->
 def test_a_target_named_like_a_part_is_refused() -> None:
     with pytest.raises(QueryError, match=PART_TABLE_INFIX):
         check_target_name(f"ns.v{PART_TABLE_INFIX}0123456789ab")
+
+
+@pytest.mark.spark
+def test_the_parts_are_maintained_with_their_view(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """Compaction, expiry and the sweep of a view reach its parts; the view ticks on exact."""
+    config = spark_catalog_config
+    ns, catalog, inputs = _inputs_of(config, "composed_maintained")
+    sql = COMPOSED["cte_of_cte_windowed"][1].format(ns=ns)
+    for n in (1, 2, 3):
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        _tick(spark, config, f"{ns}.view", sql, 1_000 * n)
+    parts = [f"{ns}.{p}" for p in _part_tables(catalog, ns)]
+    report = maintain(
+        catalog, [f"{ns}.view"], MaintenanceSettings(retention_ms=0, sweep_grace_ms=0)
+    )
+    assert not report.errors, report.errors
+    expired = {r.table: r for r in report.expiry}
+    assert set(expired) == {f"{ns}.view", *parts}
+    for part in parts:
+        assert expired[part].status == "expired", expired[part]
+        assert len(catalog.load_table(part).metadata.snapshots) < 3
+    inputs.mutate(3_500)
+    inputs.seal(4_000)
+    assert _tick(spark, config, f"{ns}.view", sql, 4_000)["strategy"] == "composed"
+    got = rows_of(catalog.load_table(f"{ns}.view"))
+    assert _normalized(got) == _normalized(inputs.oracle(sql))

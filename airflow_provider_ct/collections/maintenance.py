@@ -37,7 +37,7 @@ from airflow_provider_ct.collections.expiry import (
 )
 from airflow_provider_ct.collections.registry import is_read_only
 from airflow_provider_ct.core.sweep import DEFAULT_GRACE_MS, SweepReport, sweep_staged
-from airflow_provider_ct.core.tables import load_table_or_none, state_table_name
+from airflow_provider_ct.core.tables import load_table_or_none, part_tables, state_table_name
 from airflow_provider_ct.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -120,6 +120,19 @@ def _sweep_state(catalog: Catalog, name: str, grace_ms: int) -> dict[str, SweepR
     return {state: sweep_staged(table, grace_ms=grace_ms)}
 
 
+def _with_parts(catalog: Catalog, tables: Iterable[str]) -> list[str]:
+    """Each table, then the tables of its query's parts (``ivm/plan/compose.py``): they are
+    the view's own, ticked with it, so they are compacted, expired and swept with it."""
+    names: list[str] = []
+    for name in tables:
+        names.append(name)
+        try:
+            names.extend(part_tables(catalog, name))
+        except Exception as exc:  # the view's own maintenance still runs
+            log.warning("could not list the parts of %s: %s", name, exc)
+    return names
+
+
 def maintain(
     catalog: Catalog,
     tables: Iterable[str],
@@ -134,14 +147,15 @@ def maintain(
     referenced the small files once no reader needs them; the sweep goes
     last, so files only expired snapshots referenced are gone by then. One
     table's failure does not stop the others. In read-only mode nothing is
-    swept either.
+    swept either. A view's parts (the tables its query is kept in when no
+    rule maintains it whole) are maintained after it, as tables of its own.
     """
     chosen = settings or MaintenanceSettings()
     expiry: list[ExpiryReport] = []
     compaction: list[CompactionReport] = []
     errors: dict[str, str] = {}
     sweeps: dict[str, SweepReport] = {}
-    for name in tables:
+    for name in _with_parts(catalog, tables):
         try:
             if chosen.compact:
                 compaction.append(

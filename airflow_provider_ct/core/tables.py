@@ -51,6 +51,18 @@ def part_table_name(target: str, digest: str) -> str:
     return f"{target}{PART_TABLE_INFIX}{digest}"
 
 
+def part_tables(catalog: Any, target: str) -> list[str]:
+    """The tables of view ``target``'s parts (not their own state tables), by name."""
+    namespace, _, name = target.rpartition(".")
+    prefix = f"{name}{PART_TABLE_INFIX}".lower()
+    found = [t[-1] for t in catalog.list_tables(namespace)]
+    return sorted(
+        f"{namespace}.{t}"
+        for t in found
+        if t.lower().startswith(prefix) and not t.lower().endswith(STATE_TABLE_SUFFIX)
+    )
+
+
 def load_table_or_none(catalog: Any, name: str) -> Any:
     """The table ``name``, or None when it does not exist (before a first tick, an optional
     companion table): the one place a missing table is not an error."""

@@ -183,11 +183,14 @@ def _composed(
     query to run in full as written; an unreachable store or catalog fails
     the tick as anywhere else.
     """
-    if plan.incremental or mode is not RefreshMode.AUTO or dry_run:
+    if plan.incremental or mode is not RefreshMode.AUTO:
         return None
     composition = compose(sql, desc.target, config.name)
     if isinstance(composition, str):
         log.info("%s: %s", desc.target, composition)
+        return None
+    if dry_run:
+        log.info("%s: a tick would run it %s", desc.target, composition.reason)
         return None
     try:
         return tick_parts(spark, config, composition, desc, run_write)
