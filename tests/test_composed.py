@@ -81,9 +81,12 @@ def test_a_composed_view_equals_duckdb_at_every_tick(
         report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
         got = rows_of(catalog.load_table(f"{ns}.view"))
         assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+        if n == 1:  # the first batch runs in full: the view's history then holds its cost
+            assert report["strategy"] == "full", report
+            continue
         assert report["strategy"] == "composed", report["reason"]
         assert len(report["parts"]) == parts, report["parts"]
-        if n > 1:  # each part ticks by its own plan: none of them in full
+        if n > 2:  # created by the second tick, each part then ticks by its own plan
             assert "full" not in report["parts"].values(), report["parts"]
     assert len(_part_tables(catalog, ns)) == parts
 
@@ -104,7 +107,7 @@ def test_a_retried_tick_reads_the_parts_its_first_attempt_landed(
     assert decision.description is not None
     # The first attempt stages and dies before its append: its parts are at 2_000.
     first = run_write(spark, config, sql, decision.description)
-    assert set(first.extra["parts"].values()) <= {"group", "aggregate", "unchanged"}
+    assert first.extra["strategy"] == "composed" and len(first.extra["parts"]) == 2
     second = run_write(spark, config, sql, decision.description).to_json()
     assert set(second["parts"].values()) == {"landed before"}, second["parts"]
     AppendOperator(task_id="append", report=second, iceberg_conn_id=CONN).execute({})

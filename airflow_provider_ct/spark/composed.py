@@ -22,6 +22,15 @@ tick did. A part that cannot serve the tick raises
 job runs the view's query in full as written instead. A part whose inputs
 are where its last batch left them is not ticked at all: its head is the
 part at ``T``.
+
+When a view runs composed (:func:`composed_tick`): under ``refresh="auto"``,
+for a real tick (a dry run writes no part), once the view has a first batch
+(that tick runs in full as written, so the view's history holds what a full
+correction costs), and while that history does not say its composed ticks
+cost more than a full one (the rule incremental plans follow,
+:func:`~airflow_provider_ct.ivm.plan.refresh.history_reason`: composed
+ticks count as incremental ones, and after a few full ticks composing is
+measured again).
 """
 
 from __future__ import annotations
@@ -39,11 +48,14 @@ from airflow_provider_ct.core.layout import TargetSettings
 from airflow_provider_ct.core.mint import describe, target_upper
 from airflow_provider_ct.core.query import ParsedQuery, parse_query, query_hash
 from airflow_provider_ct.core.reports import WriteReport, WriteStatus
-from airflow_provider_ct.core.tables import load_table_or_none
+from airflow_provider_ct.core.settings import retry_incremental_after
+from airflow_provider_ct.core.tables import UNKNOWN_ROWS, live_rows, load_table_or_none
 from airflow_provider_ct.core.timeline import Timeline, TimelineEntry
-from airflow_provider_ct.exceptions import CompositionError
-from airflow_provider_ct.ivm.plan.compose import Composition, Part
+from airflow_provider_ct.exceptions import CompositionError, ServiceUnavailableError
+from airflow_provider_ct.ivm.plan.compose import Composition, Part, compose
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
+from airflow_provider_ct.ivm.plan.refresh import history_reason
+from airflow_provider_ct.ivm.plan.sizes import view_history
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,6 +85,60 @@ class ComposedQuery:
 
     def details(self) -> dict[str, Any]:
         return {"parts": dict(self.ticks), "composition": self.composition.explain()}
+
+
+def composed_tick(
+    spark: SparkSession,
+    config: CatalogConfig,
+    sql: str,
+    desc: BatchDescription,
+    target: Any,
+    dry_run: bool,
+    write: Write,
+) -> ComposedQuery | None:
+    """The view's parts at ``desc.time``, when this tick runs composed (module docstring).
+
+    ``None``: the tick runs the query in full as written. A part that cannot
+    serve the tick leaves it so; an unreachable store or catalog fails the
+    tick, as anywhere else.
+
+    :param target: the view's table as the job loaded it (``None``: not created yet).
+    """
+    composition = compose(sql, desc.target, config.name)
+    if isinstance(composition, str):
+        log.info("%s: %s", desc.target, composition)
+        return None
+    why_not = _why_not_now(config, sql, desc, target, dry_run)
+    if why_not:
+        log.info("%s: not composed this tick (%s): %s", desc.target, why_not, composition.reason)
+        return None
+    try:
+        return tick_parts(spark, config, composition, desc, write)
+    except ServiceUnavailableError:
+        raise
+    except Exception as exc:  # any part's failure leaves the view to run in full as written
+        log.warning(
+            "%s: the parts of its query cannot serve this tick, so it runs in full as written: "
+            "%s: %s",
+            desc.target,
+            type(exc).__name__,
+            exc,
+        )
+        return None
+
+
+def _why_not_now(
+    config: CatalogConfig, sql: str, desc: BatchDescription, target: Any, dry_run: bool
+) -> str:
+    """Why this tick runs in full although the query splits ("" when it runs composed)."""
+    if dry_run:
+        return "a dry run writes no part"
+    if target is None or target.current_snapshot() is None:
+        return "the view's first batch runs in full, to measure what a full correction costs"
+    catalog = config.load()
+    rows = sum(live_rows(catalog.load_table(n), s) for n, s in desc.inputs.items())
+    history = view_history(target, query_hash(sql))
+    return history_reason(history, min(rows, UNKNOWN_ROWS), retry_incremental_after()) or ""
 
 
 def tick_parts(

@@ -58,9 +58,7 @@ from airflow_provider_ct.exceptions import (
     CTError,
     IncrementalMismatchError,
     KeyedReadError,
-    ServiceUnavailableError,
 )
-from airflow_provider_ct.ivm.plan.compose import compose
 from airflow_provider_ct.ivm.plan.decision import (
     Action,
     Discovery,
@@ -75,7 +73,7 @@ from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.planner import FULL, Plan, choose_plan
 from airflow_provider_ct.ivm.plan.refresh import full_diff_on_driver
 from airflow_provider_ct.ivm.plan.sizes import keyed_read_history, read_check, size_rules
-from airflow_provider_ct.spark.composed import COMPOSED, ComposedQuery, tick_parts
+from airflow_provider_ct.spark.composed import COMPOSED, ComposedQuery, composed_tick
 from airflow_provider_ct.spark.correction import correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -133,7 +131,9 @@ def run_write(
 
     failpoint("write.input-scan")  # the inputs opened, none of their data read yet
     clock = PhaseClock()
-    composed = _composed(spark, config, sql, desc, plan, mode, dry_run)
+    composed = None
+    if mode is RefreshMode.AUTO and not plan.incremental:
+        composed = composed_tick(spark, config, sql, desc, table, dry_run, run_write)
     if composed is not None:
         plan = Plan(FULL, composed.composition.reason, steps=tuple(composed.composition.explain()))
         clock.lap("parts")
@@ -165,46 +165,6 @@ def run_write(
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
         tick.scratch.remove()
-
-
-def _composed(
-    spark: SparkSession,
-    config: CatalogConfig,
-    sql: str,
-    desc: BatchDescription,
-    plan: Plan,
-    mode: RefreshMode,
-    dry_run: bool,
-) -> ComposedQuery | None:
-    """The query's parts brought to the tick's time, when no rule maintains it whole.
-
-    Only under ``refresh="auto"`` and for a real tick (a dry run writes no
-    part). A part that cannot serve the tick (:mod:`.composed`) leaves the
-    query to run in full as written; an unreachable store or catalog fails
-    the tick as anywhere else.
-    """
-    if plan.incremental or mode is not RefreshMode.AUTO:
-        return None
-    composition = compose(sql, desc.target, config.name)
-    if isinstance(composition, str):
-        log.info("%s: %s", desc.target, composition)
-        return None
-    if dry_run:
-        log.info("%s: a tick would run it %s", desc.target, composition.reason)
-        return None
-    try:
-        return tick_parts(spark, config, composition, desc, run_write)
-    except ServiceUnavailableError:
-        raise
-    except Exception as exc:  # any part's failure leaves the view to run in full as written
-        log.warning(
-            "%s: the parts of its query cannot serve this tick, so it runs in full as written: "
-            "%s: %s",
-            desc.target,
-            type(exc).__name__,
-            exc,
-        )
-        return None
 
 
 def _bound_query(
