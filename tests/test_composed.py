@@ -50,6 +50,18 @@ COMPOSED = {
         " (SELECT b.k, COUNT(b.name) AS names FROM {ns}.b b JOIN {ns}.a a2 ON a2.k = b.k"
         "  GROUP BY b.k) y ON x.k = y.k",
     ),
+    # No CTE: the query's own groups are the part, ranked over by the rest.
+    "window_over_groups": (
+        1,
+        "SELECT k, SUM(v) AS t, COUNT(*) AS n,"
+        " RANK() OVER (ORDER BY SUM(v) DESC NULLS LAST) AS r FROM {ns}.a GROUP BY k",
+    ),
+    # A grouping key not an output, HAVING over a hidden aggregate, over a join.
+    "groups_key_hidden": (
+        1,
+        "SELECT b.name, SUM(a.v) AS t FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"
+        " GROUP BY a.k, b.name HAVING COUNT(*) > 1",
+    ),
     # The same derived table read twice is one part.
     "derived_table_read_twice": (
         1,
@@ -206,3 +218,33 @@ def test_the_parts_are_maintained_with_their_view(
     assert _tick(spark, config, f"{ns}.view", sql, 4_000)["strategy"] == "composed"
     got = rows_of(catalog.load_table(f"{ns}.view"))
     assert _normalized(got) == _normalized(inputs.oracle(sql))
+
+
+def test_a_grouped_select_splits_into_its_groups_and_the_rest_over_them() -> None:
+    from sqlglot import parse_one
+
+    from airflow_provider_ct.ivm.plan.aggregate_split import split_groups
+
+    sql = (
+        "SELECT t1.s, SUM(v) + 1 AS t, RANK() OVER (ORDER BY SUM(v)) AS r FROM ns.a AS t1"
+        " GROUP BY k, t1.s HAVING COUNT(*) > 1 ORDER BY t LIMIT 3"
+    )
+    found = split_groups(parse_one(sql, read="spark"))
+    assert found is not None
+    groups, rest = (q.sql(dialect="spark") for q in found)
+    assert groups == (
+        "SELECT k AS __ct_g0, t1.s AS __ct_g1, SUM(v) AS __ct_a0, COUNT(*) AS __ct_a1"
+        " FROM ns.a AS t1 GROUP BY k, t1.s"
+    )
+    assert rest == (
+        "SELECT __ct_g1 AS s, __ct_a0 + 1 AS t, RANK() OVER (ORDER BY __ct_a0) AS r"
+        " FROM __ct_groups WHERE __ct_a1 > 1 ORDER BY t LIMIT 3"
+    )
+    refused = [
+        "SELECT k, SUM(v) AS t FROM ns.a GROUP BY k HAVING t > 1",  # WHERE cannot read t
+        "SELECT k, SUM(v) + 1 FROM ns.a GROUP BY k",  # Spark would name it after its text
+        "SELECT k, SUM(v) AS t FROM ns.a GROUP BY ROLLUP (k)",
+        "SELECT k, v FROM ns.a GROUP BY k",  # v is neither a key nor aggregated
+    ]
+    for sql in refused:
+        assert split_groups(parse_one(sql, read="spark")) is None, sql

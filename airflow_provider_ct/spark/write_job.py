@@ -58,6 +58,7 @@ from airflow_provider_ct.exceptions import (
     CTError,
     IncrementalMismatchError,
     KeyedReadError,
+    ServiceUnavailableError,
 )
 from airflow_provider_ct.ivm.plan.decision import (
     Action,
@@ -134,10 +135,10 @@ def run_write(
     composed = None
     if mode is RefreshMode.AUTO and not plan.incremental:
         composed = composed_tick(spark, config, sql, desc, table, dry_run, run_write)
+    views, query, composed = _bound_query(spark, config, catalog, parsed, desc, tables, composed)
     if composed is not None:
         plan = Plan(FULL, composed.composition.reason, steps=tuple(composed.composition.explain()))
         clock.lap("parts")
-    views, query = _bound_query(spark, config, catalog, parsed, desc, tables, composed)
     if table is None and dry_run:
         return WriteReport(
             WriteStatus.DRY_RUN,
@@ -175,15 +176,28 @@ def _bound_query(
     desc: BatchDescription,
     tables: dict[str, Any] | None,
     composed: ComposedQuery | None,
-) -> tuple[PinnedViews, PinnedQuery]:
-    """The view's query bound to its pins; a composed tick's, the query over its parts."""
+) -> tuple[PinnedViews, PinnedQuery, ComposedQuery | None]:
+    """The view's query bound to its pins; a composed tick's, the query over its parts.
+
+    The query over the parts is analysed here, before anything depends on
+    it: one Spark refuses (it never should: it is the user's query with
+    tables for its subqueries) runs the tick as written, not never.
+    """
     if composed is None:
         views = PinnedViews(spark, config, desc, parsed.inputs)
-        return views, PinnedQuery(spark, parsed.sql, parsed, views, tables, desc.inputs)
+        return views, PinnedQuery(spark, parsed.sql, parsed, views, tables, desc.inputs), None
     top = composed.parsed
     views = PinnedViews(spark, config, replace(desc, inputs=composed.pins), top.inputs)
     top_tables = input_tables(catalog, top.inputs)
-    return views, PinnedQuery(spark, top.sql, top, views, top_tables, composed.pins)
+    query = PinnedQuery(spark, top.sql, top, views, top_tables, composed.pins)
+    try:
+        query.schema  # noqa: B018 - Spark analyses the query over the parts here
+    except ServiceUnavailableError:
+        raise
+    except Exception as exc:  # the query as written still runs
+        log.warning("%s: the query over its parts failed analysis (%s): in full", desc.target, exc)
+        return _bound_query(spark, config, catalog, parsed, desc, tables, None)
+    return views, query, composed
 
 
 def _compute_and_stage(tick: Tick, target: Target, dry_run: bool) -> WriteReport:

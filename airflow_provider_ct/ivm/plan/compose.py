@@ -41,6 +41,7 @@ from sqlglot import exp
 from airflow_provider_ct.core.query import nondeterministic_calls, parse_query
 from airflow_provider_ct.core.tables import part_table_name
 from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.ivm.plan.aggregate_split import GROUPS_ALIAS, split_groups
 from airflow_provider_ct.ivm.plan.planner import Plan, plan_query
 from airflow_provider_ct.ivm.plan.select_shape import is_count_star
 
@@ -94,7 +95,7 @@ def compose(sql: str, target: str, catalog_name: str) -> Composition | str:
         if calls:
             raise _NotSplit(f"the query calls nondeterministic functions {calls}")
         splitter = _Splitter(target, catalog_name)
-        top = splitter.split(tree.copy())
+        top = splitter.grouped(splitter.split(tree.copy()), "the query")
         if not splitter.parts:
             raise _NotSplit("no CTE or derived table to keep apart")
         parts = tuple(splitter.parts.values())
@@ -148,11 +149,39 @@ class _Splitter:
         tree.set("with", None)
         return _renamed(tree, names)
 
-    def _part(self, body: Any, label: str) -> str:
-        """The table of the part ``body`` (split itself first), added once."""
+    def grouped(self, select: Any, label: str) -> Any:
+        """``select`` over a part of its own groups (:mod:`.aggregate_split`), when it reads an
+        input, has no strategy as a whole, and can be split; else ``select`` itself."""
+        if not isinstance(select, exp.Select) or not self._reads_inputs(select):
+            return select
+        sql = select.sql(dialect="spark")
+        if plan_query(parse_query(sql, catalog_name=self.catalog_name)).incremental:
+            return select
+        split = split_groups(select)
+        if split is None:
+            return select
+        groups, rest = split
+        table = self._part(groups, f"the groups of {label}", own_groups=True)
+        placeholder = next(t for t in rest.find_all(exp.Table) if t.name == GROUPS_ALIAS)
+        placeholder.replace(_table_node(table, GROUPS_ALIAS))
+        return rest
+
+    def _reads_inputs(self, tree: Any) -> bool:
+        return any(
+            t.args.get("db") and not _is_part(f"{t.db}.{t.name}".lower(), self.target)
+            for t in tree.find_all(exp.Table)
+        )
+
+    def _part(self, body: Any, label: str, *, own_groups: bool = False) -> str:
+        """The table of the part ``body`` (split itself first), added once.
+
+        :param own_groups: ``body`` is a query's groups, split off already.
+        """
         if body.find(exp.Lateral):
             raise _NotSplit(f"{label} holds a LATERAL view")
         body = self.split(body)
+        if not own_groups:
+            body = self.grouped(body, label)
         _check_names(body, label)
         sql = body.sql(dialect="spark")
         digest = hashlib.sha256(sql.encode()).hexdigest()[:12]
