@@ -15,6 +15,7 @@ from airflow_provider_ct.core.policies import parse_policies
 from airflow_provider_ct.core.query import normalize_table_name, parse_query
 from airflow_provider_ct.factory_settings import SparkSettings, WaitSettings
 from airflow_provider_ct.hooks.iceberg import IcebergCatalogHook
+from airflow_provider_ct.ivm.plan.compose import COMPOSED, compose
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.planner import InputColumns, choose_plan
 from airflow_provider_ct.operators._common import catalog_name_of, is_templated_sql
@@ -40,6 +41,10 @@ def explain_view(
 ) -> list[str]:
     """How a view of ``sql`` refreshes, as ``EXPLAIN`` would say: the strategy, why, the steps.
 
+    A query no strategy maintains whole is said as its parts
+    (:mod:`~airflow_provider_ct.ivm.plan.compose`): each with its own
+    strategy, and the query over them in full; or why it does not split.
+
     The same shape decision :func:`materialized_view` checks at DAG-parse
     time and the write job starts from (a tick may still go full for its
     history or sizes, see docs/views.md). A query a view cannot be raises
@@ -50,7 +55,14 @@ def explain_view(
         columns are placed as the ticks will place them.
     """
     parsed = parse_query(sql, target=target, catalog_name=catalog_name)
-    return choose_plan(parsed, RefreshMode.parse(refresh), columns).explain()
+    mode = RefreshMode.parse(refresh)
+    plan = choose_plan(parsed, mode, columns)
+    if plan.incremental or mode is not RefreshMode.AUTO:
+        return plan.explain()
+    composition = compose(sql, target, catalog_name)
+    if isinstance(composition, str):
+        return [*plan.explain(), composition]
+    return [f"strategy: {COMPOSED}", f"why: {plan.reason}", *composition.explain()]
 
 
 def materialized_view(

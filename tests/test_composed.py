@@ -248,3 +248,16 @@ def test_a_grouped_select_splits_into_its_groups_and_the_rest_over_them() -> Non
     ]
     for sql in refused:
         assert split_groups(parse_one(sql, read="spark")) is None, sql
+
+
+def test_explain_says_the_parts_and_their_strategies() -> None:
+    from airflow_provider_ct.views import explain_view
+
+    sql = COMPOSED["ctes_ranked"][1].format(ns="ns")
+    lines = explain_view(sql, target="ns.v")
+    assert lines[0] == "strategy: composed", lines
+    assert any(line.strip().startswith("sa -> ns.v__ct_part_") for line in lines), lines
+    assert lines[-1] == "the query over the parts, recomputed in full over them"
+    alone = explain_view("SELECT k, RANK() OVER (ORDER BY v) AS r FROM ns.a", target="ns.v")
+    assert alone[0] == "strategy: full" and "no CTE or derived table" in alone[-1], alone
+    assert explain_view(sql, target="ns.v", refresh="full")[0] == "strategy: full"

@@ -62,8 +62,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The strategy a composed tick reports (and records as ``ct.refresh``).
-COMPOSED = "composed"
 #: A part's table follows its SQL's columns: a new SQL is a new table (its name
 #: is the SQL's digest), so only an input's evolution changes a part's schema.
 PART_SETTINGS = TargetSettings(on_schema_change="recreate")

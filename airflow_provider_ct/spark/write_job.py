@@ -60,6 +60,7 @@ from airflow_provider_ct.exceptions import (
     KeyedReadError,
     ServiceUnavailableError,
 )
+from airflow_provider_ct.ivm.plan.compose import COMPOSED
 from airflow_provider_ct.ivm.plan.decision import (
     Action,
     Discovery,
@@ -74,7 +75,7 @@ from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.planner import FULL, Plan, choose_plan
 from airflow_provider_ct.ivm.plan.refresh import full_diff_on_driver
 from airflow_provider_ct.ivm.plan.sizes import keyed_read_history, read_check, size_rules
-from airflow_provider_ct.spark.composed import COMPOSED, ComposedQuery, composed_tick
+from airflow_provider_ct.spark.composed import ComposedQuery, composed_tick
 from airflow_provider_ct.spark.correction import correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction

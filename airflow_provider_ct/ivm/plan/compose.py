@@ -45,6 +45,9 @@ from airflow_provider_ct.ivm.plan.aggregate_split import GROUPS_ALIAS, split_gro
 from airflow_provider_ct.ivm.plan.planner import Plan, plan_query
 from airflow_provider_ct.ivm.plan.select_shape import is_count_star
 
+#: The strategy a composed tick reports (and records as ``ct.refresh``).
+COMPOSED = "composed"
+
 
 class _NotSplit(Exception):
     """Why a query is not taken apart (the message is the reason)."""
