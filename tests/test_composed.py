@@ -62,6 +62,25 @@ COMPOSED = {
         "SELECT b.name, SUM(a.v) AS t FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"
         " GROUP BY a.k, b.name HAVING COUNT(*) > 1",
     ),
+    # A CTE that is a UNION ALL of two groupings: each branch a part, the CTE one too.
+    "cte_union_of_groups": (
+        3,
+        "WITH t AS (SELECT k, SUM(v) AS x FROM {ns}.a GROUP BY k"
+        " UNION ALL SELECT k, COUNT(name) FROM {ns}.b GROUP BY k)"
+        " SELECT k, SUM(x) AS total, RANK() OVER (ORDER BY SUM(x) DESC NULLS LAST) AS r"
+        " FROM t GROUP BY k",
+    ),
+    # INTERSECT of two filtered reads: the branches are parts, the set operation over them.
+    "intersect_branches": (
+        2,
+        "SELECT k, s FROM {ns}.a WHERE v > 2 INTERSECT SELECT k, name FROM {ns}.b",
+    ),
+    # A part that selects * from one table.
+    "star_part": (
+        1,
+        "WITH f AS (SELECT * FROM {ns}.a WHERE v > 1) SELECT s, COUNT(*) AS n,"
+        " DENSE_RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM f GROUP BY s",
+    ),
     # The same derived table read twice is one part.
     "derived_table_read_twice": (
         1,
@@ -156,7 +175,9 @@ def test_a_part_edited_by_hand_is_corrected_not_trusted(
 
 def test_the_split_keeps_parts_with_named_columns_and_says_why_not() -> None:
     why = {
-        "SELECT k, r FROM (SELECT *, RANK() OVER (ORDER BY v) AS r FROM ns.a) t": "selects *",
+        "SELECT r FROM (SELECT a.*, b.*, 1 AS r FROM ns.a a JOIN ns.b b ON a.k = b.k) t": (
+            "selects * beside a join"
+        ),
         "SELECT x FROM (SELECT k + 1, SUM(v) AS x FROM ns.a GROUP BY k + 1) t": "without a name",
         "SELECT t.k FROM (SELECT a.k, b.k FROM ns.a a JOIN ns.b b ON a.v = b.k) t": "two outputs",
         "SELECT k, RANK() OVER (ORDER BY v) AS r FROM ns.a": "no CTE or derived table",

@@ -98,7 +98,7 @@ def compose(sql: str, target: str, catalog_name: str) -> Composition | str:
         if calls:
             raise _NotSplit(f"the query calls nondeterministic functions {calls}")
         splitter = _Splitter(target, catalog_name)
-        top = splitter.grouped(splitter.split(tree.copy()), "the query")
+        top = splitter.reshaped(splitter.split(tree.copy()), "the query")
         if not splitter.parts:
             raise _NotSplit("no CTE or derived table to keep apart")
         parts = tuple(splitter.parts.values())
@@ -152,22 +152,52 @@ class _Splitter:
         tree.set("with", None)
         return _renamed(tree, names)
 
-    def grouped(self, select: Any, label: str) -> Any:
-        """``select`` over a part of its own groups (:mod:`.aggregate_split`), when it reads an
-        input, has no strategy as a whole, and can be split; else ``select`` itself."""
-        if not isinstance(select, exp.Select) or not self._reads_inputs(select):
-            return select
-        sql = select.sql(dialect="spark")
+    def reshaped(self, tree: Any, label: str) -> Any:
+        """``tree`` over parts of its own when it reads an input and no strategy maintains it
+        whole: a set operation over its branches, a grouped select over its groups
+        (:mod:`.aggregate_split`); else ``tree`` itself."""
+        if not self._reads_inputs(tree):
+            return tree
+        sql = tree.sql(dialect="spark")
         if plan_query(parse_query(sql, catalog_name=self.catalog_name)).incremental:
-            return select
-        split = split_groups(select)
+            return tree
+        if isinstance(tree, exp.SetOperation):
+            return self._branches(tree, label)
+        if not isinstance(tree, exp.Select):
+            return tree
+        split = split_groups(tree)
         if split is None:
-            return select
+            return tree
         groups, rest = split
         table = self._part(groups, f"the groups of {label}", own_groups=True)
         placeholder = next(t for t in rest.find_all(exp.Table) if t.name == GROUPS_ALIAS)
         placeholder.replace(_table_node(table, GROUPS_ALIAS))
         return rest
+
+    def _branches(self, tree: Any, label: str) -> Any:
+        """The set operation with each branch a part: ``SELECT * FROM <part>`` in its place.
+
+        A branch after the first takes the first one's column names (a set
+        operation's columns are the first branch's, matched by position).
+        """
+        leaves = _leaves(tree)
+        names = [item.alias_or_name for item in leaves[0].expressions]
+        for number, leaf in enumerate(leaves, start=1):
+            if len(leaf.expressions) != len(names) or any(
+                isinstance(i, exp.Star) or i.find(exp.Star) for i in leaf.expressions
+            ):
+                raise _NotSplit(f"branch {number} of {label} selects * or another width")
+            body = leaf.copy()
+            body.set(
+                "expressions",
+                [
+                    exp.alias_(i.unalias().copy(), n)
+                    for i, n in zip(body.expressions, names, strict=True)
+                ],
+            )
+            table = self._part(body, f"branch {number} of {label}")
+            leaf.replace(exp.select("*").from_(_table_node(table, None)))
+        return tree
 
     def _reads_inputs(self, tree: Any) -> bool:
         return any(
@@ -184,7 +214,7 @@ class _Splitter:
             raise _NotSplit(f"{label} holds a LATERAL view")
         body = self.split(body)
         if not own_groups:
-            body = self.grouped(body, label)
+            body = self.reshaped(body, label)
         _check_names(body, label)
         sql = body.sql(dialect="spark")
         digest = hashlib.sha256(sql.encode()).hexdigest()[:12]
@@ -211,12 +241,29 @@ def _derived_table(sub: Any) -> bool:
     return True
 
 
+def _leaves(tree: Any) -> list[Any]:
+    """The selects a set operation combines, in order (nested set operations flattened)."""
+    if isinstance(tree, exp.SetOperation):
+        return [*_leaves(tree.left), *_leaves(tree.right)]
+    if isinstance(tree, exp.Select):
+        return [tree]
+    raise _NotSplit("a set operation's branch in parentheses is not taken apart")
+
+
 def _check_names(body: Any, label: str) -> None:
-    """Refuse a part whose columns a table could not hold under the names the query uses."""
+    """Refuse a part whose columns a table could not hold under the names the query uses.
+
+    ``*`` is kept where it reads one source (a table's columns have
+    distinct names); beside a join it could name two columns alike.
+    """
+    first = _leaves(body)[0] if isinstance(body, exp.SetOperation) else body
+    single = isinstance(first, exp.Select) and not first.args.get("joins")
     seen: set[str] = set()
-    for item in body.selects:
+    for item in first.expressions:
         if isinstance(item, exp.Star) or (item.find(exp.Star) and not is_count_star(item)):
-            raise _NotSplit(f"{label} selects *")
+            if single:
+                continue
+            raise _NotSplit(f"{label} selects * beside a join")
         if not isinstance(item, exp.Alias | exp.Column):
             raise _NotSplit(f"{label} has an output without a name ({item.sql(dialect='spark')})")
         name = item.alias_or_name.lower()
