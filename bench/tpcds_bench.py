@@ -160,6 +160,7 @@ class Bench:
 
     def tick(self, view: TpcdsView, tick_time: int, busy: bool) -> None:
         out = self.outcomes[view.number]
+        started = time.monotonic()
         try:
             report = self.inputs.tick(self.spark, view, tick_time, CONN, self.refresh)
         except Exception as exc:
@@ -169,6 +170,7 @@ class Bench:
                 _first_line(exc),
             )
             return
+        out.seconds.append(round(time.monotonic() - started, 3))
         out.strategies.append(str(report.extra.get("strategy", "-")))
         out.reasons.append(str(report.reason))
         out.busy.append(busy)

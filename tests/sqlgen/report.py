@@ -45,6 +45,8 @@ class Outcome:
     #: Per tick: whether any input the view reads changed (a busy tick).
     busy: list[bool] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)
+    #: Per tick: the seconds the tick took (mint, write, append), as the harness timed it.
+    seconds: list[float] = field(default_factory=list)
     error: str = ""
     failed_tick: int | None = None
 
