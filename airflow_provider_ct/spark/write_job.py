@@ -133,22 +133,16 @@ def run_write(
 
     failpoint("write.input-scan")  # the inputs opened, none of their data read yet
     clock = PhaseClock()
-    composed = None
-    if mode is RefreshMode.AUTO and not plan.incremental:
-        composed = composed_tick(spark, config, sql, desc, table, dry_run, run_write)
+    composing = mode is RefreshMode.AUTO and not plan.incremental
+    composed = (
+        composed_tick(spark, config, sql, desc, table, dry_run, run_write) if composing else None
+    )
     views, query, composed = _bound_query(spark, config, catalog, parsed, desc, tables, composed)
     if composed is not None:
         plan = Plan(FULL, composed.composition.reason, steps=tuple(composed.composition.explain()))
         clock.lap("parts")
     if table is None and dry_run:
-        return WriteReport(
-            WriteStatus.DRY_RUN,
-            desc.id,
-            desc.target,
-            rows_to_insert=query.frame.count(),
-            reason="target does not exist yet",
-            extra={"strategy": FULL, "plan": plan.explain()},
-        )
+        return _dry_run_before_creation(desc, query, plan)
     prepared = prepare_target(
         spark, config, catalog, desc, table, query, target or TargetSettings(), dry_run=dry_run
     )
@@ -167,6 +161,18 @@ def run_write(
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
         tick.scratch.remove()
+
+
+def _dry_run_before_creation(desc: BatchDescription, query: PinnedQuery, plan: Plan) -> WriteReport:
+    """A dry run's report for a target not created yet: the rows a first tick would insert."""
+    return WriteReport(
+        WriteStatus.DRY_RUN,
+        desc.id,
+        desc.target,
+        rows_to_insert=query.frame.count(),
+        reason="target does not exist yet",
+        extra={"strategy": FULL, "plan": plan.explain()},
+    )
 
 
 def _bound_query(

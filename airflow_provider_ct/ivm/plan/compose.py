@@ -259,6 +259,8 @@ def _check_names(body: Any, label: str) -> None:
     first = _leaves(body)[0] if isinstance(body, exp.SetOperation) else body
     single = isinstance(first, exp.Select) and not first.args.get("joins")
     seen: set[str] = set()
+    if not isinstance(first, exp.Select):
+        raise _NotSplit(f"{label} is not a select")
     for item in first.expressions:
         if isinstance(item, exp.Star) or (item.find(exp.Star) and not is_count_star(item)):
             if single:
@@ -266,6 +268,8 @@ def _check_names(body: Any, label: str) -> None:
             raise _NotSplit(f"{label} selects * beside a join")
         if not isinstance(item, exp.Alias | exp.Column):
             raise _NotSplit(f"{label} has an output without a name ({item.sql(dialect='spark')})")
+        if isinstance(item.unalias(), exp.Null):
+            raise _NotSplit(f"{label} outputs an untyped NULL ({item.alias_or_name}), no table's")
         name = item.alias_or_name.lower()
         if not name or name in seen:
             raise _NotSplit(f"{label} has two outputs named {name!r}")
