@@ -92,6 +92,19 @@ COMPOSED = {
 }
 
 
+def _ticked(
+    spark: Any, config: CatalogConfig, name: str, query: str, ticks: int
+) -> tuple[str, Any, Any, str]:
+    """``COMPOSED[query]`` as ``<ns>.view`` after ``ticks`` ticks over changed inputs."""
+    ns, catalog, inputs = _inputs_of(config, name)
+    sql = COMPOSED[query][1].format(ns=ns)
+    for n in range(1, ticks + 1):
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        _tick(spark, config, f"{ns}.view", sql, 1_000 * n)
+    return ns, catalog, inputs, sql
+
+
 def _part_tables(catalog: Any, ns: str) -> list[str]:
     """The parts' tables (a part keeping aggregates in place has its own state table too)."""
     names = [n for _, n in catalog.list_tables(ns)]
@@ -127,11 +140,7 @@ def test_a_retried_tick_reads_the_parts_its_first_attempt_landed(
     spark: Any, spark_catalog_config: CatalogConfig
 ) -> None:
     config = spark_catalog_config
-    ns, catalog, inputs = _inputs_of(config, "composed_retry")
-    sql = COMPOSED["ctes_ranked"][1].format(ns=ns)
-    inputs.mutate(500)
-    inputs.seal(1_000)
-    _tick(spark, config, f"{ns}.view", sql, 1_000)
+    ns, catalog, inputs, sql = _ticked(spark, config, "composed_retry", "ctes_ranked", 1)
     inputs.mutate(1_500)
     inputs.seal(2_000)
     decision = mint_view_tick(config.load(), f"{ns}.view", sql, 2_000)
@@ -153,12 +162,7 @@ def test_a_part_edited_by_hand_is_corrected_not_trusted(
     import pyarrow as pa
 
     config = spark_catalog_config
-    ns, catalog, inputs = _inputs_of(config, "composed_edit")
-    sql = COMPOSED["derived_tables_joined"][1].format(ns=ns)
-    for n in (1, 2):
-        inputs.mutate(1_000 * n - 500)
-        inputs.seal(1_000 * n)
-        _tick(spark, config, f"{ns}.view", sql, 1_000 * n)
+    ns, catalog, inputs, sql = _ticked(spark, config, "composed_edit", "derived_tables_joined", 2)
     for part in _part_tables(catalog, ns):  # a row no input holds, in every part
         table = catalog.load_table(f"{ns}.{part}")
         bogus = {f.name: None for f in table.schema().fields} | {"k": 99}
@@ -218,12 +222,9 @@ def test_the_parts_are_maintained_with_their_view(
 ) -> None:
     """Compaction, expiry and the sweep of a view reach its parts; the view ticks on exact."""
     config = spark_catalog_config
-    ns, catalog, inputs = _inputs_of(config, "composed_maintained")
-    sql = COMPOSED["cte_of_cte_windowed"][1].format(ns=ns)
-    for n in (1, 2, 3):
-        inputs.mutate(1_000 * n - 500)
-        inputs.seal(1_000 * n)
-        _tick(spark, config, f"{ns}.view", sql, 1_000 * n)
+    ns, catalog, inputs, sql = _ticked(
+        spark, config, "composed_maintained", "cte_of_cte_windowed", 3
+    )
     parts = [f"{ns}.{p}" for p in _part_tables(catalog, ns)]
     report = maintain(
         catalog, [f"{ns}.view"], MaintenanceSettings(retention_ms=0, sweep_grace_ms=0)
