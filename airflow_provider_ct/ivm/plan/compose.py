@@ -85,7 +85,7 @@ class Composition:
     def reason(self) -> str:
         kept = ", ".join(f"{p.label} ({p.plan.strategy})" for p in self.parts)
         return (
-            f"composed: {len(self.parts)} part(s) maintained in tables of the view ({kept}); "
+            f"{len(self.parts)} part(s) maintained in tables of the view ({kept}); "
             "the query over them recomputed in full"
         )
 
