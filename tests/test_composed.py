@@ -283,3 +283,28 @@ def test_explain_says_the_parts_and_their_strategies() -> None:
     alone = explain_view("SELECT k, RANK() OVER (ORDER BY v) AS r FROM ns.a", target="ns.v")
     assert alone[0] == "strategy: full" and "no CTE or derived table" in alone[-1], alone
     assert explain_view(sql, target="ns.v", refresh="full")[0] == "strategy: full"
+
+
+@pytest.mark.spark
+def test_a_part_a_later_tick_moved_on_is_not_read_for_an_earlier_time(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    """Two ticks race: the later one lands its parts first; the earlier runs as written."""
+    config = spark_catalog_config
+    ns, catalog, inputs, sql = _ticked(spark, config, "composed_race", "ctes_ranked", 2)
+    inputs.mutate(2_500)
+    inputs.seal(3_000)
+    early = mint_view_tick(config.load(), f"{ns}.view", sql, 3_000).description
+    at_three = (inputs.a[:], inputs.b[:])
+    inputs.mutate(3_500)
+    inputs.seal(4_000)
+    late = mint_view_tick(config.load(), f"{ns}.view", sql, 4_000).description
+    assert early is not None and late is not None
+    # The tick for 4_000 stages first: its parts are at 4_000 now (its append comes later).
+    assert run_write(spark, config, sql, late).extra["strategy"] == "composed"
+    report = run_write(spark, config, sql, early).to_json()
+    assert report["strategy"] == "full", report  # its parts reflect 4_000's inputs, not 3_000's
+    AppendOperator(task_id="append", report=report, iceberg_conn_id=CONN).execute({})
+    inputs.a, inputs.b = at_three
+    got = rows_of(catalog.load_table(f"{ns}.view"))
+    assert _normalized(got) == _normalized(inputs.oracle(sql))

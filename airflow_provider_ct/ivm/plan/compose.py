@@ -11,17 +11,21 @@ such a query is taken apart, as a person would write it as a pipeline:
   **part**: a query of its own, kept in a table of the view
   (``<target>__ct_part_<digest>``) and maintained by the same planner and
   write job as any view, pinned to the same input snapshots as the tick;
+* a query or part that reads inputs and that no strategy maintains whole
+  is reshaped the same way: a set operation into its branches (each a
+  part, then the operation over them), a grouped select into its groups
+  (a part, :mod:`.aggregate_split`) and the rest of it over them;
 * the query that is left reads the parts as tables, and is recomputed in
   full over them each tick.
 
 A part is kept only when its columns are named (every select item an alias
-or a column, no ``*``, no two alike): its table needs column names, and
-the query over it must find the names it used. The split is worth it only
-when every part that reads an input of the view is maintained
-incrementally; otherwise that part would be recomputed in full over the
-inputs, and the split would cost what a full refresh costs, plus the
-parts' writes. Then :func:`compose` says why not, and the view runs in full
-as before.
+or a column, ``*`` only from one source, no two alike, no untyped
+``NULL``): its table needs typed, named columns, and the query over it
+must find the names it used. The split is worth it only when every part
+that reads an input of the view is maintained incrementally; otherwise
+that part would be recomputed in full over the inputs, and the split would
+cost what a full refresh costs, plus the parts' writes. Then
+:func:`compose` says why not, and the view runs in full as before.
 
 Why parts are tables and not the operators' state in memory: a part's
 table is written exactly once per tick by compare-and-append, carries the
