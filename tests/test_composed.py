@@ -35,9 +35,10 @@ COMPOSED = {
         " SELECT sa.k, sa.t, sa.n, sb.m, RANK() OVER (ORDER BY sa.t DESC NULLS LAST) AS r"
         " FROM sa LEFT JOIN sb ON sa.k = sb.k",
     ),
-    # A CTE reading a CTE, the top a window without PARTITION BY.
+    # A CTE reading a CTE, the top a window without PARTITION BY (the second CTE reads
+    # only the first's part: written back into the query over the parts, not kept).
     "cte_of_cte_windowed": (
-        2,
+        1,
         "WITH per AS (SELECT k, s, SUM(v) AS t FROM {ns}.a GROUP BY k, s),"
         " best AS (SELECT s, MAX(t) AS mt, COUNT(*) AS groups FROM per GROUP BY s)"
         " SELECT s, mt, groups, DENSE_RANK() OVER (ORDER BY mt DESC NULLS LAST) AS r FROM best",
@@ -62,9 +63,10 @@ COMPOSED = {
         "SELECT b.name, SUM(a.v) AS t FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"
         " GROUP BY a.k, b.name HAVING COUNT(*) > 1",
     ),
-    # A CTE that is a UNION ALL of two groupings: each branch a part, the CTE one too.
+    # A CTE that is a UNION ALL of two groupings: each branch a part (the union of the
+    # two parts is written back into the query over them).
     "cte_union_of_groups": (
-        3,
+        2,
         "WITH t AS (SELECT k, SUM(v) AS x FROM {ns}.a GROUP BY k"
         " UNION ALL SELECT k, COUNT(name) FROM {ns}.b GROUP BY k)"
         " SELECT k, SUM(x) AS total, RANK() OVER (ORDER BY SUM(x) DESC NULLS LAST) AS r"
@@ -204,10 +206,10 @@ def test_the_split_reads_ctes_of_ctes_and_leaves_predicate_subqueries_alone() ->
     )
     found = compose(sql, "ns.v", "ct")
     assert isinstance(found, Composition), found
-    per, top = found.parts
-    assert (per.label, top.label) == ("per", "top")
-    assert per.table in top.sql and "ns.a" not in top.sql  # the CTE of a CTE reads its part
+    (per,) = found.parts  # ``top`` reads only per's part: back in the query as a derived table
+    assert per.label == "per"
     assert "WITH" not in found.sql and "inner_b" in found.sql  # IN's derived table stays
+    assert f"(SELECT MAX(t) AS mt FROM {per.table} AS per) AS top" in found.sql, found.sql
     assert all(p.table.startswith(f"ns.v{PART_TABLE_INFIX}") for p in found.parts)
 
 

@@ -105,6 +105,7 @@ def compose(sql: str, target: str, catalog_name: str) -> Composition | str:
         top = splitter.reshaped(splitter.split(tree.copy()), "the query")
         if not splitter.parts:
             raise _NotSplit("no CTE or derived table to keep apart")
+        top = splitter.inline_unneeded(top)
         parts = tuple(splitter.parts.values())
         full = [p for p in parts if p.reads_inputs and not p.plan.incremental]
         if full:
@@ -203,6 +204,35 @@ class _Splitter:
             leaf.replace(exp.select("*").from_(_table_node(table, None)))
         return tree
 
+    def inline_unneeded(self, top: Any) -> Any:
+        """``top`` with the parts only it reads that read no input written back in as derived
+        tables, and those parts dropped.
+
+        The query over the parts is recomputed in full over them, so a part
+        that only projects, filters, joins or groups other parts saves it
+        nothing by being kept: it would cost a write job each tick. A part
+        another part reads stays (that part's plan reads its changes).
+        """
+        while True:
+            needed = {t for p in self.parts.values() for t in _part_reads(p.sql, self.target)}
+            spare = [p for p in self.parts.values() if not p.reads_inputs and p.table not in needed]
+            spare = [
+                p for p in spare if p.table in _part_reads(top.sql(dialect="spark"), self.target)
+            ]
+            if not spare:
+                return top
+            for part in spare:
+                del self.parts[part.table]
+                body = parse_query(part.sql, catalog_name=self.catalog_name).expression
+                for node in list(top.find_all(exp.Table)):
+                    if f"{node.db}.{node.name}".lower() == part.table:
+                        node.replace(
+                            exp.Subquery(
+                                this=body.copy(),
+                                alias=exp.TableAlias(this=exp.to_identifier(node.alias_or_name)),
+                            )
+                        )
+
     def _reads_inputs(self, tree: Any) -> bool:
         return any(
             t.args.get("db") and not _is_part(f"{t.db}.{t.name}".lower(), self.target)
@@ -294,6 +324,13 @@ def _renamed(tree: Any, names: dict[str, str]) -> Any:
 def _table_node(table: str, alias: str | None) -> Any:
     node = exp.to_table(table)
     return exp.alias_(node, alias, table=True) if alias else node
+
+
+def _part_reads(sql: str, target: str) -> set[str]:
+    """The parts of ``target`` that ``sql`` reads."""
+    tree = parse_query(sql).expression if sql else None
+    names = (f"{t.db}.{t.name}".lower() for t in tree.find_all(exp.Table)) if tree else ()
+    return {n for n in names if _is_part(n, target)}
 
 
 def _is_part(name: str, target: str) -> bool:
