@@ -269,6 +269,8 @@ def test_a_grouped_select_splits_into_its_groups_and_the_rest_over_them() -> Non
         "SELECT k, SUM(v) + 1 FROM ns.a GROUP BY k",  # Spark would name it after its text
         "SELECT k, SUM(v) AS t FROM ns.a GROUP BY ROLLUP (k)",
         "SELECT k, v FROM ns.a GROUP BY k",  # v is neither a key nor aggregated
+        "SELECT k, SUM(v) AS t, RANK() OVER (ORDER BY SUM(v)) AS r FROM ns.a GROUP BY 1",
+        "SELECT k + 1 AS kk, SUM(v) AS t FROM ns.a GROUP BY kk ORDER BY t",  # an output's alias
     ]
     for sql in refused:
         assert split_groups(parse_one(sql, read="spark")) is None, sql

@@ -68,7 +68,26 @@ def _splittable(select: Any) -> bool:
         return False
     if select.args.get("distinct") or select.find(exp.Lateral):
         return False
+    if group is not None and not _keys_stand_alone(select, list(group.expressions)):
+        return False
     return not any(i.find(exp.Subquery, exp.Exists) for i in select.expressions)
+
+
+def _keys_stand_alone(select: Any, keys: list[Any]) -> bool:
+    """Whether each key means the same in the groups' query, which has other outputs:
+    not an ordinal (``GROUP BY 1``) nor an output's alias (``GROUP BY kk``)."""
+    aliases = {
+        i.alias.lower()
+        for i in select.expressions
+        if isinstance(i, exp.Alias)
+        and not (isinstance(i.this, exp.Column) and i.this.name == i.alias)
+    }
+    for key in keys:
+        if isinstance(key, exp.Literal):
+            return False
+        if isinstance(key, exp.Column) and not key.table and key.name.lower() in aliases:
+            return False
+    return True
 
 
 def _aggregates(select: Any) -> list[Any]:
