@@ -107,6 +107,15 @@ def _ticked(
     return ns, catalog, inputs, sql
 
 
+def _minted(config: CatalogConfig, inputs: Any, target: str, sql: str, time: int) -> Any:
+    """The description of tick ``time`` of ``target``, its inputs changed and sealed first."""
+    inputs.mutate(time - 500)
+    inputs.seal(time)
+    description = mint_view_tick(config.load(), target, sql, time).description
+    assert description is not None
+    return description
+
+
 def _part_tables(catalog: Any, ns: str) -> list[str]:
     """The parts' tables (a part keeping aggregates in place has its own state table too)."""
     names = [n for _, n in catalog.list_tables(ns)]
@@ -143,14 +152,11 @@ def test_a_retried_tick_reads_the_parts_its_first_attempt_landed(
 ) -> None:
     config = spark_catalog_config
     ns, catalog, inputs, sql = _ticked(spark, config, "composed_retry", "ctes_ranked", 1)
-    inputs.mutate(1_500)
-    inputs.seal(2_000)
-    decision = mint_view_tick(config.load(), f"{ns}.view", sql, 2_000)
-    assert decision.description is not None
+    description = _minted(config, inputs, f"{ns}.view", sql, 2_000)
     # The first attempt stages and dies before its append: its parts are at 2_000.
-    first = run_write(spark, config, sql, decision.description)
+    first = run_write(spark, config, sql, description)
     assert first.extra["strategy"] == "composed" and len(first.extra["parts"]) == 2
-    second = run_write(spark, config, sql, decision.description).to_json()
+    second = run_write(spark, config, sql, description).to_json()
     assert set(second["parts"].values()) == {"landed before"}, second["parts"]
     AppendOperator(task_id="append", report=second, iceberg_conn_id=CONN).execute({})
     got = rows_of(catalog.load_table(f"{ns}.view"))
@@ -296,14 +302,9 @@ def test_a_part_a_later_tick_moved_on_is_not_read_for_an_earlier_time(
     """Two ticks race: the later one lands its parts first; the earlier runs as written."""
     config = spark_catalog_config
     ns, catalog, inputs, sql = _ticked(spark, config, "composed_race", "ctes_ranked", 2)
-    inputs.mutate(2_500)
-    inputs.seal(3_000)
-    early = mint_view_tick(config.load(), f"{ns}.view", sql, 3_000).description
+    early = _minted(config, inputs, f"{ns}.view", sql, 3_000)
     at_three = (inputs.a[:], inputs.b[:])
-    inputs.mutate(3_500)
-    inputs.seal(4_000)
-    late = mint_view_tick(config.load(), f"{ns}.view", sql, 4_000).description
-    assert early is not None and late is not None
+    late = _minted(config, inputs, f"{ns}.view", sql, 4_000)
     # The tick for 4_000 stages first: its parts are at 4_000 now (its append comes later).
     assert run_write(spark, config, sql, late).extra["strategy"] == "composed"
     report = run_write(spark, config, sql, early).to_json()
