@@ -313,3 +313,47 @@ def test_a_part_a_later_tick_moved_on_is_not_read_for_an_earlier_time(
     inputs.a, inputs.b = at_three
     got = rows_of(catalog.load_table(f"{ns}.view"))
     assert _normalized(got) == _normalized(inputs.oracle(sql))
+
+
+@pytest.mark.parametrize(("composed_ms", "runs_composed"), [(900, False), (50, True)])
+def test_the_view_history_judges_composed_ticks_against_its_full_ones(
+    sqlite_catalog_config: CatalogConfig,
+    monkeypatch: pytest.MonkeyPatch,
+    composed_ms: int,
+    runs_composed: bool,
+) -> None:
+    """A full batch took 100 ms; two composed ones took ``composed_ms`` each, over as many rows."""
+    import pyarrow as pa
+
+    from airflow_provider_ct.core.keys import SummaryKeys
+    from airflow_provider_ct.core.mint import describe
+    from airflow_provider_ct.core.query import query_hash
+    from airflow_provider_ct.core.tables import create_managed_table
+    from airflow_provider_ct.core.timeline import Timeline
+    from airflow_provider_ct.spark.composed import _why_not_now
+    from tests.helpers import append_between
+
+    monkeypatch.setenv("CT_RETRY_INCREMENTAL_AFTER", "8")
+    catalog = sqlite_catalog_config.load()
+    inputs = create_managed_table(catalog, "hist.a", pa.schema([("k", pa.int64())]))
+    inputs.append(pa.table({"k": [1, 2, 3]}))
+    sql = COMPOSED["window_over_groups"][1].format(ns="hist")
+    target = create_managed_table(catalog, "hist.view", pa.schema([("k", pa.int64())]))
+    batches = [("full", 100), ("composed", composed_ms), ("composed", composed_ms)]
+    for n, (refresh, ms) in enumerate(batches):
+        summary = {
+            SummaryKeys.QUERY_HASH: query_hash(sql),
+            SummaryKeys.REFRESH: refresh,
+            SummaryKeys.COMPUTE_MS: str(ms),
+            SummaryKeys.INPUT_ROWS: "3",
+        }
+        append_between(
+            target, n * 1_000, (n + 1) * 1_000, f"b{n}", time=n * 1_000 + 500, extra_summary=summary
+        )
+    target = catalog.load_table("hist.view")
+    pins = {"hist.a": Timeline.of(catalog.load_table("hist.a")).head_snapshot_id}
+    desc = describe("hist.view", Timeline.of(target), 3_500, pins)
+    why = _why_not_now(sqlite_catalog_config, sql, desc, target, dry_run=False)
+    assert (why == "") is runs_composed, why
+    if not runs_composed:
+        assert "median 900 ms" in why, why
