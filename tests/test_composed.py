@@ -16,7 +16,7 @@ import pytest
 from airflow_provider_ct.collections.maintenance import MaintenanceSettings, maintain
 from airflow_provider_ct.core.catalog import CatalogConfig
 from airflow_provider_ct.core.definition_rules import check_target_name
-from airflow_provider_ct.core.tables import PART_TABLE_INFIX, STATE_TABLE_SUFFIX
+from airflow_provider_ct.core.tables import PART_TABLE_INFIX, part_tables
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.ivm.plan.compose import Composition, compose
 from airflow_provider_ct.operators.append import AppendOperator
@@ -117,9 +117,8 @@ def _minted(config: CatalogConfig, inputs: Any, target: str, sql: str, time: int
 
 
 def _part_tables(catalog: Any, ns: str) -> list[str]:
-    """The parts' tables (a part keeping aggregates in place has its own state table too)."""
-    names = [n for _, n in catalog.list_tables(ns)]
-    return sorted(n for n in names if PART_TABLE_INFIX in n and not n.endswith(STATE_TABLE_SUFFIX))
+    """The parts' tables of ``<ns>.view``, by table name (not their own state tables)."""
+    return [name.split(".")[-1] for name in part_tables(catalog, f"{ns}.view")]
 
 
 @pytest.mark.spark

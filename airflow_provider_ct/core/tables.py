@@ -51,16 +51,20 @@ def part_table_name(target: str, digest: str) -> str:
     return f"{target}{PART_TABLE_INFIX}{digest}"
 
 
+def is_part_of(name: str, target: str) -> bool:
+    """Whether table ``name`` (``namespace.table``) keeps a part of view ``target``'s query
+    (a part's own part included), not a state table."""
+    lowered = name.lower()
+    return lowered.startswith(part_table_name(target, "").lower()) and not lowered.endswith(
+        STATE_TABLE_SUFFIX
+    )
+
+
 def part_tables(catalog: Any, target: str) -> list[str]:
     """The tables of view ``target``'s parts (not their own state tables), by name."""
-    namespace, _, name = target.rpartition(".")
-    prefix = f"{name}{PART_TABLE_INFIX}".lower()
-    found = [t[-1] for t in catalog.list_tables(namespace)]
-    return sorted(
-        f"{namespace}.{t}"
-        for t in found
-        if t.lower().startswith(prefix) and not t.lower().endswith(STATE_TABLE_SUFFIX)
-    )
+    namespace = target.rpartition(".")[0]
+    found = (f"{namespace}.{t[-1]}" for t in catalog.list_tables(namespace))
+    return sorted(n for n in found if is_part_of(n, target))
 
 
 def load_table_or_none(catalog: Any, name: str) -> Any:

@@ -93,6 +93,7 @@ def composed_tick(
     target: Any,
     dry_run: bool,
     write: Write,
+    inputs: Mapping[str, Any] | None = None,
 ) -> ComposedQuery | None:
     """The view's parts at ``desc.time``, when this tick runs composed (module docstring).
 
@@ -101,12 +102,13 @@ def composed_tick(
     tick, as anywhere else.
 
     :param target: the view's table as the job loaded it (``None``: not created yet).
+    :param inputs: the inputs' tables as the job loaded them (``None``: loaded here).
     """
     composition = compose(sql, desc.target, config.name)
     if isinstance(composition, str):
         log.info("%s: %s", desc.target, composition)
         return None
-    why_not = _why_not_now(config, sql, desc, target, dry_run)
+    why_not = _why_not_now(config, sql, desc, target, dry_run, inputs)
     if why_not:
         log.info("%s: not composed this tick (%s): %s", desc.target, why_not, composition.reason)
         return None
@@ -126,15 +128,22 @@ def composed_tick(
 
 
 def _why_not_now(
-    config: CatalogConfig, sql: str, desc: BatchDescription, target: Any, dry_run: bool
+    config: CatalogConfig,
+    sql: str,
+    desc: BatchDescription,
+    target: Any,
+    dry_run: bool,
+    inputs: Mapping[str, Any] | None = None,
 ) -> str:
     """Why this tick runs in full although the query splits ("" when it runs composed)."""
     if dry_run:
         return "a dry run writes no part"
     if target is None or target.current_snapshot() is None:
         return "the view's first batch runs in full, to measure what a full correction costs"
-    catalog = config.load()
-    rows = sum(live_rows(catalog.load_table(n), s) for n, s in desc.inputs.items())
+    if inputs is None:
+        catalog = config.load()
+        inputs = {name: catalog.load_table(name) for name in desc.inputs}
+    rows = sum(live_rows(inputs[n], s) for n, s in desc.inputs.items())
     history = view_history(target, query_hash(sql))
     return history_reason(history, min(rows, UNKNOWN_ROWS), retry_incremental_after()) or ""
 
@@ -149,11 +158,12 @@ def tick_parts(
     """Bring every part to ``desc.time``; the query over them, bound to their snapshots."""
     pins: dict[str, int | None] = dict(desc.inputs)
     ticks: dict[str, str] = {}
+    catalog = config.load()
     for part in composition.parts:
         reads = parse_query(part.sql, target=part.table, catalog_name=config.name).inputs
         part_pins = {name: pins[name] for name in reads}
         pins[part.table], ticks[part.label] = _tick_part(
-            spark, config, part, part_pins, desc.time, write
+            spark, config, catalog, part, part_pins, desc.time, write
         )
     parsed = parse_query(composition.sql, target=desc.target, catalog_name=config.name)
     return ComposedQuery(composition, parsed, {n: pins[n] for n in parsed.inputs}, ticks)
@@ -162,13 +172,13 @@ def tick_parts(
 def _tick_part(
     spark: SparkSession,
     config: CatalogConfig,
+    catalog: Any,
     part: Part,
     pins: Mapping[str, int | None],
     time: int,
     write: Write,
 ) -> tuple[int | None, str]:
     """The part's snapshot at ``time`` (ticking it if needed), and how it got there."""
-    catalog = config.load()
     table = load_table_or_none(catalog, part.table)
     timeline = Timeline.of(table) if table is not None else None
     if timeline is not None and target_upper(timeline).seals(time):

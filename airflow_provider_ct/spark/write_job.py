@@ -135,7 +135,9 @@ def run_write(
     clock = PhaseClock()
     composing = mode is RefreshMode.AUTO and not plan.incremental
     composed = (
-        composed_tick(spark, config, sql, desc, table, dry_run, run_write) if composing else None
+        composed_tick(spark, config, sql, desc, table, dry_run, run_write, tables)
+        if composing
+        else None
     )
     views, query, composed = _bound_query(spark, config, catalog, parsed, desc, tables, composed)
     if composed is not None:

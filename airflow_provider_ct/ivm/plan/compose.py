@@ -43,7 +43,7 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import nondeterministic_calls, parse_query
-from airflow_provider_ct.core.tables import part_table_name
+from airflow_provider_ct.core.tables import is_part_of, part_table_name
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.ivm.plan.aggregate_split import GROUPS_ALIAS, split_groups
 from airflow_provider_ct.ivm.plan.planner import Plan, plan_query
@@ -235,7 +235,7 @@ class _Splitter:
 
     def _reads_inputs(self, tree: Any) -> bool:
         return any(
-            t.args.get("db") and not _is_part(f"{t.db}.{t.name}".lower(), self.target)
+            t.args.get("db") and not is_part_of(f"{t.db}.{t.name}".lower(), self.target)
             for t in tree.find_all(exp.Table)
         )
 
@@ -255,7 +255,7 @@ class _Splitter:
         table = part_table_name(self.target, digest)
         if table not in self.parts:
             parsed = parse_query(sql, target=table, catalog_name=self.catalog_name)
-            reads_inputs = any(not _is_part(name, self.target) for name in parsed.inputs)
+            reads_inputs = any(not is_part_of(name, self.target) for name in parsed.inputs)
             plan = plan_query(parsed)
             self.parts[table] = Part(table, sql, label, plan, reads_inputs)
         return table
@@ -330,8 +330,4 @@ def _part_reads(sql: str, target: str) -> set[str]:
     """The parts of ``target`` that ``sql`` reads."""
     tree = parse_query(sql).expression if sql else None
     names = (f"{t.db}.{t.name}".lower() for t in tree.find_all(exp.Table)) if tree else ()
-    return {n for n in names if _is_part(n, target)}
-
-
-def _is_part(name: str, target: str) -> bool:
-    return name.startswith(part_table_name(target, ""))
+    return {n for n in names if is_part_of(n, target)}
