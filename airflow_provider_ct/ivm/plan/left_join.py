@@ -34,7 +34,13 @@ class LeftJoin:
 
 
 def left_join(select: Any, joins: list[Any], tables: list[Any], names: list[str]) -> Any:
-    """The block's one LEFT JOIN, if any; inner and cross joins need nothing more."""
+    """The block's one LEFT JOIN of two tables, if that is its join.
+
+    Inner and cross joins need nothing more; other outer joins (more than
+    one join, another side, a table joined with itself) are the chain's
+    (:mod:`.outer_joins`): this shape keeps its own routes (the driver's
+    left-join rows).
+    """
     sides = [(j.side or "").upper() for j in joins]
     for join, side in zip(joins, sides, strict=True):
         kind = (join.kind or "").upper()
@@ -42,12 +48,8 @@ def left_join(select: Any, joins: list[Any], tables: list[Any], names: list[str]
             raise NotIncremental(f"{kind or 'USING'} joins are recomputed in full")
         if side and join.args.get("on") is None:
             raise NotIncremental(f"a {side} JOIN without ON is recomputed in full")
-    if not any(sides):
-        return None
-    if len(joins) != 1 or sides[0] != "LEFT":
-        raise NotIncremental(
-            "outer joins other than one LEFT JOIN of two tables are recomputed in full"
-        )
+    if not any(sides) or len(joins) != 1 or sides[0] != "LEFT" or names[0] == names[1]:
+        return None  # inner joins only, or a chain of joins for :mod:`.outer_joins`
     preserved_alias = tables[0].alias_or_name.lower()
     optional_alias = tables[1].alias_or_name.lower()
     pairs = _equalities(joins[0].args["on"], preserved_alias, optional_alias)

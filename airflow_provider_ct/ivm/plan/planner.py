@@ -89,6 +89,7 @@ from airflow_provider_ct.ivm.plan.left_join import (
 )
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.nested import Nested, split_nested
+from airflow_provider_ct.ivm.plan.outer_joins import OuterJoins, outer_joins
 from airflow_provider_ct.ivm.plan.parameters import parameter_tables
 from airflow_provider_ct.ivm.plan.reads import occurrence_keys
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
@@ -98,6 +99,7 @@ from airflow_provider_ct.ivm.plan.select_shape import (
     check_linear_select,
     has_own_aggregate,
     is_count_star,
+    outer_join,
     qualified_name,
     union_all_leaves,
 )
@@ -144,6 +146,14 @@ class Block:
     #: compares its rows with (:mod:`.parameters`): a value of each snapshot, whose
     #: change an in-place tick maintains on the driver (the rows it flips).
     params: tuple[str, ...] = ()
+    #: Its joins when they hold outer joins other than :attr:`left_join`'s one, with the
+    #: rule each read's change follows (:mod:`.outer_joins`).
+    outer: OuterJoins | None = None
+
+    @property
+    def outer_joined(self) -> bool:
+        """Whether a changed row may move other rows (null-extended ones) of the block."""
+        return self.left_join is not None or self.outer is not None
 
     @property
     def occurrences(self) -> tuple[str, ...]:
@@ -416,8 +426,8 @@ def _grouped_plan(
     )
     tables = zip(block_tables(select), block.inputs, strict=True)
     aliases = {t.alias_or_name.lower(): name for t, name in tables}
-    columns = () if block.left_join is not None else key_columns(select, aliases, keys)
-    ranges = () if distinct else key_ranges(aliases, keys)
+    columns = () if block.outer_joined else key_columns(select, aliases, keys)
+    ranges = () if distinct or block.outer is not None else key_ranges(aliases, keys)
     if block.repeated:
         columns, ranges = _single_reads(columns, ranges, block.repeated)
     steps = (
@@ -488,11 +498,14 @@ def _block(select: Any, catalog_name: str) -> Block:
         raise NotIncremental("a CTE joined as a table is recomputed in full")
     names = [normalize_table_name(qualified_name(t), catalog_name) for t in tables]
     left = left_join(select, joins, tables, names)
-    if left is not None and len(set(names)) != len(names):
-        raise NotIncremental("a LEFT JOIN of a table with itself is recomputed in full")
+    outer = None
+    if left is None and outer_join(select) is not None:
+        outer = outer_joins(joins, tables, names)
     if left is not None and fixed:
         raise NotIncremental("subqueries beside a LEFT JOIN are recomputed in full")
+    if outer is not None and fixed:
+        raise NotIncremental("subqueries beside outer joins are recomputed in full")
     semi = semi_tables(select, catalog_name, fixed)
     keyed = bool(fixed) and keyed_shape(select) is None
     params = () if keyed else parameter_tables(select, catalog_name, fixed)
-    return Block(select, tuple(names), left, fixed, semi, keyed, params)
+    return Block(select, tuple(names), left, fixed, semi, keyed, params, outer)

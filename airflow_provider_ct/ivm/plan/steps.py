@@ -62,6 +62,11 @@ def in_place_steps(block: Block, shape: InPlace) -> tuple[str, ...]:
 def linear_reason(block: Block) -> str:
     if block.left_join is not None:
         return "a LEFT JOIN of two tables: delta rules with the changed join keys"
+    if block.outer is not None:
+        return (
+            f"a join of {len(block.inputs)} tables with outer joins: a delta rule per read, "
+            "restricted to the changed join keys where an outer join null-extends rows"
+        )
     if len(block.inputs) > 1:
         return f"an inner join of {len(block.inputs)} tables: delta rules"
     return "a projection and filter: the view's change is the query over the input's change"
@@ -70,6 +75,8 @@ def linear_reason(block: Block) -> str:
 def block_step(index: int, block: Block, maintained: tuple[str, ...] = ()) -> str:
     """The block's line of the plan; ``maintained``: subquery tables kept in place."""
     rule = "left-join delta rule" if block.left_join else "delta rule per input"
+    if block.outer is not None:
+        rule = "outer-join delta rules: " + block.outer.explain(block.occurrences)
     step = f"block {index}: reads {', '.join(block.inputs)}; {rule}"
     fixed = [n for n in block.fixed if n not in maintained]
     if fixed and block.keyed:

@@ -79,7 +79,7 @@ from airflow_provider_ct.spark.ivm.in_place_derived import derived_values
 from airflow_provider_ct.spark.ivm.in_place_diff import driver_correction
 from airflow_provider_ct.spark.ivm.input_changes import Bindings, Scratch
 from airflow_provider_ct.spark.ivm.nested import outer_correction
-from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
+from airflow_provider_ct.spark.ivm.terms import register_restrictions, terms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -198,7 +198,7 @@ def change_state(agg: Aggregation, bindings: Bindings) -> pa.Table:
     """Each affected group's signed row count, sums and counts, from the inputs' changes."""
     from pyspark.sql import functions as F
 
-    register_left_join_restrictions(agg.spark, agg.plan, bindings)
+    register_restrictions(agg.spark, agg.plan, bindings)
     parts = [
         agg.rows(term.views, term.block).withColumn(SIGN, F.lit(term.sign))
         for term in terms(agg.plan, bindings)

@@ -55,7 +55,7 @@ from airflow_provider_ct.spark.ivm.days import (
     restrict_days,
 )
 from airflow_provider_ct.spark.ivm.input_changes import Bindings
-from airflow_provider_ct.spark.ivm.terms import register_left_join_restrictions, terms
+from airflow_provider_ct.spark.ivm.terms import register_restrictions, terms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -329,7 +329,7 @@ def incremental_correction(
     :param on_driver: diff small sides on the driver (see ``.driver_diff``).
     :param check_reads: see :attr:`Delta.check_reads`.
     """
-    register_left_join_restrictions(spark, plan, bindings)
+    register_restrictions(spark, plan, bindings)
     delta = Delta(spark, plan, bindings, catalog_name, columns, on_driver, check_reads)
     try:
         if plan.grouped:

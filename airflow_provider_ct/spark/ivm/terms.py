@@ -8,7 +8,9 @@ now and the ones after it as they were (``ΔA⋈B_old + A_new⋈ΔB``), each
 read of a table read twice being an input of its own; a block whose
 keyed subqueries read a changed table is read twice instead, restricted to
 the keys the changes hold (:mod:`.keyed`); a
-``LEFT JOIN`` adds the terms of the rows whose optional side changed. The
+``LEFT JOIN`` adds the terms of the rows whose optional side changed, and
+a chain with other outer joins follows each read's rule
+(:mod:`.outer_terms`). The
 incremental corrections (:mod:`.incremental`) and the in-place aggregates
 (:mod:`.in_place`) evaluate the same terms.
 """
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 from airflow_provider_ct.ivm.plan.planner import Block, Plan
 from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
 from airflow_provider_ct.spark.ivm.input_changes import Bindings
+from airflow_provider_ct.spark.ivm.outer_terms import outer_terms, register_outer_restrictions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,6 +56,10 @@ def terms(plan: Plan, bindings: Bindings) -> list[Term]:
             raise ValueError(f"no delta rule: {', '.join(moved)} changed under a subquery")
         if block.left_join is not None:
             out.extend(_left_join_terms(block, bindings))
+            continue
+        if block.outer is not None:
+            signed = outer_terms(index, block, bindings)
+            out.extend(Term(sign, block, views) for sign, views in signed)
             continue
         reads = tuple(zip(block.occurrences, block.inputs, strict=True))
         for position, (key, name) in enumerate(reads):
@@ -87,7 +94,13 @@ def _left_join_terms(block: Block, bindings: Bindings) -> list[Term]:
     return out
 
 
-def register_left_join_restrictions(spark: SparkSession, plan: Plan, bindings: Bindings) -> None:
+def register_restrictions(spark: SparkSession, plan: Plan, bindings: Bindings) -> None:
+    """Every restricted read the terms of ``plan`` bind: the left join's and the outer chains'."""
+    _register_left_join_restrictions(spark, plan, bindings)
+    register_outer_restrictions(spark, plan, bindings)
+
+
+def _register_left_join_restrictions(spark: SparkSession, plan: Plan, bindings: Bindings) -> None:
     """``P_new`` restricted to the join keys that changed in ``O`` (plain equality: a NULL
     key of ``P`` matches nothing in any ``O``, so its rows do not depend on ``O``)."""
     from pyspark.sql import functions as F
