@@ -10,6 +10,9 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
 * ``linear`` over ``A LEFT JOIN B ON <equalities>``: ``ΔA ⟕ B_old``, plus,
   for the join keys ``K`` that occur in ``ΔB``, ``A_new|K ⟕ B_new`` minus
   ``A_new|K ⟕ B_old`` (the rows of ``A`` outside ``K`` see the same ``B``).
+* ``linear`` over other outer joins (:mod:`.outer_joins`): per read, the
+  query over its change, or (one outer join null-extends on its way) over
+  it now minus as it was with one other read narrowed to the changed keys.
 * ``group``: ``GROUP BY`` (or ``SELECT DISTINCT``) at the top of such a
   block: every group whose key occurs in the change of the rows below the
   aggregation is recomputed from the new inputs, and only those groups' rows
@@ -36,8 +39,8 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
   recomputed over its groups' rows every tick.
 * ``full``: anything else (windows, subqueries outside ``WHERE``, derived
   tables and CTEs other than those, ``LIMIT`` over rows not grouped, ``UNION``
-  without ``ALL``, outer joins other than one ``LEFT JOIN`` of two different
-  tables, aggregates without ``GROUP BY`` that are not kept in place,
+  without ``ALL``, outer joins :mod:`.outer_joins` finds no rule for,
+  aggregates without ``GROUP BY`` that are not kept in place,
   nondeterministic calls), with the reason.
 
 A derived table that only projects and filters, read alone by the query
@@ -71,6 +74,7 @@ from airflow_provider_ct.core.query import (
     normalize_table_name,
 )
 from airflow_provider_ct.exceptions import QueryError
+from airflow_provider_ct.ivm.plan.block import Block
 from airflow_provider_ct.ivm.plan.flatten import flatten_derived_tables
 from airflow_provider_ct.ivm.plan.group_keys import (
     KeyColumns,
@@ -83,15 +87,13 @@ from airflow_provider_ct.ivm.plan.group_keys import (
 from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
 from airflow_provider_ct.ivm.plan.keyed import keyed_shape
 from airflow_provider_ct.ivm.plan.left_join import (
-    LeftJoin,
     left_join,
     qualify_outer_join_columns,
 )
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.nested import Nested, split_nested
-from airflow_provider_ct.ivm.plan.outer_joins import OuterJoins, outer_joins
+from airflow_provider_ct.ivm.plan.outer_joins import outer_joins
 from airflow_provider_ct.ivm.plan.parameters import parameter_tables
-from airflow_provider_ct.ivm.plan.reads import occurrence_keys
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 from airflow_provider_ct.ivm.plan.right_joins import as_left_joins
 from airflow_provider_ct.ivm.plan.select_shape import (
@@ -120,50 +122,6 @@ AGGREGATE = "aggregate"
 FULL = "full"
 #: Strategies that recompute the groups a change affects.
 GROUPED = (GROUP, PARTITION)
-
-
-@dataclass(frozen=True)
-class Block:
-    """One ``SELECT`` of the query (a leaf of its ``UNION ALL``)."""
-
-    #: The block's tree; tables still name the inputs.
-    tree: Any
-    #: The inputs it reads, normalized, one per table of ``FROM`` and the joins in
-    #: order: a table read twice (``nation n1, nation n2``) is there twice.
-    inputs: tuple[str, ...]
-    left_join: LeftJoin | None = None
-    #: Tables read only inside the block's subqueries (``WHERE x IN (SELECT ...)``,
-    #: ``EXISTS``, a scalar subquery), normalized: fixed filters while they do not
-    #: change (:func:`~.subqueries.fixed_subquery_tables`).
-    fixed: tuple[str, ...] = ()
-    #: Of ``fixed``, the tables read only by semi- and anti-join conjuncts of ``WHERE``
-    #: (:func:`~.subqueries.semi_join_query`), which an in-place tick maintains on the driver.
-    semi: tuple[str, ...] = ()
-    #: Whether every subquery may be tied to the block by one key (:mod:`.keyed`, placed
-    #: when a tick runs): a change of their tables then moves only the keys it holds.
-    keyed: bool = False
-    #: Of ``fixed``, the tables read only by uncorrelated scalar subqueries the block
-    #: compares its rows with (:mod:`.parameters`): a value of each snapshot, whose
-    #: change an in-place tick maintains on the driver (the rows it flips).
-    params: tuple[str, ...] = ()
-    #: Its joins when they hold outer joins other than :attr:`left_join`'s one, with the
-    #: rule each read's change follows (:mod:`.outer_joins`).
-    outer: OuterJoins | None = None
-
-    @property
-    def outer_joined(self) -> bool:
-        """Whether a changed row may move other rows (null-extended ones) of the block."""
-        return self.left_join is not None or self.outer is not None
-
-    @property
-    def occurrences(self) -> tuple[str, ...]:
-        """One key per table read, in order: :func:`~.reads.occurrence_key` of each input."""
-        return occurrence_keys(self.inputs)
-
-    @property
-    def repeated(self) -> frozenset[str]:
-        """The inputs the block reads more than once."""
-        return frozenset(n for n in self.inputs if self.inputs.count(n) > 1)
 
 
 @dataclass(frozen=True)

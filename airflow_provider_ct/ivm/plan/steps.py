@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from airflow_provider_ct.ivm.plan.block import Block
     from airflow_provider_ct.ivm.plan.in_place import InPlace
     from airflow_provider_ct.ivm.plan.nested import Nested
-    from airflow_provider_ct.ivm.plan.planner import Block
 
 
 def in_place_reason(shape: InPlace) -> str:

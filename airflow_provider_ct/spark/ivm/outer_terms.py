@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from airflow_provider_ct.ivm.plan.block import Block
 from airflow_provider_ct.ivm.plan.outer_joins import ReadRule
-from airflow_provider_ct.ivm.plan.planner import Block, Plan
+from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
 from airflow_provider_ct.spark.ivm.input_changes import Bindings
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from airflow_provider_ct.ivm.plan.planner import Block, Plan
+from airflow_provider_ct.ivm.plan.block import Block
+from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
 from airflow_provider_ct.spark.ivm.input_changes import Bindings
 from airflow_provider_ct.spark.ivm.outer_terms import outer_terms, register_outer_restrictions
