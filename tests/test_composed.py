@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlglot import parse_one
 
 from airflow_provider_ct.collections.maintenance import MaintenanceSettings, maintain
 from airflow_provider_ct.core.catalog import CatalogConfig
@@ -82,6 +83,18 @@ COMPOSED = {
         1,
         "WITH f AS (SELECT * FROM {ns}.a WHERE v > 1) SELECT s, COUNT(*) AS n,"
         " DENSE_RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM f GROUP BY s",
+    ),
+    # No CTE: a window without PARTITION BY over a join, cut off the rows it ranks.
+    "window_over_join_rows": (
+        1,
+        "SELECT a.id, b.name, RANK() OVER (ORDER BY a.v DESC NULLS LAST) AS r"
+        " FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k WHERE b.name IS NOT NULL",
+    ),
+    # Top-k rows of an outer join: the rows kept, the ORDER BY ... LIMIT over them.
+    "top_k_rows": (
+        1,
+        "SELECT a.id, a.v, b.name FROM {ns}.a a LEFT JOIN {ns}.b b ON a.k = b.k"
+        " WHERE a.v IS NOT NULL ORDER BY a.v DESC, a.id LIMIT 4",
     ),
     # The same derived table read twice is one part.
     "derived_table_read_twice": (
@@ -211,10 +224,14 @@ def test_the_split_reads_ctes_of_ctes_and_leaves_predicate_subqueries_alone() ->
     )
     found = compose(sql, "ns.v", "ct")
     assert isinstance(found, Composition), found
-    (per,) = found.parts  # ``top`` reads only per's part: back in the query as a derived table
-    assert per.label == "per"
-    assert "WITH" not in found.sql and "inner_b" in found.sql  # IN's derived table stays
-    assert f"(SELECT MAX(t) AS mt FROM {per.table} AS per) AS top" in found.sql, found.sql
+    # The window is cut off the rows it ranks, which read both CTEs' parts (and ``ns.b``).
+    per, top, rows = found.parts
+    assert (per.label, top.label, rows.label) == ("per", "top", "the rows of the query")
+    assert top.sql == f"SELECT MAX(t) AS mt FROM {per.table} AS per", top.sql
+    assert f"{per.table} AS per" in rows.sql and f"{top.table} AS top" in rows.sql, rows.sql
+    assert "inner_b" in rows.sql  # IN's derived table stays where it was
+    assert not any("WITH" in q for q in (found.sql, per.sql, top.sql, rows.sql))
+    assert f"FROM {rows.table} AS __ct_rows" in found.sql, found.sql
     assert all(p.table.startswith(f"ns.v{PART_TABLE_INFIX}") for p in found.parts)
 
 
@@ -356,3 +373,32 @@ def test_the_view_history_judges_composed_ticks_against_its_full_ones(
     assert (why == "") is runs_composed, why
     if not runs_composed:
         assert "median 900 ms" in why, why
+
+
+def test_the_rows_split_cuts_windows_and_limits_off_the_rows_they_read() -> None:
+    from airflow_provider_ct.ivm.plan.rows_split import split_rows
+
+    select = parse_one(
+        "SELECT t.id, u.name AS who, SUM(t.v) OVER (PARTITION BY u.name) AS s FROM ns.a t"
+        " JOIN ns.b u ON t.k = u.k WHERE t.v > 0 ORDER BY who, t.id LIMIT 3",
+        read="spark",
+    )
+    rows, rest = split_rows(select)
+    assert rows.sql(dialect="spark") == (
+        "SELECT t.id AS __ct_c0, u.name AS __ct_c1, t.v AS __ct_c2 FROM ns.a AS t"
+        " JOIN ns.b AS u ON t.k = u.k WHERE t.v > 0"
+    )
+    assert rest.sql(dialect="spark") == (
+        "SELECT __ct_c0 AS id, __ct_c1 AS who, SUM(__ct_c2) OVER (PARTITION BY __ct_c1) AS s"
+        " FROM __ct_rows ORDER BY who, __ct_c0 LIMIT 3"
+    )
+    refused = [
+        "SELECT k, SUM(v) OVER () AS s FROM ns.a",  # the rows would copy the input
+        "SELECT a.k FROM ns.a a JOIN ns.b b ON a.k = b.k LIMIT 3",  # which 3 is Spark's choice
+        "SELECT a.k, SUM(a.v) AS s FROM ns.a a WHERE a.v > 0 GROUP BY a.k",  # the groups split's
+        "SELECT a.*, RANK() OVER (ORDER BY a.v) AS r FROM ns.a a WHERE a.v > 0",
+        "SELECT a.k + 1, RANK() OVER (ORDER BY a.v) AS r FROM ns.a a WHERE a.v > 0",
+        "SELECT a.k FROM ns.a a JOIN ns.b b ON a.k = b.k",  # nothing to cut below
+    ]
+    for sql in refused:
+        assert split_rows(parse_one(sql, read="spark")) is None, sql

@@ -14,7 +14,9 @@ such a query is taken apart, as a person would write it as a pipeline:
 * a query or part that reads inputs and that no strategy maintains whole
   is reshaped the same way: a set operation into its branches (each a
   part, then the operation over them), a grouped select into its groups
-  (a part, :mod:`.aggregate_split`) and the rest of it over them;
+  (a part, :mod:`.aggregate_split`) and the rest of it over them, an
+  ungrouped select with windows, ``DISTINCT`` or ``ORDER BY ... LIMIT``
+  into the rows they read (a part, :mod:`.rows_split`) and the rest;
 * the query that is left reads the parts as tables, and is recomputed in
   full over them each tick.
 
@@ -47,10 +49,19 @@ from airflow_provider_ct.core.tables import is_part_of, part_table_name
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.ivm.plan.aggregate_split import GROUPS_ALIAS, split_groups
 from airflow_provider_ct.ivm.plan.planner import Plan, plan_query
+from airflow_provider_ct.ivm.plan.rows_split import ROWS_ALIAS, split_rows
 from airflow_provider_ct.ivm.plan.select_shape import is_count_star
 
 #: The strategy a composed tick reports (and records as ``ct.refresh``).
 COMPOSED = "composed"
+
+
+#: How a select no strategy maintains is cut, in order: what the part below holds, and
+#: the alias the rest reads it under.
+_SELECT_SPLITS = (
+    (split_groups, "groups", GROUPS_ALIAS),
+    (split_rows, "rows", ROWS_ALIAS),
+)
 
 
 class _NotSplit(Exception):
@@ -160,7 +171,8 @@ class _Splitter:
     def reshaped(self, tree: Any, label: str) -> Any:
         """``tree`` over parts of its own when it reads an input and no strategy maintains it
         whole: a set operation over its branches, a grouped select over its groups
-        (:mod:`.aggregate_split`); else ``tree`` itself."""
+        (:mod:`.aggregate_split`), an ungrouped one over the rows its windows or limit read
+        (:mod:`.rows_split`); else ``tree`` itself."""
         if not self._reads_inputs(tree):
             return tree
         sql = tree.sql(dialect="spark")
@@ -170,14 +182,16 @@ class _Splitter:
             return self._branches(tree, label)
         if not isinstance(tree, exp.Select):
             return tree
-        split = split_groups(tree)
-        if split is None:
-            return tree
-        groups, rest = split
-        table = self._part(groups, f"the groups of {label}", own_groups=True)
-        placeholder = next(t for t in rest.find_all(exp.Table) if t.name == GROUPS_ALIAS)
-        placeholder.replace(_table_node(table, GROUPS_ALIAS))
-        return rest
+        for splitter, what, alias in _SELECT_SPLITS:
+            split = splitter(tree)
+            if split is None:
+                continue
+            below, rest = split
+            table = self._part(below, f"the {what} of {label}", own_groups=True)
+            placeholder = next(t for t in rest.find_all(exp.Table) if t.name == alias)
+            placeholder.replace(_table_node(table, alias))
+            return rest
+        return tree
 
     def _branches(self, tree: Any, label: str) -> Any:
         """The set operation with each branch a part: ``SELECT * FROM <part>`` in its place.
@@ -242,7 +256,7 @@ class _Splitter:
     def _part(self, body: Any, label: str, *, own_groups: bool = False) -> str:
         """The table of the part ``body`` (split itself first), added once.
 
-        :param own_groups: ``body`` is a query's groups, split off already.
+        :param own_groups: ``body`` is a query's groups or rows, split off already.
         """
         if body.find(exp.Lateral):
             raise _NotSplit(f"{label} holds a LATERAL view")
