@@ -106,6 +106,13 @@ COMPOSED = {
     ),
 }
 
+#: The shapes whose query over the parts the planner maintains, and its strategy.
+TOPS = {
+    "cte_of_cte_windowed": "aggregate",  # a grouping of the groups' part, under the window
+    "derived_tables_joined": "linear",  # a join of two parts
+    "groups_key_hidden": "linear",  # HAVING and a projection over the groups' part
+}
+
 
 def _ticked(
     spark: Any, config: CatalogConfig, name: str, query: str, ticks: int
@@ -155,6 +162,9 @@ def test_a_composed_view_equals_duckdb_at_every_tick(
         assert len(report["parts"]) == parts, report["parts"]
         if n > 2:  # created by the second tick, each part then ticks by its own plan
             assert "full" not in report["parts"].values(), report["parts"]
+        if n > 3:  # and (its batches pinning the parts, a kept state built) the query over
+            # the parts by its own plan, from the parts' changes
+            assert report["top"] == TOPS.get(name, "full"), (n, report["top"], report["reason"])
     assert len(_part_tables(catalog, ns)) == parts
 
 
@@ -305,7 +315,9 @@ def test_explain_says_the_parts_and_their_strategies() -> None:
     lines = explain_view(sql, target="ns.v")
     assert lines[0] == "strategy: composed", lines
     assert any(line.strip().startswith("sa -> ns.v__ct_part_") for line in lines), lines
-    assert lines[-1] == "the query over the parts, recomputed in full over them"
+    assert lines[-1].startswith("the query over the parts, recomputed in full over them ("), lines
+    joined = explain_view(COMPOSED["derived_tables_joined"][1].format(ns="ns"), target="ns.v")
+    assert "the query over the parts, from their changes: linear" in joined, joined
     alone = explain_view("SELECT k, RANK() OVER (ORDER BY v) AS r FROM ns.a", target="ns.v")
     assert alone[0] == "strategy: full" and "no CTE or derived table" in alone[-1], alone
     assert explain_view(sql, target="ns.v", refresh="full")[0] == "strategy: full"

@@ -56,6 +56,19 @@ SHAPES = {
     ),
 }
 
+#: Shapes with a subquery beside the outer joins, over ``b``: fixed filters of each row,
+#: so a tick that changes ``b`` runs in full and one that does not by the rule per read.
+BESIDE_SUBQUERIES = {
+    "left_join_beside_in": (
+        "SELECT a.id, a.v, b.name FROM {ns}.a a LEFT JOIN {ns}.b b ON a.k = b.k"
+        " WHERE a.v IN (SELECT k + 1 FROM {ns}.b WHERE name IS NOT NULL)"
+    ),
+    "full_join_beside_exists": (
+        "SELECT a.id, b.k AS bk, b.name FROM {ns}.a a FULL JOIN {ns}.b b ON a.k = b.k"
+        " WHERE b.k IS NULL OR EXISTS (SELECT 1 FROM {ns}.b c WHERE c.k = b.k - 1)"
+    ),
+}
+
 
 def _plan(sql: str) -> Any:
     return plan_query(parse_query(sql.format(ns="ns"), target="ns.view", catalog_name="ct"))
@@ -99,8 +112,6 @@ def test_outer_chains_the_rules_do_not_bound_are_refused_with_the_reason() -> No
         # Spark reads a, (b FULL JOIN c): not the chain left to right
         "SELECT a.id FROM {ns}.a a, {ns}.b b FULL JOIN {ns}.a c ON b.k = c.k": "after a cross",
         "SELECT a.id FROM {ns}.a a FULL JOIN {ns}.b b ON a.k < b.k": "no equality",
-        "SELECT a.id FROM {ns}.a a FULL JOIN {ns}.b b ON a.k = b.k"
-        " WHERE a.v IN (SELECT k FROM {ns}.b)": "subqueries beside outer joins",
     }
     for sql, reason in why.items():
         plan = _plan(sql)
@@ -123,3 +134,31 @@ def test_an_outer_joined_view_equals_duckdb_at_every_tick(
         assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
         if n > 1:  # the first tick has nothing to start from
             assert report["strategy"] == strategy, report.get("reason")
+
+
+@pytest.mark.parametrize("name", sorted(BESIDE_SUBQUERIES))
+def test_subqueries_beside_outer_joins_are_fixed_filters(name: str) -> None:
+    plan = _plan(BESIDE_SUBQUERIES[name])
+    assert plan.strategy == "linear", plan.reason
+    (block,) = plan.blocks
+    assert block.outer is not None and block.fixed == ("ns.b",)
+    assert not (block.keyed or block.semi or block.params)  # no route but the terms in Spark
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", sorted(BESIDE_SUBQUERIES))
+def test_a_view_with_subqueries_beside_outer_joins_equals_duckdb_at_every_tick(
+    spark: Any, spark_catalog_config: CatalogConfig, name: str
+) -> None:
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, f"outer_{name}")
+    sql = BESIDE_SUBQUERIES[name].format(ns=ns)
+    for n in range(1, 7):
+        changed_b = n % 2 == 1
+        inputs.mutate(1_000 * n - 500, change_b=changed_b, rewrite_b=False)
+        inputs.seal(1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+        if n > 1:  # b read in a subquery: a tick that changes it runs in full
+            wanted = "full" if inputs.b_changed else "linear"
+            assert report["strategy"] == wanted, (n, report.get("reason"))

@@ -20,6 +20,10 @@ class SummaryKeys:
     BATCH_ID = "ct.batch-id"
     #: JSON object ``{table: snapshot_id | null}`` of the inputs read.
     INPUTS = "ct.inputs"
+    #: A composed view batch's (``ivm/plan/compose``): JSON object ``{part table:
+    #: snapshot_id | null}`` of the parts the query over them read, beside ``ct.inputs``
+    #: (the description's pins, which the append checks).
+    PARTS = "ct.parts"
     #: The write attempt whose staged files the snapshot registered.
     ATTEMPT = "ct.attempt"
     #: A hash of the query (or continual-task definition) the batch computed;

@@ -217,12 +217,13 @@ MANIFEST_SUMMARY_KEYS = frozenset(
         SummaryKeys.COMPUTE_MS,
         SummaryKeys.INPUT_ROWS,
         SummaryKeys.READ_SHARE,
+        SummaryKeys.PARTS,
         REFRESH_STATE,
     }
 )
 _MAX_SUMMARY_VALUE = 200
-#: The refresh state lists every source table: longer, still bounded.
-_MAX_SUMMARY_VALUES = {REFRESH_STATE: 65_536}
+#: The refresh state lists every source table, the parts every part: longer, still bounded.
+_MAX_SUMMARY_VALUES = {REFRESH_STATE: 65_536, SummaryKeys.PARTS: 65_536}
 
 
 def manifest_summary(value: Any) -> dict[str, str]:

@@ -40,7 +40,7 @@ either, and the output's upper would still advance.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_ct.core.continual import REPLACE, batch_times, window
@@ -114,11 +114,18 @@ def same_query_batch(
     *,
     sql: str,
     inputs: Mapping[str, Table],
+    minted: Collection[str] | None = None,
 ) -> tuple[TimelineEntry | None, str]:
     """The head as our last batch of this very query over these inputs, or ``None`` and why.
 
     What a quiet tick and an incremental tick both build on: the head is
     the query's result over the snapshots that batch pinned (``ct.inputs``).
+    :param minted: the inputs the minted description pins, when ``description``
+        is a composed tick's, which pins what the query over the parts reads
+        (parts, recorded apart in ``ct.parts``, and perhaps a few inputs):
+        the last batch must have pinned the minted ones
+        (:func:`~airflow_provider_ct.ivm.plan.history.incremental_base`
+        compares the parts).
     """
     last, reason = last_view_batch(target, description)
     if last is None:
@@ -129,11 +136,9 @@ def same_query_batch(
     if recorded != query_hash(sql):
         return None, f"the query changed since the last batch {last.batch_id}"
     before = dict(last.inputs or {})
-    if sorted(before) != sorted(description.inputs) or sorted(inputs) != sorted(before):
-        return None, (
-            f"the inputs {sorted(description.inputs)} are not those of the last batch "
-            f"{sorted(before)}"
-        )
+    pinned = sorted(description.inputs if minted is None else minted)
+    if sorted(before) != pinned or (minted is None and sorted(inputs) != sorted(before)):
+        return None, f"the inputs {pinned} are not those of the last batch {sorted(before)}"
     return last, ""
 
 

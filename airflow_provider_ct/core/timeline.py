@@ -105,19 +105,20 @@ def _summary_of(snapshot: Snapshot) -> dict[str, str]:
     return {str(k): str(v) for k, v in snapshot.summary.additional_properties.items()}
 
 
-def _parse_inputs(value: str, where: str) -> dict[str, int | None]:
+def parse_pins(value: str, where: str, key: str = SummaryKeys.INPUTS) -> dict[str, int | None]:
+    """A summary's ``{table: snapshot id | null}`` (``ct.inputs``, ``ct.parts``), checked."""
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
         raise MalformedSummaryError(
-            f"snapshot-summary key {SummaryKeys.INPUTS!r} in {where} is not JSON: {exc}"
+            f"snapshot-summary key {key!r} in {where} is not JSON: {exc}"
         ) from None
     if not isinstance(parsed, dict) or not all(
         isinstance(k, str) and (v is None or (isinstance(v, int) and not isinstance(v, bool)))
         for k, v in parsed.items()
     ):
         raise MalformedSummaryError(
-            f"snapshot-summary key {SummaryKeys.INPUTS!r} in {where} must map table names "
+            f"snapshot-summary key {key!r} in {where} must map table names "
             f"to snapshot ids or null, got {value!r}"
         )
     return parsed
@@ -143,7 +144,7 @@ def _managed_entry(snapshot: Snapshot) -> TimelineEntry:
         if upper_value is None
         else Frontier.from_summary(upper_value, key=SummaryKeys.UPPER, where=where),
         batch_id=summary.get(SummaryKeys.BATCH_ID),
-        inputs=None if inputs_value is None else _parse_inputs(inputs_value, where),
+        inputs=None if inputs_value is None else parse_pins(inputs_value, where),
         summary=summary,
         operation=_operation_of(snapshot),
     )

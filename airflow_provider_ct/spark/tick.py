@@ -153,7 +153,16 @@ class Tick:
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     #: A composed tick's parts (:mod:`.composed`): the query ran over them.
     composed: ComposedQuery | None = None
+    #: The description the batch answers, when ``desc`` pins more: a composed tick whose
+    #: query over the parts is incremental computes over the parts' snapshots too, but
+    #: stages what was minted (the append checks its pins).
+    minted: BatchDescription | None = None
     _loaded: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def answers(self) -> BatchDescription:
+        """The description the staged batch answers."""
+        return self.minted or self.desc
 
     def input_table(self, name: str) -> Any:
         """Input ``name``'s PyIceberg table, loaded once per job (every read of it is pinned)."""

@@ -32,6 +32,7 @@ Nothing becomes visible until ``AppendOperator`` compare-and-appends it.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -140,8 +141,11 @@ def run_write(
         else None
     )
     views, query, composed = _bound_query(spark, config, catalog, parsed, desc, tables, composed)
+    computing = desc
     if composed is not None:
-        plan = Plan(FULL, composed.composition.reason, steps=tuple(composed.composition.explain()))
+        plan = _top_plan(composed, query.tables)
+        if plan.incremental:  # over the parts' changes: their snapshots are pinned too
+            computing = replace(desc, inputs=dict(composed.pins))
         clock.lap("parts")
     if table is None and dry_run:
         return _dry_run_before_creation(desc, query, plan)
@@ -155,14 +159,27 @@ def run_write(
     settings = RefreshSettings.of(mode, verify_every)
     scratch = Scratch(spark, prepared.table)
     tick = Tick(
-        *(spark, config, catalog, sql, desc, plan, settings, scratch, clock, views, tables),
+        *(spark, config, catalog, sql, computing, plan, settings, scratch, clock, views),
+        {**(tables or {}), **(query.tables or {})} if tables is not None else None,
         query.key,
         composed=composed,
+        minted=desc if computing is not desc else None,
     )
     try:
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
         tick.scratch.remove()
+
+
+def _top_plan(composed: ComposedQuery, tables: dict[str, Any] | None) -> Plan:
+    """The plan of the query over the parts: the planner's over the parts' tables (their
+    changes are read like any input's), else in full over them."""
+    composition = composed.composition
+    plan = choose_plan(composed.parsed, RefreshMode.AUTO, input_columns(tables))
+    steps = (*composition.explain(), *plan.steps)
+    if plan.incremental:
+        return replace(plan, reason=f"{composition.reason}: {plan.reason}", steps=steps)
+    return Plan(FULL, f"{composition.reason}: {plan.reason}", steps=steps)
 
 
 def _dry_run_before_creation(desc: BatchDescription, query: PinnedQuery, plan: Plan) -> WriteReport:
@@ -211,10 +228,10 @@ def _bound_query(
 
 def _compute_and_stage(tick: Tick, target: Target, dry_run: bool) -> WriteReport:
     """Compute the correction, then report it (dry run) or stage it."""
-    desc, clock = tick.desc, tick.clock
+    desc, clock = tick.answers, tick.clock
     computed = _compute(tick, target)
-    if tick.composed is not None and computed.strategy == FULL:
-        details = {**computed.details, **tick.composed.details()}
+    if tick.composed is not None:
+        details = {**computed.details, **tick.composed.details(), "top": computed.strategy}
         computed = replace(computed, strategy=COMPOSED, details=details)
     clock.lap("diff")
     correction = computed.correction
@@ -270,7 +287,7 @@ def _batch_summary(tick: Tick, computed: Computed) -> dict[str, str]:
     other engines (core/refresh_state.py).
     """
     digest = query_hash(tick.sql)
-    sources = {n: (tick.input_table(n), s) for n, s in tick.desc.inputs.items()}
+    sources = {n: (tick.input_table(n), s) for n, s in tick.answers.inputs.items()}
     rows = min(sum(live_rows(table, snap) for table, snap in sources.values()), UNKNOWN_ROWS)
     computing = sum(v for k, v in tick.clock.phases.items() if k != "prepare")
     return {
@@ -280,7 +297,17 @@ def _batch_summary(tick: Tick, computed: Computed) -> dict[str, str]:
         SummaryKeys.COMPUTE_MS: str(round(computing * 1000)),
         SummaryKeys.INPUT_ROWS: str(rows),
         **_read_share(computed),
+        **_parts_read(tick),
     }
+
+
+def _parts_read(tick: Tick) -> dict[str, str]:
+    """A composed batch's parts and the snapshots it read (``ct.parts``): the next tick's
+    query over the parts starts from them."""
+    if tick.composed is None:
+        return {}
+    parts = {n: s for n, s in tick.composed.pins.items() if n not in tick.answers.inputs}
+    return {SummaryKeys.PARTS: json.dumps(parts, sort_keys=True)}
 
 
 def _read_share(computed: Computed) -> dict[str, str]:
@@ -320,7 +347,11 @@ def _facts(tick: Tick, target: Target) -> TickFacts:
     base, why_not = None, tick.plan.reason
     if tick.plan.incremental and target.has_rows:
         base, why_not = incremental_base(
-            target.table, tick.desc, sql=tick.sql, inputs=tick.inputs()
+            target.table,
+            tick.desc,
+            sql=tick.sql,
+            inputs=tick.inputs(),
+            minted=None if tick.minted is None else tick.minted.inputs,
         )
     rules = size_rules(tick.pinned(), target.table, base.before if base is not None else {})
     carried = None

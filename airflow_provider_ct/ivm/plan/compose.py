@@ -17,8 +17,10 @@ such a query is taken apart, as a person would write it as a pipeline:
   (a part, :mod:`.aggregate_split`) and the rest of it over them, an
   ungrouped select with windows, ``DISTINCT`` or ``ORDER BY ... LIMIT``
   into the rows they read (a part, :mod:`.rows_split`) and the rest;
-* the query that is left reads the parts as tables, and is recomputed in
-  full over them each tick.
+* the query that is left reads the parts as tables: the write job plans
+  it over them like any query (a join of parts, a projection of one, a
+  grouping of one are maintained from the parts' changes, which the view's
+  batches pin in ``ct.parts``), else recomputes it in full over them.
 
 A part is kept only when its columns are named (every select item an alias
 or a column, ``*`` only from one source, no two alike, no untyped
@@ -87,22 +89,27 @@ class Composition:
 
     parts: tuple[Part, ...]
     sql: str
+    #: The plan of the query over the parts (the write job plans it again, knowing the
+    #: parts' columns).
+    top: Plan
 
     def explain(self) -> list[str]:
         lines = [f"composed of {len(self.parts)} part(s), each kept in a table of the view:"]
         for part in self.parts:
             plan = part.plan
             lines.append(f"  {part.label} -> {part.table}: {plan.strategy} ({plan.reason})")
-        lines.append("the query over the parts, recomputed in full over them")
+        top = self.top
+        if top.incremental:
+            lines.append(f"the query over the parts, from their changes: {top.strategy}")
+            lines.extend(f"  {step}" for step in top.steps)
+        else:
+            lines.append(f"the query over the parts, recomputed in full over them ({top.reason})")
         return lines
 
     @property
     def reason(self) -> str:
         kept = ", ".join(f"{p.label} ({p.plan.strategy})" for p in self.parts)
-        return (
-            f"{len(self.parts)} part(s) maintained in tables of the view ({kept}); "
-            "the query over them recomputed in full"
-        )
+        return f"{len(self.parts)} part(s) maintained in tables of the view ({kept})"
 
 
 def compose(sql: str, target: str, catalog_name: str) -> Composition | str:
@@ -125,10 +132,10 @@ def compose(sql: str, target: str, catalog_name: str) -> Composition | str:
                 f"the part {first.label} would be recomputed in full: {first.plan.reason}"
             )
         top_sql = top.sql(dialect="spark")
-        parse_query(top_sql, target=target, catalog_name=catalog_name)
+        top_plan = plan_query(parse_query(top_sql, target=target, catalog_name=catalog_name))
     except (_NotSplit, QueryError) as exc:
         return f"not split into parts: {exc}"
-    return Composition(parts, top_sql)
+    return Composition(parts, top_sql, top_plan)
 
 
 class _Splitter:
@@ -222,10 +229,10 @@ class _Splitter:
         """``top`` with the parts only it reads that read no input written back in as derived
         tables, and those parts dropped.
 
-        The query over the parts is recomputed in full over them, so a part
-        that only projects, filters, joins or groups other parts saves it
-        nothing by being kept: it would cost a write job each tick. A part
-        another part reads stays (that part's plan reads its changes).
+        A part that only projects, filters, joins or groups other parts
+        reads nothing the query over the parts could not read itself, and
+        would cost a write job each tick. A part another part reads stays
+        (that part's plan reads its changes).
         """
         while True:
             needed = {t for p in self.parts.values() for t in _part_reads(p.sql, self.target)}

@@ -10,7 +10,8 @@ tick we check, from metadata alone (PyIceberg, no Spark):
   commit: drift), ``main`` was not rolled back, the target's schema is the
   one that batch wrote, the query's text hashes to the batch's
   ``ct.query-hash``, and the description pins the inputs the batch pinned
-  (:func:`~airflow_provider_ct.core.quiet.same_query_batch`);
+  (:func:`~airflow_provider_ct.core.quiet.same_query_batch`), and the parts
+  a composed tick reads, the parts that batch recorded (``ct.parts``);
 * each input's old
   snapshot is still in its metadata, the new one descends from it, and its
   schema did not change (:func:`~airflow_provider_ct.core.quiet.snapshots_between`).
@@ -22,12 +23,13 @@ whatever happened. ``verify_every`` forces it every N-th tick.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_ct.core.keys import SummaryKeys
 from airflow_provider_ct.core.quiet import same_query_batch, snapshots_between
+from airflow_provider_ct.core.timeline import TimelineEntry, parse_pins
 from airflow_provider_ct.ivm.changes.table_changes import estimated_change_rows
 
 if TYPE_CHECKING:
@@ -56,13 +58,21 @@ def incremental_base(
     *,
     sql: str,
     inputs: Mapping[str, Table],
+    minted: Collection[str] | None = None,
 ) -> tuple[IncrementalBase | None, str]:
-    """The base of an incremental tick, or ``None`` and why the tick must run in full."""
-    last, reason = same_query_batch(target, description, sql=sql, inputs=inputs)
+    """The base of an incremental tick, or ``None`` and why the tick must run in full.
+
+    :param minted: a composed tick's minted inputs (see
+        :func:`~airflow_provider_ct.core.quiet.same_query_batch`).
+    """
+    last, reason = same_query_batch(target, description, sql=sql, inputs=inputs, minted=minted)
     if last is None:
         return None, reason
-    before = dict(last.inputs or {})
-    for name in sorted(before):
+    recorded, missing = _recorded_pins(last, description)
+    if missing:
+        return None, f"the last batch {last.batch_id} did not read the parts {missing}"
+    before = {name: recorded[name] for name in description.inputs}
+    for name in sorted(description.inputs):
         old, new = before[name], description.inputs[name]
         if new is None and old is not None:
             return None, f"input {name} has no snapshot at the tick's time, but had {old}"
@@ -74,6 +84,18 @@ def incremental_base(
     assert last.batch_id is not None  # last_view_batch only returns our batches
     ticks = _incremental_ticks(last.summary)
     return IncrementalBase(last.batch_id, before, ticks, _changed(before, description, inputs)), ""
+
+
+def _recorded_pins(
+    last: TimelineEntry, description: BatchDescription
+) -> tuple[dict[str, int | None], list[str]]:
+    """The last batch's pins, its parts' (``ct.parts``) among them, and the parts the
+    description pins that it did not read (a composed tick after a full one)."""
+    before = dict(last.inputs or {})
+    value = last.summary.get(SummaryKeys.PARTS)
+    if value is not None:
+        before |= parse_pins(value, f"snapshot {last.snapshot_id}", SummaryKeys.PARTS)
+    return before, sorted(n for n in description.inputs if n not in before)
 
 
 def _changed(

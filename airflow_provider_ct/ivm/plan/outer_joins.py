@@ -34,7 +34,11 @@ Either way every join above the restricted one is linear, so each row's
 output is its own and the rows the restriction drops or null-extends give
 the same output in both evaluations. The changing read itself is
 restricted too (null-safe: a changed row with a NULL key is kept), which
-only drops rows that match nothing restricted in either evaluation.
+only drops rows that match nothing restricted in either evaluation. Both
+narrowings only save work (the difference over the whole reads is the
+same), so a read whose table a subquery of the block also reads is not
+narrowed: the subquery's read is bound as that table is, and must see
+every row.
 
 Refused, with the reason: a read with two non-linear joins on its way, a
 ``RIGHT``/``FULL JOIN`` tied to a read other than the changing one, an
@@ -45,7 +49,7 @@ c`` as ``a, (b RIGHT JOIN c)``, not as the chain read left to right).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
@@ -92,11 +96,17 @@ class ReadRule:
     restricted: int | None = None
     restricted_column: str = ""
     change_column: str = ""
+    #: Whether the two reads are narrowed to the keys (an optimisation: the difference is
+    #: the same over whole reads); not when a subquery reads a table of theirs, whose
+    #: reads are bound alike and must see every row.
+    narrowed: bool = True
 
     def explain(self, reads: tuple[str, ...]) -> str:
         name = reads[self.position]
         if self.restricted is None:
             return f"{name}: the query over its change"
+        if not self.narrowed:
+            return f"{name}: the query over it now minus as it was (whole: a subquery reads it)"
         return (
             f"{name}: the query over it now minus as it was, {reads[self.restricted]} "
             f"restricted to the {self.restricted_column} values of the changed "
@@ -116,11 +126,14 @@ class OuterJoins:
         return f"joins {kinds}; per read: " + "; ".join(r.explain(reads) for r in self.rules)
 
 
-def outer_joins(joins: list[Any], tables: list[Any], names: list[str]) -> OuterJoins:
+def outer_joins(
+    joins: list[Any], tables: list[Any], names: list[str], fixed: tuple[str, ...] = ()
+) -> OuterJoins:
     """The block's chain of joins and a rule for a change of each of its reads.
 
     :param joins: the select's joins, in order; ``tables``: its FROM table and
-        each joined one; ``names``: their inputs. Raises :class:`NotIncremental`.
+        each joined one; ``names``: their inputs; ``fixed``: the inputs its
+        subqueries read. Raises :class:`NotIncremental`.
     """
     aliases = [t.alias_or_name.lower() for t in tables]
     steps = tuple(_step(i + 1, join, aliases) for i, join in enumerate(joins))
@@ -132,6 +145,12 @@ def outer_joins(joins: list[Any], tables: list[Any], names: list[str]) -> OuterJ
             )
         crossed = crossed or (join.kind or "").upper() == "CROSS"
     rules = tuple(_rule(p, steps, aliases) for p in range(len(names)))
+    rules = tuple(
+        replace(r, narrowed=False)
+        if r.restricted is not None and {names[r.position], names[r.restricted]} & set(fixed)
+        else r
+        for r in rules
+    )
     return OuterJoins(steps, rules)
 
 

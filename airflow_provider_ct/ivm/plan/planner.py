@@ -456,13 +456,16 @@ def _block(select: Any, catalog_name: str) -> Block:
         raise NotIncremental("a CTE joined as a table is recomputed in full")
     names = [normalize_table_name(qualified_name(t), catalog_name) for t in tables]
     left = left_join(select, joins, tables, names)
+    if left is not None and fixed:
+        left = None  # the outer joins' rule, which subqueries may stand beside
     outer = None
     if left is None and outer_join(select) is not None:
-        outer = outer_joins(joins, tables, names)
-    if left is not None and fixed:
-        raise NotIncremental("subqueries beside a LEFT JOIN are recomputed in full")
+        outer = outer_joins(joins, tables, names, fixed)
     if outer is not None and fixed:
-        raise NotIncremental("subqueries beside outer joins are recomputed in full")
+        # Subqueries beside outer joins are fixed filters of each row (a tick that changes
+        # their tables runs in full): none is kept by key or on the driver, whose routes
+        # join inner or by the one LEFT JOIN.
+        return Block(select, tuple(names), None, fixed, outer=outer)
     semi = semi_tables(select, catalog_name, fixed)
     keyed = bool(fixed) and keyed_shape(select) is None
     params = () if keyed else parameter_tables(select, catalog_name, fixed)

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 #: One term: its sign, and the view bound to each read of the block.
 SignedViews = tuple[int, dict[str, str]]
+#: The bindings of a read's two terms: over its change, or over it whole, now and before.
+_PLAIN = ((1, PLUS), (-1, MINUS))
+_WHOLE = ((1, NEW), (-1, OLD))
 
 
 def outer_terms(index: int, block: Block, bindings: Bindings) -> list[SignedViews]:
@@ -38,21 +41,22 @@ def outer_terms(index: int, block: Block, bindings: Bindings) -> list[SignedView
         key, name = reads[rule.position]
         if name not in bindings.changed:
             continue
-        chosen = {
+        chosen = {name: views[name][NEW] for name in block.fixed}  # unchanged: else in full
+        chosen |= {
             other_key: views[other][NEW if i < rule.position else OLD]
             for i, (other_key, other) in enumerate(reads)
         }
         if rule.restricted is None:
             out += [(sign, {**chosen, key: views[name][side]}) for sign, side in _PLAIN]
             continue
+        if not rule.narrowed:
+            out += [(sign, {**chosen, key: views[name][side]}) for sign, side in _WHOLE]
+            continue
         restricted_key = reads[rule.restricted][0]
         chosen[restricted_key] = _narrowed(chosen[restricted_key], index, rule, "r")
-        for sign, side in ((1, NEW), (-1, OLD)):
+        for sign, side in _WHOLE:
             out.append((sign, {**chosen, key: _narrowed(views[name][side], index, rule, "c")}))
     return out
-
-
-_PLAIN = ((1, PLUS), (-1, MINUS))
 
 
 def _narrowed(view: str, index: int, rule: ReadRule, role: str) -> str:
@@ -68,7 +72,7 @@ def register_outer_restrictions(spark: SparkSession, plan: Plan, bindings: Bindi
             continue
         for rule in block.outer.rules:
             name = block.inputs[rule.position]
-            if rule.restricted is None or name not in bindings.changed:
+            if rule.restricted is None or not rule.narrowed or name not in bindings.changed:
                 continue
             _register_rule(spark, index, block, rule, bindings)
 
