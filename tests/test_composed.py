@@ -96,6 +96,20 @@ COMPOSED = {
         "SELECT a.id, a.v, b.name FROM {ns}.a a LEFT JOIN {ns}.b b ON a.k = b.k"
         " WHERE a.v IS NOT NULL ORDER BY a.v DESC, a.id LIMIT 4",
     ),
+    # ROLLUP: the finest groups a part, the sets over them (a sum of sums cast back to the
+    # view's decimal type).
+    "rollup_sums": (
+        1,
+        "SELECT a.k, a.s, SUM(CAST(a.v AS DECIMAL(7, 2))) AS t, COUNT(*) AS n, MIN(a.v) AS lo,"
+        " GROUPING(a.k) AS gk FROM {ns}.a a WHERE a.id > 0 GROUP BY ROLLUP (a.k, a.s)",
+    ),
+    # CUBE over a join, ranked by a window over its sums (a LEFT JOIN: never empty, where
+    # Spark returns no row and DuckDB a grand total).
+    "cube_ranked_join": (
+        1,
+        "SELECT a.k, b.name, SUM(a.v) AS t, RANK() OVER (ORDER BY SUM(a.v) DESC NULLS LAST) AS r"
+        " FROM {ns}.a a LEFT JOIN {ns}.b b ON a.k = b.k GROUP BY CUBE (a.k, b.name)",
+    ),
     # The same derived table read twice is one part.
     "derived_table_read_twice": (
         1,
@@ -157,6 +171,7 @@ def test_a_composed_view_equals_duckdb_at_every_tick(
         assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
         if n == 1:  # the first batch runs in full: the view's history then holds its cost
             assert report["strategy"] == "full", report
+            first_schema = str(catalog.load_table(f"{ns}.view").schema())
             continue
         assert report["strategy"] == "composed", report["reason"]
         assert len(report["parts"]) == parts, report["parts"]
@@ -166,6 +181,8 @@ def test_a_composed_view_equals_duckdb_at_every_tick(
             # the parts by its own plan, from the parts' changes
             assert report["top"] == TOPS.get(name, "full"), (n, report["top"], report["reason"])
     assert len(_part_tables(catalog, ns)) == parts
+    # The view keeps the types its query as written has (a ROLLUP's sums of sums included).
+    assert str(catalog.load_table(f"{ns}.view").schema()) == first_schema
 
 
 @pytest.mark.spark
@@ -414,3 +431,31 @@ def test_the_rows_split_cuts_windows_and_limits_off_the_rows_they_read() -> None
     ]
     for sql in refused:
         assert split_rows(parse_one(sql, read="spark")) is None, sql
+
+
+def test_grouping_sets_split_into_their_finest_groups_and_the_sets_over_them() -> None:
+    from airflow_provider_ct.ivm.plan.grouping_sets_split import split_grouping_sets
+
+    select = parse_one(
+        "SELECT a.k, a.s, SUM(a.v) AS t, COUNT(*) AS n, GROUPING(a.k) AS g FROM ns.a a"
+        " WHERE a.v > 0 GROUP BY ROLLUP (a.k, a.s) HAVING SUM(a.v) > 1",
+        read="spark",
+    )
+    groups, rest = split_grouping_sets(select)
+    assert groups.sql(dialect="spark") == (
+        "SELECT a.k AS __ct_g0, a.s AS __ct_g1, SUM(a.v) AS __ct_a0, COUNT(*) AS __ct_a1"
+        " FROM ns.a AS a WHERE a.v > 0 GROUP BY a.k, a.s"
+    )
+    assert rest.sql(dialect="spark") == (
+        "SELECT __ct_g0 AS k, __ct_g1 AS s, SUM(__ct_a0) AS t, SUM(__ct_a1) AS n,"
+        " GROUPING(__ct_g0) AS g FROM __ct_sets GROUP BY ROLLUP (__ct_g0, __ct_g1)"
+        " HAVING SUM(__ct_a0) > 1"
+    )
+    refused = [  # a coarser group's value is not one of its finer groups' values
+        "SELECT k, AVG(v) AS m FROM ns.a GROUP BY ROLLUP (k)",
+        "SELECT k, COUNT(DISTINCT v) AS m FROM ns.a GROUP BY CUBE (k, s)",
+        "SELECT k, SUM(v) AS m FROM ns.a GROUP BY k",  # no sets: the groups split's
+        "SELECT k, SUM(v) AS m FROM ns.a GROUP BY ROLLUP (1)",
+    ]
+    for sql in refused:
+        assert split_grouping_sets(parse_one(sql, read="spark")) is None, sql

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_ct.core.appending import land_staged
@@ -56,6 +56,7 @@ from airflow_provider_ct.ivm.plan.compose import Composition, Part, compose
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.refresh import history_reason
 from airflow_provider_ct.ivm.plan.sizes import view_history
+from airflow_provider_ct.spark.pinned_query import input_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -104,7 +105,8 @@ def composed_tick(
     :param target: the view's table as the job loaded it (``None``: not created yet).
     :param inputs: the inputs' tables as the job loaded them (``None``: loaded here).
     """
-    composition = compose(sql, desc.target, config.name)
+    columns = input_columns(inputs) if inputs is not None else None
+    composition = compose(sql, desc.target, config.name, columns)
     if isinstance(composition, str):
         log.info("%s: %s", desc.target, composition)
         return None
@@ -222,3 +224,37 @@ def _checked(
 def _ours(entry: TimelineEntry, part: Part, pins: Mapping[str, int | None]) -> bool:
     recorded = entry.summary.get(SummaryKeys.QUERY_HASH)
     return recorded == query_hash(part.sql) and dict(entry.inputs or {}) == dict(pins)
+
+
+def fitted_to_view(composed: ComposedQuery, schema: Any, target: Any) -> ComposedQuery | None:
+    """``composed`` with the query over the parts cast to the view's decimal types, where
+    they differ only in precision; ``None`` when none does.
+
+    A ``SUM`` of the finest groups' sums (``ROLLUP``, :mod:`~..ivm.plan.grouping_sets_split`)
+    has ten more digits of precision than the sum as written; its values are the same
+    sums, so the view's own type holds them.
+
+    :param schema: the query over the parts as Spark analysed it; ``target``: the view's
+        table (PyIceberg).
+    """
+    from pyiceberg.types import DecimalType as IcebergDecimal
+    from pyspark.sql.types import DecimalType
+
+    ours = {f.name.lower(): f.field_type for f in target.schema().fields}
+    casts = {}
+    for field in schema.fields:
+        want = ours.get(field.name.lower())
+        have = field.dataType
+        if not (isinstance(have, DecimalType) and isinstance(want, IcebergDecimal)):
+            continue
+        if have.scale == want.scale and have.precision != want.precision:
+            casts[field.name] = f"DECIMAL({want.precision}, {want.scale})"
+    if not casts:
+        return None
+    items = ", ".join(
+        f"CAST(`{f.name}` AS {casts[f.name]}) AS `{f.name}`" if f.name in casts else f"`{f.name}`"
+        for f in schema.fields
+    )
+    sql = f"SELECT {items} FROM ({composed.composition.sql}) AS __ct_top"
+    parsed = parse_query(sql, catalog_name=composed.parsed.catalog_name)
+    return replace(composed, parsed=parsed)

@@ -76,7 +76,7 @@ from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.planner import FULL, Plan, choose_plan
 from airflow_provider_ct.ivm.plan.refresh import full_diff_on_driver
 from airflow_provider_ct.ivm.plan.sizes import keyed_read_history, read_check, size_rules
-from airflow_provider_ct.spark.composed import ComposedQuery, composed_tick
+from airflow_provider_ct.spark.composed import ComposedQuery, composed_tick, fitted_to_view
 from airflow_provider_ct.spark.correction import correction_difference
 from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
@@ -140,7 +140,9 @@ def run_write(
         if composing
         else None
     )
-    views, query, composed = _bound_query(spark, config, catalog, parsed, desc, tables, composed)
+    views, query, composed = _bound_query(
+        spark, config, catalog, parsed, desc, tables, composed, table
+    )
     computing = desc
     if composed is not None:
         plan = _top_plan(composed, query.tables)
@@ -202,6 +204,7 @@ def _bound_query(
     desc: BatchDescription,
     tables: dict[str, Any] | None,
     composed: ComposedQuery | None,
+    target: Any = None,
 ) -> tuple[PinnedViews, PinnedQuery, ComposedQuery | None]:
     """The view's query bound to its pins; a composed tick's, the query over its parts.
 
@@ -223,6 +226,10 @@ def _bound_query(
     except Exception as exc:  # the query as written still runs
         log.warning("%s: the query over its parts failed analysis (%s): in full", desc.target, exc)
         return _bound_query(spark, config, catalog, parsed, desc, tables, None)
+    fitted = fitted_to_view(composed, query.schema, target) if target is not None else None
+    if fitted is not None:  # the same query, its sums of sums cast to the view's types
+        top, composed = fitted.parsed, fitted
+        query = PinnedQuery(spark, top.sql, top, views, top_tables, composed.pins)
     return views, query, composed
 
 

@@ -14,7 +14,9 @@ such a query is taken apart, as a person would write it as a pipeline:
 * a query or part that reads inputs and that no strategy maintains whole
   is reshaped the same way: a set operation into its branches (each a
   part, then the operation over them), a grouped select into its groups
-  (a part, :mod:`.aggregate_split`) and the rest of it over them, an
+  (a part, :mod:`.aggregate_split`; with ``ROLLUP``/``CUBE``/``GROUPING
+  SETS``, its finest groups, :mod:`.grouping_sets_split`) and the rest of
+  it over them, an
   ungrouped select with windows, ``DISTINCT`` or ``ORDER BY ... LIMIT``
   into the rows they read (a part, :mod:`.rows_split`) and the rest;
 * the query that is left reads the parts as tables: the write job plans
@@ -50,7 +52,8 @@ from airflow_provider_ct.core.query import nondeterministic_calls, parse_query
 from airflow_provider_ct.core.tables import is_part_of, part_table_name
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.ivm.plan.aggregate_split import GROUPS_ALIAS, split_groups
-from airflow_provider_ct.ivm.plan.planner import Plan, plan_query
+from airflow_provider_ct.ivm.plan.grouping_sets_split import SETS_ALIAS, split_grouping_sets
+from airflow_provider_ct.ivm.plan.planner import InputColumns, Plan, plan_query
 from airflow_provider_ct.ivm.plan.rows_split import ROWS_ALIAS, split_rows
 from airflow_provider_ct.ivm.plan.select_shape import is_count_star
 
@@ -61,6 +64,7 @@ COMPOSED = "composed"
 #: How a select no strategy maintains is cut, in order: what the part below holds, and
 #: the alias the rest reads it under.
 _SELECT_SPLITS = (
+    (split_grouping_sets, "finest groups", SETS_ALIAS),
     (split_groups, "groups", GROUPS_ALIAS),
     (split_rows, "rows", ROWS_ALIAS),
 )
@@ -112,14 +116,20 @@ class Composition:
         return f"{len(self.parts)} part(s) maintained in tables of the view ({kept})"
 
 
-def compose(sql: str, target: str, catalog_name: str) -> Composition | str:
-    """The query split into maintained parts and the query over them, or why not."""
+def compose(
+    sql: str, target: str, catalog_name: str, columns: InputColumns | None = None
+) -> Composition | str:
+    """The query split into maintained parts and the query over them, or why not.
+
+    :param columns: the inputs' column names, where known (the write job knows
+        them): each part is planned with them, as its own tick will plan it.
+    """
     try:
         tree = parse_query(sql, target=target, catalog_name=catalog_name).expression
         calls = nondeterministic_calls(tree)
         if calls:
             raise _NotSplit(f"the query calls nondeterministic functions {calls}")
-        splitter = _Splitter(target, catalog_name)
+        splitter = _Splitter(target, catalog_name, columns)
         top = splitter.reshaped(splitter.split(tree.copy()), "the query")
         if not splitter.parts:
             raise _NotSplit("no CTE or derived table to keep apart")
@@ -132,7 +142,9 @@ def compose(sql: str, target: str, catalog_name: str) -> Composition | str:
                 f"the part {first.label} would be recomputed in full: {first.plan.reason}"
             )
         top_sql = top.sql(dialect="spark")
-        top_plan = plan_query(parse_query(top_sql, target=target, catalog_name=catalog_name))
+        top_plan = plan_query(
+            parse_query(top_sql, target=target, catalog_name=catalog_name), columns
+        )
     except (_NotSplit, QueryError) as exc:
         return f"not split into parts: {exc}"
     return Composition(parts, top_sql, top_plan)
@@ -141,8 +153,8 @@ def compose(sql: str, target: str, catalog_name: str) -> Composition | str:
 class _Splitter:
     """Walks a query, turning its CTEs and derived tables into parts (deduplicated by SQL)."""
 
-    def __init__(self, target: str, catalog_name: str) -> None:
-        self.target, self.catalog_name = target, catalog_name
+    def __init__(self, target: str, catalog_name: str, columns: InputColumns | None) -> None:
+        self.target, self.catalog_name, self.columns = target, catalog_name, columns
         self.parts: dict[str, Part] = {}
 
     def split(self, tree: Any) -> Any:
@@ -183,7 +195,7 @@ class _Splitter:
         if not self._reads_inputs(tree):
             return tree
         sql = tree.sql(dialect="spark")
-        if plan_query(parse_query(sql, catalog_name=self.catalog_name)).incremental:
+        if plan_query(parse_query(sql, catalog_name=self.catalog_name), self.columns).incremental:
             return tree
         if isinstance(tree, exp.SetOperation):
             return self._branches(tree, label)
@@ -277,7 +289,7 @@ class _Splitter:
         if table not in self.parts:
             parsed = parse_query(sql, target=table, catalog_name=self.catalog_name)
             reads_inputs = any(not is_part_of(name, self.target) for name in parsed.inputs)
-            plan = plan_query(parsed)
+            plan = plan_query(parsed, self.columns)
             self.parts[table] = Part(table, sql, label, plan, reads_inputs)
         return table
 
@@ -302,7 +314,9 @@ def _leaves(tree: Any) -> list[Any]:
         return [*_leaves(tree.left), *_leaves(tree.right)]
     if isinstance(tree, exp.Select):
         return [tree]
-    raise _NotSplit("a set operation's branch in parentheses is not taken apart")
+    if isinstance(tree, exp.Subquery) and not tree.alias:  # (SELECT ...) EXCEPT (SELECT ...)
+        return _leaves(tree.this)
+    raise _NotSplit(f"a set operation's branch {tree.sql(dialect='spark')[:60]} is not a select")
 
 
 def _check_names(body: Any, label: str) -> None:

@@ -69,7 +69,8 @@ def _equalities(on: Any, preserved: str, optional: str) -> list[tuple[str, str]]
     keys, and every conjunct only narrows which of those it matches. At least
     one equality is needed, or no key restricts the recomputation.
     """
-    conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    on = on.unnest()  # ON (a = b AND c = d), as TPC-DS writes it
+    conjuncts = [c.unnest() for c in on.flatten()] if isinstance(on, exp.And) else [on]
     pairs: list[tuple[str, str]] = []
     for c in conjuncts:
         pair = _key_pair(c, preserved, optional)

@@ -162,7 +162,8 @@ def _step(position: int, join: Any, aliases: list[str]) -> JoinStep:
     on = join.args.get("on")
     if on is None or on.find(exp.Subquery):
         raise NotIncremental(f"a {side} JOIN whose ON is missing or holds a subquery")
-    conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    on = on.unnest()  # ON (a = b AND c = d), as TPC-DS writes it
+    conjuncts = [c.unnest() for c in on.flatten()] if isinstance(on, exp.And) else [on]
     earlier = {a: i for i, a in enumerate(aliases[:position])}
     pairs = tuple(p for c in conjuncts if (p := _pair(c, aliases[position], earlier)) is not None)
     if not pairs:
