@@ -404,58 +404,54 @@ def test_the_view_history_judges_composed_ticks_against_its_full_ones(
         assert "median 900 ms" in why, why
 
 
+def _check_split(split: Any, sql: str, below: str, rest: str, refused: list[str]) -> None:
+    """``split`` cuts ``sql`` into ``below`` and ``rest`` (Spark SQL) and refuses each of
+    ``refused``."""
+    found = split(parse_one(sql, read="spark"))
+    assert found is not None, sql
+    assert [q.sql(dialect="spark") for q in found] == [below, rest]
+    for other in refused:
+        assert split(parse_one(other, read="spark")) is None, other
+
+
 def test_the_rows_split_cuts_windows_and_limits_off_the_rows_they_read() -> None:
     from airflow_provider_ct.ivm.plan.rows_split import split_rows
 
-    select = parse_one(
+    _check_split(
+        split_rows,
         "SELECT t.id, u.name AS who, SUM(t.v) OVER (PARTITION BY u.name) AS s FROM ns.a t"
         " JOIN ns.b u ON t.k = u.k WHERE t.v > 0 ORDER BY who, t.id LIMIT 3",
-        read="spark",
-    )
-    rows, rest = split_rows(select)
-    assert rows.sql(dialect="spark") == (
         "SELECT t.id AS __ct_c0, u.name AS __ct_c1, t.v AS __ct_c2 FROM ns.a AS t"
-        " JOIN ns.b AS u ON t.k = u.k WHERE t.v > 0"
-    )
-    assert rest.sql(dialect="spark") == (
+        " JOIN ns.b AS u ON t.k = u.k WHERE t.v > 0",
         "SELECT __ct_c0 AS id, __ct_c1 AS who, SUM(__ct_c2) OVER (PARTITION BY __ct_c1) AS s"
-        " FROM __ct_rows ORDER BY who, __ct_c0 LIMIT 3"
+        " FROM __ct_rows ORDER BY who, __ct_c0 LIMIT 3",
+        [
+            "SELECT k, SUM(v) OVER () AS s FROM ns.a",  # the rows would copy the input
+            "SELECT a.k FROM ns.a a JOIN ns.b b ON a.k = b.k LIMIT 3",  # 3 of Spark's choice
+            "SELECT a.k, SUM(a.v) AS s FROM ns.a a WHERE a.v > 0 GROUP BY a.k",  # groups split's
+            "SELECT a.*, RANK() OVER (ORDER BY a.v) AS r FROM ns.a a WHERE a.v > 0",
+            "SELECT a.k + 1, RANK() OVER (ORDER BY a.v) AS r FROM ns.a a WHERE a.v > 0",
+            "SELECT a.k FROM ns.a a JOIN ns.b b ON a.k = b.k",  # nothing to cut below
+        ],
     )
-    refused = [
-        "SELECT k, SUM(v) OVER () AS s FROM ns.a",  # the rows would copy the input
-        "SELECT a.k FROM ns.a a JOIN ns.b b ON a.k = b.k LIMIT 3",  # which 3 is Spark's choice
-        "SELECT a.k, SUM(a.v) AS s FROM ns.a a WHERE a.v > 0 GROUP BY a.k",  # the groups split's
-        "SELECT a.*, RANK() OVER (ORDER BY a.v) AS r FROM ns.a a WHERE a.v > 0",
-        "SELECT a.k + 1, RANK() OVER (ORDER BY a.v) AS r FROM ns.a a WHERE a.v > 0",
-        "SELECT a.k FROM ns.a a JOIN ns.b b ON a.k = b.k",  # nothing to cut below
-    ]
-    for sql in refused:
-        assert split_rows(parse_one(sql, read="spark")) is None, sql
 
 
 def test_grouping_sets_split_into_their_finest_groups_and_the_sets_over_them() -> None:
     from airflow_provider_ct.ivm.plan.grouping_sets_split import split_grouping_sets
 
-    select = parse_one(
+    _check_split(
+        split_grouping_sets,
         "SELECT a.k, a.s, SUM(a.v) AS t, COUNT(*) AS n, GROUPING(a.k) AS g FROM ns.a a"
         " WHERE a.v > 0 GROUP BY ROLLUP (a.k, a.s) HAVING SUM(a.v) > 1",
-        read="spark",
-    )
-    groups, rest = split_grouping_sets(select)
-    assert groups.sql(dialect="spark") == (
         "SELECT a.k AS __ct_g0, a.s AS __ct_g1, SUM(a.v) AS __ct_a0, COUNT(*) AS __ct_a1"
-        " FROM ns.a AS a WHERE a.v > 0 GROUP BY a.k, a.s"
-    )
-    assert rest.sql(dialect="spark") == (
+        " FROM ns.a AS a WHERE a.v > 0 GROUP BY a.k, a.s",
         "SELECT __ct_g0 AS k, __ct_g1 AS s, SUM(__ct_a0) AS t, SUM(__ct_a1) AS n,"
         " GROUPING(__ct_g0) AS g FROM __ct_sets GROUP BY ROLLUP (__ct_g0, __ct_g1)"
-        " HAVING SUM(__ct_a0) > 1"
+        " HAVING SUM(__ct_a0) > 1",
+        [  # a coarser group's value is not one of its finer groups' values
+            "SELECT k, AVG(v) AS m FROM ns.a GROUP BY ROLLUP (k)",
+            "SELECT k, COUNT(DISTINCT v) AS m FROM ns.a GROUP BY CUBE (k, s)",
+            "SELECT k, SUM(v) AS m FROM ns.a GROUP BY k",  # no sets: the groups split's
+            "SELECT k, SUM(v) AS m FROM ns.a GROUP BY ROLLUP (1)",
+        ],
     )
-    refused = [  # a coarser group's value is not one of its finer groups' values
-        "SELECT k, AVG(v) AS m FROM ns.a GROUP BY ROLLUP (k)",
-        "SELECT k, COUNT(DISTINCT v) AS m FROM ns.a GROUP BY CUBE (k, s)",
-        "SELECT k, SUM(v) AS m FROM ns.a GROUP BY k",  # no sets: the groups split's
-        "SELECT k, SUM(v) AS m FROM ns.a GROUP BY ROLLUP (1)",
-    ]
-    for sql in refused:
-        assert split_grouping_sets(parse_one(sql, read="spark")) is None, sql

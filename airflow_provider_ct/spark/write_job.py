@@ -134,21 +134,15 @@ def run_write(
 
     failpoint("write.input-scan")  # the inputs opened, none of their data read yet
     clock = PhaseClock()
-    composing = mode is RefreshMode.AUTO and not plan.incremental
     composed = (
         composed_tick(spark, config, sql, desc, table, dry_run, run_write, tables)
-        if composing
+        if mode is RefreshMode.AUTO and not plan.incremental
         else None
     )
     views, query, composed = _bound_query(
         spark, config, catalog, parsed, desc, tables, composed, table
     )
-    computing = desc
-    if composed is not None:
-        plan = _top_plan(composed, query.tables)
-        if plan.incremental:  # over the parts' changes: their snapshots are pinned too
-            computing = replace(desc, inputs=dict(composed.pins))
-        clock.lap("parts")
+    plan, computing = _tick_plan(desc, plan, composed, query, clock)
     if table is None and dry_run:
         return _dry_run_before_creation(desc, query, plan)
     prepared = prepare_target(
@@ -171,6 +165,22 @@ def run_write(
         return _compute_and_stage(tick, prepared, dry_run)
     finally:
         tick.scratch.remove()
+
+
+def _tick_plan(
+    desc: BatchDescription,
+    plan: Plan,
+    composed: ComposedQuery | None,
+    query: PinnedQuery,
+    clock: PhaseClock,
+) -> tuple[Plan, BatchDescription]:
+    """The plan the tick runs, and the description it computes over: a composed tick whose
+    query over the parts is incremental reads the parts' changes, so it pins them too."""
+    if composed is None:
+        return plan, desc
+    top = _top_plan(composed, query.tables)
+    clock.lap("parts")
+    return top, replace(desc, inputs=dict(composed.pins)) if top.incremental else desc
 
 
 def _top_plan(composed: ComposedQuery, tables: dict[str, Any] | None) -> Plan:
