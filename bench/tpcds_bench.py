@@ -171,10 +171,7 @@ class Bench:
             )
             return
         out.seconds.append(round(time.monotonic() - started, 3))
-        out.strategies.append(str(report.extra.get("strategy", "-")))
-        out.reasons.append(str(report.reason))
-        out.busy.append(busy)
-        out.fallbacks += [str(f) for f in report.extra.get("fallbacks", [])]
+        out.record(report.extra, str(report.reason), busy)
         if self.inputs.view_rows(view) != self.inputs.oracle(view):
             out.status, out.failed_tick = WRONG, len(out.strategies) - 1
             out.error = f"strategy {out.strategies[-1]}: {out.reasons[-1]}"

@@ -160,10 +160,7 @@ class Views:
             out.error = _first_line(exc) + "\n" + _product_frames(exc)
             self.blame_spark(g, con)
             return
-        out.strategies.append(str(report.extra.get("strategy", "-")))
-        out.reasons.append(str(report.reason))
-        out.busy.append(busy)
-        out.fallbacks += [str(f) for f in report.extra.get("fallbacks", [])]
+        out.record(report.extra, str(report.reason), busy)
         want = self.oracle(g, con)
         got = normalized(rows_of(self.inputs.catalog.load_table(self.target(g))))
         if got != want:

@@ -26,8 +26,9 @@ part at ``T``.
 When a view runs composed (:func:`composed_tick`): under ``refresh="auto"``,
 for a real tick (a dry run writes no part), once the view has a first batch
 (that tick runs in full as written, so the view's history holds what a full
-correction costs), and while that history does not say its composed ticks
-cost more than a full one (the rule incremental plans follow,
+correction costs; its parts are created beside it, so the next tick finds
+them and reads only their inputs' changes), and while that history does
+not say its composed ticks cost more than a full one (the rule incremental plans follow,
 :func:`~airflow_provider_ct.ivm.plan.refresh.history_reason`: composed
 ticks count as incremental ones, and after a few full ticks composing is
 measured again).
@@ -67,6 +68,12 @@ log = logging.getLogger(__name__)
 #: is the SQL's digest), so only an input's evolution changes a part's schema.
 PART_SETTINGS = TargetSettings(on_schema_change="recreate")
 
+#: Why a view's first batch runs as written (its parts are created beside it).
+FIRST_BATCH = (
+    "the view's first batch runs in full, to measure what a full correction costs (its parts "
+    "are created with it)"
+)
+
 #: ``run_write``, passed in: the write job calls this module, which calls it back.
 Write = Callable[..., WriteReport]
 
@@ -83,7 +90,18 @@ class ComposedQuery:
     ticks: dict[str, str]
 
     def details(self) -> dict[str, Any]:
-        return {"parts": dict(self.ticks), "composition": self.composition.explain()}
+        full = [
+            p.label
+            for p in self.composition.parts
+            if p.reads_inputs and self.ticks.get(p.label) == "full"
+        ]
+        return {
+            "parts": dict(self.ticks),
+            #: Parts that read the view's inputs whole this tick (their own first batch, a
+            #: change their plan could not follow): the tick was not incremental there.
+            "parts_full": full,
+            "composition": self.composition.explain(),
+        }
 
 
 def composed_tick(
@@ -111,9 +129,22 @@ def composed_tick(
         log.info("%s: %s", desc.target, composition)
         return None
     why_not = _why_not_now(config, sql, desc, target, dry_run, inputs)
+    if why_not == FIRST_BATCH:  # the parts are created with the view: its next tick uses them
+        _tick_parts_or_none(spark, config, composition, desc, write)
     if why_not:
         log.info("%s: not composed this tick (%s): %s", desc.target, why_not, composition.reason)
         return None
+    return _tick_parts_or_none(spark, config, composition, desc, write)
+
+
+def _tick_parts_or_none(
+    spark: SparkSession,
+    config: CatalogConfig,
+    composition: Composition,
+    desc: BatchDescription,
+    write: Write,
+) -> ComposedQuery | None:
+    """:func:`tick_parts`, or ``None`` when a part cannot serve the tick (logged)."""
     try:
         return tick_parts(spark, config, composition, desc, write)
     except ServiceUnavailableError:
@@ -141,7 +172,7 @@ def _why_not_now(
     if dry_run:
         return "a dry run writes no part"
     if target is None or target.current_snapshot() is None:
-        return "the view's first batch runs in full, to measure what a full correction costs"
+        return FIRST_BATCH
     if inputs is None:
         catalog = config.load()
         inputs = {name: catalog.load_table(name) for name in desc.inputs}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ TICK_FAILED = "accepted at parse, tick failed"
 WRONG = "wrong result"
 EXACT = "exact on every tick"
 FULL = "full"
+COMPOSED = "composed"
 
 
 @dataclass
@@ -49,6 +51,19 @@ class Outcome:
     seconds: list[float] = field(default_factory=list)
     error: str = ""
     failed_tick: int | None = None
+
+    def record(self, extra: Mapping[str, Any], reason: str, busy: bool) -> None:
+        """One tick's report. A composed tick one of whose parts read the view's inputs in
+        full counts as a full tick: its inputs were read whole there."""
+        strategy = str(extra.get("strategy", "-"))
+        whole = [str(label) for label in extra.get("parts_full") or []]
+        if strategy == COMPOSED and whole:
+            strategy = FULL
+            reason = f"composed, but its part(s) {', '.join(whole)} ran in full over the inputs"
+        self.strategies.append(strategy)
+        self.reasons.append(reason)
+        self.busy.append(busy)
+        self.fallbacks += [str(f) for f in extra.get("fallbacks", [])]
 
     @property
     def busy_strategies(self) -> list[str]:
