@@ -120,6 +120,7 @@ def same_query_batch(
 
     What a quiet tick and an incremental tick both build on: the head is
     the query's result over the snapshots that batch pinned (``ct.inputs``).
+
     :param minted: the inputs the minted description pins, when ``description``
         is a composed tick's, which pins what the query over the parts reads
         (parts, recorded apart in ``ct.parts``, and perhaps a few inputs):

@@ -222,7 +222,8 @@ class _Splitter:
         names = [item.alias_or_name for item in leaves[0].expressions]
         for number, leaf in enumerate(leaves, start=1):
             if len(leaf.expressions) != len(names) or any(
-                isinstance(i, exp.Star) or i.find(exp.Star) for i in leaf.expressions
+                isinstance(i, exp.Star) or (i.find(exp.Star) and not is_count_star(i))
+                for i in leaf.expressions
             ):
                 raise _NotSplit(f"branch {number} of {label} selects * or another width")
             body = leaf.copy()
