@@ -186,6 +186,28 @@ def test_a_composed_view_equals_duckdb_at_every_tick(
 
 
 @pytest.mark.spark
+def test_a_composed_batch_pins_its_parts_apart_from_its_inputs(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    import json
+
+    from airflow_provider_ct.core.keys import SummaryKeys
+    from airflow_provider_ct.core.timeline import Timeline
+
+    config = spark_catalog_config
+    ns, catalog, _, _ = _ticked(spark, config, "composed_pins", "derived_tables_joined", 2)
+    head = Timeline.of(catalog.load_table(f"{ns}.view"))
+    entry = head.entry(head.head_snapshot_id)
+    # ct.inputs: what the minted description pinned (the append checked it), inputs only
+    assert sorted(entry.inputs) == [f"{ns}.a", f"{ns}.b"]
+    # ct.parts: each part the query over the parts read, at its snapshot for the tick
+    parts = json.loads(entry.summary[SummaryKeys.PARTS])
+    assert sorted(parts) == sorted(f"{ns}.{p}" for p in _part_tables(catalog, ns))
+    for part, snapshot in parts.items():
+        assert Timeline.of(catalog.load_table(part)).snapshot_at(2_000) == snapshot
+
+
+@pytest.mark.spark
 def test_a_retried_tick_reads_the_parts_its_first_attempt_landed(
     spark: Any, spark_catalog_config: CatalogConfig
 ) -> None:
