@@ -103,6 +103,12 @@ COMPOSED = {
         "SELECT a.k, a.s, SUM(CAST(a.v AS DECIMAL(7, 2))) AS t, COUNT(*) AS n, MIN(a.v) AS lo,"
         " GROUPING(a.k) AS gk FROM {ns}.a a WHERE a.id > 0 GROUP BY ROLLUP (a.k, a.s)",
     ),
+    # CUBE with an integer AVG: the finest groups keep its sum and count.
+    "cube_averages": (
+        1,
+        "SELECT a.k, a.s, AVG(a.v) AS m, COUNT(a.v) AS n FROM {ns}.a a WHERE a.id > 0"
+        " GROUP BY CUBE (a.k, a.s)",
+    ),
     # CUBE over a join, ranked by a window over its sums (a LEFT JOIN: never empty, where
     # Spark returns no row and DuckDB a grand total).
     "cube_ranked_join": (
@@ -205,6 +211,31 @@ def test_a_composed_batch_pins_its_parts_apart_from_its_inputs(
     assert sorted(parts) == sorted(f"{ns}.{p}" for p in _part_tables(catalog, ns))
     for part, snapshot in parts.items():
         assert Timeline.of(catalog.load_table(part)).snapshot_at(2_000) == snapshot
+
+
+@pytest.mark.spark
+def test_a_decimal_average_over_grouping_sets_runs_as_written(
+    spark: Any, spark_catalog_config: CatalogConfig
+) -> None:
+    # Its quotient over the finest groups would have another scale than AVG's own.
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, "composed_decimal_avg")
+    sql = (
+        f"SELECT a.k, AVG(CAST(a.v AS DECIMAL(7, 2))) AS m FROM {ns}.a a WHERE a.id > 0"
+        " GROUP BY ROLLUP (a.k)"
+    )
+    schemas = set()
+    for n in range(1, 4):
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        assert report["strategy"] == "full", report
+        view = catalog.load_table(f"{ns}.view")
+        # Spark's decimal average against DuckDB's double, to the decimal's six places
+        got = {(k, None if m is None else round(float(m), 5)) for k, m in rows_of(view)}
+        want = {(k, None if m is None else round(m, 5)) for k, m in inputs.oracle(sql)}
+        assert got == want, (n, report)
+        schemas.add(str(view.schema()))
+    assert len(schemas) == 1, schemas
 
 
 @pytest.mark.spark
@@ -471,7 +502,7 @@ def test_grouping_sets_split_into_their_finest_groups_and_the_sets_over_them() -
         " GROUPING(__ct_g0) AS g FROM __ct_sets GROUP BY ROLLUP (__ct_g0, __ct_g1)"
         " HAVING SUM(__ct_a0) > 1",
         [  # a coarser group's value is not one of its finer groups' values
-            "SELECT k, AVG(v) AS m FROM ns.a GROUP BY ROLLUP (k)",
+            "SELECT k, STDDEV(v) AS m FROM ns.a GROUP BY ROLLUP (k)",
             "SELECT k, COUNT(DISTINCT v) AS m FROM ns.a GROUP BY CUBE (k, s)",
             "SELECT k, SUM(v) AS m FROM ns.a GROUP BY k",  # no sets: the groups split's
             "SELECT k, SUM(v) AS m FROM ns.a GROUP BY ROLLUP (1)",

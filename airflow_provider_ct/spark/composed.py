@@ -263,7 +263,9 @@ def fitted_to_view(composed: ComposedQuery, schema: Any, target: Any) -> Compose
 
     A ``SUM`` of the finest groups' sums (``ROLLUP``, :mod:`~..ivm.plan.grouping_sets_split`)
     has ten more digits of precision than the sum as written; its values are the same
-    sums, so the view's own type holds them.
+    sums, so the view's own type holds them. A decimal that differs otherwise (an
+    average's quotient has its own scale and rounding) raises
+    :class:`~airflow_provider_ct.exceptions.CompositionError`: the tick runs as written.
 
     :param schema: the query over the parts as Spark analysed it; ``target``: the view's
         table (PyIceberg).
@@ -276,9 +278,13 @@ def fitted_to_view(composed: ComposedQuery, schema: Any, target: Any) -> Compose
     for field in schema.fields:
         want = ours.get(field.name.lower())
         have = field.dataType
-        if not (isinstance(have, DecimalType) and isinstance(want, IcebergDecimal)):
+        if want is None or not (isinstance(have, DecimalType) or isinstance(want, IcebergDecimal)):
             continue
-        if have.scale == want.scale and have.precision != want.precision:
+        if not (isinstance(have, DecimalType) and isinstance(want, IcebergDecimal)):
+            raise CompositionError(f"{field.name} is {have.simpleString()} over the parts, {want}")
+        if have.scale != want.scale:
+            raise CompositionError(f"{field.name} is {have.simpleString()} over the parts, {want}")
+        if have.precision != want.precision:
             casts[field.name] = f"DECIMAL({want.precision}, {want.scale})"
     if not casts:
         return None

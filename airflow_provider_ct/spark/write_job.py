@@ -56,6 +56,7 @@ from airflow_provider_ct.core.tables import (
 )
 from airflow_provider_ct.exceptions import (
     ChangesUnavailableError,
+    CompositionError,
     CTError,
     IncrementalMismatchError,
     KeyedReadError,
@@ -236,7 +237,13 @@ def _bound_query(
     except Exception as exc:  # the query as written still runs
         log.warning("%s: the query over its parts failed analysis (%s): in full", desc.target, exc)
         return _bound_query(spark, config, catalog, parsed, desc, tables, None)
-    fitted = fitted_to_view(composed, query.schema, target) if target is not None else None
+    try:
+        fitted = fitted_to_view(composed, query.schema, target) if target is not None else None
+    except CompositionError as exc:  # a type the view's column cannot take as it is
+        log.info(
+            "%s: the query over its parts does not fit the view (%s): in full", desc.target, exc
+        )
+        return _bound_query(spark, config, catalog, parsed, desc, tables, None)
     if fitted is not None:  # the same query, its sums of sums cast to the view's types
         top, composed = fitted.parsed, fitted
         query = PinnedQuery(spark, top.sql, top, views, top_tables, composed.pins)

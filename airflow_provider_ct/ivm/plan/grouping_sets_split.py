@@ -15,12 +15,15 @@ SUM(__ct_a0) AS s FROM <groups> GROUP BY ROLLUP (__ct_g0, __ct_g1)``, which
 inputs). ``GROUPING(a)`` and ``GROUPING_ID`` name the same keys in the
 rest; ``HAVING``, windows, ``ORDER BY`` and ``LIMIT`` stay there too.
 
-A ``SUM`` of sums has a wider decimal type than the sum (Spark adds ten
-digits of precision per ``SUM``); the write job casts such a column of the
-query over the parts back to the view's own type (the values are the same
-sums, so they fit). Refused (``None``): any other aggregate (``AVG``,
-``COUNT(DISTINCT)``... a coarser group's value is not a function of its
-finer groups' values), ``DISTINCT``, ``WITH ROLLUP`` (MySQL's spelling),
+An ``AVG`` is kept as its sum and its count, and is their quotient
+above. A ``SUM`` of sums has a wider decimal type than the sum (Spark adds
+ten digits of precision per ``SUM``); the write job casts such a column of
+the query over the parts back to the view's own type (the values are the
+same sums, so they fit), and runs the query as written where a type
+differs otherwise (a decimal average's quotient has its own scale and
+rounding: that view does not compose). Refused (``None``): any other
+aggregate (``COUNT(DISTINCT)``... a coarser group's value is not a
+function of its finer groups' values), ``DISTINCT``, ``WITH ROLLUP`` (MySQL's spelling),
 subqueries in the select list, an output without a name of its own, a key
 that is not a column or an expression of columns (an ordinal, an alias).
 """
@@ -37,6 +40,8 @@ from airflow_provider_ct.ivm.plan.aggregate_split import AGGREGATE_PREFIX, KEY_P
 SETS_ALIAS = "__ct_sets"
 #: Aggregate -> how a coarser group's value is had from its finer groups' values.
 _REAGGREGATE = {exp.Sum: exp.Sum, exp.Count: exp.Sum, exp.Min: exp.Min, exp.Max: exp.Max}
+#: ``AVG``: a sum over a count, each kept per finest group.
+_AVERAGED = (exp.Avg,)
 _SETS = (exp.Rollup, exp.Cube, exp.GroupingSets)
 
 
@@ -49,9 +54,10 @@ def split_grouping_sets(select: Any) -> tuple[Any, Any] | None:
     aggregates = _aggregates(select)
     if keys is None or aggregates is None or not aggregates:
         return None
+    partials = [p for a in aggregates for p in _partials(a)]
     groups = exp.select(
         *[exp.alias_(k.copy(), f"{KEY_PREFIX}{i}") for i, k in enumerate(keys)],
-        *[exp.alias_(a.copy(), f"{AGGREGATE_PREFIX}{j}") for j, a in enumerate(aggregates)],
+        *[exp.alias_(p, f"{AGGREGATE_PREFIX}{j}") for j, p in enumerate(partials)],
     )
     for arg in ("from_", "from", "joins", "where"):
         if select.args.get(arg) is not None:
@@ -114,22 +120,48 @@ def _aggregates(select: Any) -> list[Any] | None:
                 continue  # a window's function, evaluated by the rest
             if node.parent_select is not select or any(node == seen for seen in found):
                 continue
-            if type(node) not in _REAGGREGATE or node.find(exp.Distinct):
+            if type(node) not in (*_REAGGREGATE, *_AVERAGED) or node.find(exp.Distinct):
                 return None
             found.append(node)
     return found
 
 
+def _partials(aggregate: Any) -> list[Any]:
+    """What the finest groups keep of ``aggregate``: itself, or an average's sum and count."""
+    if isinstance(aggregate, _AVERAGED):
+        return [exp.Sum(this=aggregate.this.copy()), exp.Count(this=aggregate.this.copy())]
+    return [aggregate.copy()]
+
+
+def _coarser(aggregates: list[Any]) -> list[Any]:
+    """Each aggregate over the finest groups' columns: a sum of sums or counts, an extreme
+    of extremes, an average's sum over its count (``NULLIF``: no value is a NULL average,
+    not a division by zero)."""
+    found: list[Any] = []
+    j = 0
+    for aggregate in aggregates:
+        column = exp.column(f"{AGGREGATE_PREFIX}{j}")
+        if isinstance(aggregate, _AVERAGED):
+            count = exp.column(f"{AGGREGATE_PREFIX}{j + 1}")
+            nonzero = exp.Nullif(this=exp.Sum(this=count), expression=exp.Literal.number(0))
+            found.append(exp.Div(this=exp.Sum(this=column), expression=nonzero))
+            j += 2
+            continue
+        found.append(_REAGGREGATE[type(aggregate)](this=column))
+        j += 1
+    return found
+
+
 def _rest(select: Any, keys: list[Any], aggregates: list[Any]) -> Any | None:
     """The select over the finest groups: keys as their columns, aggregates re-aggregated."""
+    coarser = _coarser(aggregates)
 
     def swap(found: Any) -> Any:
         if isinstance(found.parent, exp.Window) and found.parent.this is found:
             return found
-        for j, aggregate in enumerate(aggregates):
+        for aggregate, over_groups in zip(aggregates, coarser, strict=True):
             if found == aggregate:
-                column = exp.column(f"{AGGREGATE_PREFIX}{j}")
-                return _REAGGREGATE[type(aggregate)](this=column)
+                return over_groups.copy()
         for i, key in enumerate(keys):
             if found == key:
                 return exp.column(f"{KEY_PREFIX}{i}")
