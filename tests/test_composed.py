@@ -508,3 +508,34 @@ def test_grouping_sets_split_into_their_finest_groups_and_the_sets_over_them() -
             "SELECT k, SUM(v) AS m FROM ns.a GROUP BY ROLLUP (1)",
         ],
     )
+
+
+def test_the_query_over_the_parts_is_cast_back_only_to_a_sum_of_sums() -> None:
+    from types import SimpleNamespace
+
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DecimalType, NestedField
+    from pyspark.sql import types as T
+
+    from airflow_provider_ct.core.query import parse_query
+    from airflow_provider_ct.exceptions import CompositionError
+    from airflow_provider_ct.spark.composed import ComposedQuery, fitted_to_view
+
+    sql = "SELECT k, SUM(CAST(v AS DECIMAL(7, 2))) AS t FROM ns.a GROUP BY ROLLUP (k)"
+    composition = compose(sql, "ns.v", "ct")
+    assert isinstance(composition, Composition), composition
+    composed = ComposedQuery(composition, parse_query(composition.sql, catalog_name="ct"), {}, {})
+    view = SimpleNamespace(  # the view's table as PyIceberg describes it: t is SUM's type
+        schema=lambda: Schema(NestedField(1, "t", DecimalType(17, 2), required=False))
+    )
+
+    def fit(spark_type: Any) -> Any:
+        return fitted_to_view(composed, T.StructType([T.StructField("t", spark_type)]), view)
+
+    assert fit(T.DecimalType(17, 2)) is None  # the view's own type: nothing to cast
+    fitted = fit(T.DecimalType(27, 2))  # a SUM of SUMs: ten more digits, the same sums
+    assert fitted is not None and "CAST(`t` AS DECIMAL(17, 2))" in fitted.parsed.sql
+    for other in (T.DecimalType(29, 2), T.DecimalType(21, 6), T.DoubleType()):
+        # a widened input, an average's scale, a double: the tick runs as written
+        with pytest.raises(CompositionError):
+            fit(other)

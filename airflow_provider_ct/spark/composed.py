@@ -264,7 +264,8 @@ def fitted_to_view(composed: ComposedQuery, schema: Any, target: Any) -> Compose
     A ``SUM`` of the finest groups' sums (``ROLLUP``, :mod:`~..ivm.plan.grouping_sets_split`)
     has ten more digits of precision than the sum as written; its values are the same
     sums, so the view's own type holds them. A decimal that differs otherwise (an
-    average's quotient has its own scale and rounding) raises
+    average's quotient has its own scale and rounding; an input's decimal widened since
+    the view's column was made, which the query as written evolves the view to) raises
     :class:`~airflow_provider_ct.exceptions.CompositionError`: the tick runs as written.
 
     :param schema: the query over the parts as Spark analysed it; ``target``: the view's
@@ -282,7 +283,7 @@ def fitted_to_view(composed: ComposedQuery, schema: Any, target: Any) -> Compose
             continue
         if not (isinstance(have, DecimalType) and isinstance(want, IcebergDecimal)):
             raise CompositionError(f"{field.name} is {have.simpleString()} over the parts, {want}")
-        if have.scale != want.scale:
+        if have.scale != want.scale or have.precision not in (want.precision, _summed(want)):
             raise CompositionError(f"{field.name} is {have.simpleString()} over the parts, {want}")
         if have.precision != want.precision:
             casts[field.name] = f"DECIMAL({want.precision}, {want.scale})"
@@ -295,3 +296,8 @@ def fitted_to_view(composed: ComposedQuery, schema: Any, target: Any) -> Compose
     sql = f"SELECT {items} FROM ({composed.composition.sql}) AS __ct_top"
     parsed = parse_query(sql, catalog_name=composed.parsed.catalog_name)
     return replace(composed, parsed=parsed)
+
+
+def _summed(decimal: Any) -> int:
+    """The precision Spark gives a ``SUM`` of a column of type ``decimal``."""
+    return int(min(38, decimal.precision + 10))
