@@ -281,9 +281,8 @@ def fitted_to_view(composed: ComposedQuery, schema: Any, target: Any) -> Compose
         have = field.dataType
         if want is None or not (isinstance(have, DecimalType) or isinstance(want, IcebergDecimal)):
             continue
-        if not (isinstance(have, DecimalType) and isinstance(want, IcebergDecimal)):
-            raise CompositionError(f"{field.name} is {have.simpleString()} over the parts, {want}")
-        if have.scale != want.scale or have.precision not in (want.precision, _summed(want)):
+        fits = isinstance(have, DecimalType) and isinstance(want, IcebergDecimal)
+        if not fits or (have.scale, have.precision) not in _fitting(want):
             raise CompositionError(f"{field.name} is {have.simpleString()} over the parts, {want}")
         if have.precision != want.precision:
             casts[field.name] = f"DECIMAL({want.precision}, {want.scale})"
@@ -298,6 +297,7 @@ def fitted_to_view(composed: ComposedQuery, schema: Any, target: Any) -> Compose
     return replace(composed, parsed=parsed)
 
 
-def _summed(decimal: Any) -> int:
-    """The precision Spark gives a ``SUM`` of a column of type ``decimal``."""
-    return int(min(38, decimal.precision + 10))
+def _fitting(decimal: Any) -> tuple[tuple[int, int], ...]:
+    """The (scale, precision) pairs the view's column of type ``decimal`` takes: its own,
+    and the one Spark gives a ``SUM`` of it (a sum of sums)."""
+    return ((decimal.scale, decimal.precision), (decimal.scale, min(38, decimal.precision + 10)))
