@@ -26,6 +26,7 @@ from airflow_provider_ct.ivm.plan.decision import (
 from airflow_provider_ct.ivm.plan.history import IncrementalBase
 from airflow_provider_ct.ivm.plan.modes import RefreshMode
 from airflow_provider_ct.ivm.plan.planner import AGGREGATE, FULL, GROUP, LINEAR, choose_plan
+from airflow_provider_ct.ivm.plan.subquery_changes import subquery_rules, unbounded
 
 IN_PLACE_SQL = "SELECT k, SUM(v) AS s, COUNT(*) AS n FROM s.a GROUP BY k"
 GROUP_SQL = "SELECT k, COUNT(DISTINCT v) AS m, AVG(v) AS s FROM s.a GROUP BY k"
@@ -152,9 +153,10 @@ def test_rule_3_no_rows_or_no_history_runs_full() -> None:
     assert (drift.action, drift.reason) == (Action.FULL, "the head is a foreign commit (drift)")
 
 
-def test_rule_3_a_table_read_only_in_a_subquery_that_changed_sends_it_full() -> None:
-    """The subquery is a fixed filter of the delta rules: a tick that changes its table is
-    full (an in-place plan keeps no state), a tick that changes only the outer table is not."""
+def test_rule_3_a_subquery_whose_table_changed_runs_by_its_rule_until_found_unfit() -> None:
+    """A tick that changes a subquery's table is incremental (each subquery's rule bounds
+    the rows it moves, :mod:`.subquery_changes`) until computing finds a rule that cannot
+    bound this tick (``not keyed``): then full, and an in-place plan keeps no state."""
     linear = "SELECT k, v FROM s.a WHERE k NOT IN (SELECT k FROM s.b WHERE k IS NOT NULL)"
     in_place = (
         "SELECT k, SUM(v) AS t FROM s.a a WHERE v BETWEEN (SELECT MIN(k) FROM s.b)"
@@ -162,59 +164,74 @@ def test_rule_3_a_table_read_only_in_a_subquery_that_changed_sends_it_full() -> 
     )
     outer = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.a"}))
     inner = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.a", "s.b"}))
-    assert decide(_facts(linear, base=outer)).action is Action.INCREMENTAL
-    assert decide(_facts(in_place, base=outer)).action is Action.IN_PLACE
-    full = decide(_facts(linear, base=inner))
+    for base in (outer, inner):
+        assert decide(_facts(linear, base=base)).action is Action.INCREMENTAL
+        assert decide(_facts(in_place, base=base)).action is Action.IN_PLACE
+    unfit = Fallback(Discovery.NOT_KEYED, "subquery 1's NOT IN set gained a NULL")
+    full = decide(_facts(linear, base=inner, found=(unfit,)))
     assert (full.action, full.strategy) == (Action.FULL, FULL)
-    assert "s.b changed and is read in a subquery" in full.reason
-    unkept = decide(_facts(in_place, base=inner))  # full, keeping no state: no rebuild
+    assert "s.b changed and is read in a subquery: subquery 1's" in full.reason
+    unkept = decide(_facts(in_place, base=inner, found=(unfit,)))  # no rebuild
     assert (unkept.action, unkept.strategy) == (Action.FULL, FULL)
-    assert "s.b changed" in unkept.reason and "s.b changed" in unkept.considered[0]
+    assert "s.b changed" in unkept.reason and "NULL" in unkept.considered[0]
+    assert decide(_facts(linear, base=outer, found=(unfit,))).action is Action.INCREMENTAL
 
 
 def test_rule_1_an_in_place_plan_maintains_its_semi_joins_changes() -> None:
     """A table read only by EXISTS/IN conjuncts may change under an in-place tick (the
     driver maintains it, or Spark where the subquery is keyed); once the aggregates give
-    way, the fallback plan runs incrementally if the subquery is keyed, else full."""
+    way, the fallback plan runs incrementally (keyed, or by the subquery's rule) until a
+    rule is found unfit for the tick."""
     moved = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.b"}))
     gave_way = Fallback(Discovery.NOT_IN_PLACE, "the driver did not take it")
+    unfit = Fallback(Discovery.NOT_KEYED, "not tied by an equality")
     tied = "EXISTS (SELECT 1 FROM s.b b WHERE b.k = a.k)"
     untied = "EXISTS (SELECT 1 FROM s.b b WHERE b.k > a.k)"
-    for condition, fallback in ((tied, Action.INCREMENTAL), (untied, Action.FULL)):
+    for condition in (tied, untied):
         semi = f"SELECT k, SUM(v) AS t FROM s.a a WHERE {condition} GROUP BY k"
         assert decide(_facts(semi, base=moved)).action is Action.IN_PLACE
         after = decide(_facts(semi, base=moved, found=(gave_way,)))
-        assert after.action is fallback, after
-        assert fallback is Action.INCREMENTAL or "s.b changed" in after.reason
+        assert after.action is Action.INCREMENTAL, after
+        last = decide(_facts(semi, base=moved, found=(gave_way, unfit)))
+        assert last.action is Action.FULL and "s.b changed" in last.reason
 
 
 def test_rule_1_an_in_place_plan_maintains_its_parameters_changes() -> None:
     """A table read only by a scalar subquery the rows are compared with (a parameter)
     may change under an in-place tick (the driver adds the rows its move flips); once the
-    aggregates give way, the tick runs in full."""
+    aggregates give way, the fallback plan runs by the subquery's rule (the rows between
+    the two values), and in full once that rule is found unfit for the tick."""
     moved = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.b"}))
     gave_way = Fallback(Discovery.NOT_IN_PLACE, "the driver did not take it")
+    unfit = Fallback(Discovery.NOT_KEYED, "subquery 1's value moved from 0 to None")
     sql = "SELECT k, SUM(v) AS t FROM s.a a WHERE v > (SELECT COUNT(*) FROM s.b) GROUP BY k"
     assert decide(_facts(sql, base=moved)).action is Action.IN_PLACE
     after = decide(_facts(sql, base=moved, found=(gave_way,)))
-    assert after.action is Action.FULL and "s.b changed" in after.reason, after
+    assert after.action is Action.INCREMENTAL, after
+    last = decide(_facts(sql, base=moved, found=(gave_way, unfit)))
+    assert last.action is Action.FULL and "s.b changed" in last.reason, last
 
 
 def test_rule_3_a_keyed_subquery_may_change() -> None:
-    """A subquery tied to the block by a key does not send a tick that changes its table
-    full (the tick recomputes the keys); a NOT IN, or a tie under NOT, does."""
+    """A subquery whose table changed does not send the tick full before computing: the
+    keyed rule, else each subquery's own rule (decided from the SQL and the columns before
+    any data is read) bounds the rows it moves; a rule without a bound (an ``IN`` over an
+    aggregate) is found when the tick computes, and the tick then runs in full."""
     moved = IncrementalBase("b-1", {"s.a": 1, "s.b": 5}, 0, changed=frozenset({"s.b"}))
     cases = {
-        "a.v < (SELECT AVG(b.v) FROM s.b b WHERE b.k = a.k)": Action.INCREMENTAL,
-        "a.k IN (SELECT k FROM s.b GROUP BY k HAVING COUNT(*) > 1)": Action.INCREMENTAL,
-        "a.k NOT IN (SELECT k FROM s.b)": Action.FULL,
-        "NOT (a.k IN (SELECT k FROM s.b) OR a.v > 1)": Action.FULL,
-        "a.k IN (SELECT MAX(k) FROM s.b)": Action.FULL,
+        "a.v < (SELECT AVG(b.v) FROM s.b b WHERE b.k = a.k)": True,
+        "a.k IN (SELECT k FROM s.b GROUP BY k HAVING COUNT(*) > 1)": True,
+        "a.k NOT IN (SELECT k FROM s.b)": True,  # its set's NULLs checked when computing
+        "NOT (a.k IN (SELECT k FROM s.b) OR a.v > 1)": True,
+        "a.k IN (SELECT MAX(k) FROM s.b)": False,
     }
-    for condition, action in cases.items():
+    columns = {"s.a": ["id", "k", "v"], "s.b": ["k", "v"]}
+    for condition, bounded in cases.items():
         sql = f"SELECT a.id, a.v FROM s.a a WHERE {condition}"
         decision = decide(_facts(sql, base=moved))
-        assert decision.action is action, (condition, decision)
+        assert decision.action is Action.INCREMENTAL, (condition, decision)
+        rules = subquery_rules(parse_query(sql).expression, columns, "ct")
+        assert (unbounded(rules, ["s.b"]) is None) is bounded, condition
     # Computing found the keyed rule unfit for this tick: the subquery is a fixed filter
     # again, so the tick runs in full (an in-place plan gives way first), saying why.
     priced = Fallback(Discovery.NOT_KEYED, "keyed subqueries' reads: every file")

@@ -23,11 +23,12 @@ module is the one place that turns those into a decision:
 3. Without rows in the target, or without a history that allows an
    incremental tick (drift, rollback, expired snapshots, another query),
    the full correction runs, with the history's reason; so does a tick
-   that changes a table the query reads only in a subquery (the subquery
-   is a fixed filter of the delta rules, not maintained itself) unless
-   the subquery is keyed (:mod:`.keyed`) and computing did not find the
-   keyed rule unfit for this tick (``not keyed``), and an in-place plan
-   then runs full without keeping a state (no rebuild).
+   that changes a table the query reads in a subquery when computing found
+   neither the keyed rule (:mod:`.keyed`) nor the subqueries' own rules
+   (:mod:`.subquery_changes`) able to bound the rows it moves (``not
+   keyed``; the driver's semi-joins and parameters still keep an in-place
+   plan), and an in-place plan then runs its fallback without keeping a
+   state (no rebuild).
 4. The refresh rules (``refresh="auto"`` only, :mod:`.refresh`) may send
    the tick full; so may what computing found (reads not cheaper, the
    correction not possible).
@@ -200,9 +201,9 @@ def decide(facts: TickFacts) -> TickDecision:
             plan = plan.fallback(found.reason)
     moved = _subquery_moved(facts, plan)
     if moved and plan.strategy == AGGREGATE:
-        # Full, not a rebuild: a view whose subquery's table changes on every
-        # tick would pay for a state it never uses; the next tick that can run
-        # in place finds no state for its pins and rebuilds it then.
+        # The fallback plan, not a rebuild: a view whose subquery's table changes
+        # on every tick would pay for a state it never uses; the next tick that can
+        # run in place finds no state for its pins and rebuilds it then.
         plan = plan.fallback(moved)
         considered = (*considered, f"{Discovery.NOT_IN_PLACE.value}: {moved}")
     if plan.strategy == AGGREGATE:
@@ -219,17 +220,15 @@ def _subquery_moved(facts: TickFacts, plan: Plan) -> str | None:
     if facts.base is None:
         return None
     not_keyed = [f for f in facts.found if f.discovery is Discovery.NOT_KEYED]
+    if not not_keyed:  # keyed, else each subquery's rule bounds the rows it moves
+        return None
     fixed = plan.fixed_inputs
-    if not not_keyed:  # keyed: the tick recomputes the keys their changes hold
-        fixed -= plan.keyed_inputs
-    if plan.strategy == AGGREGATE:  # semi-joins' and parameters' changes: kept in place
+    if plan.strategy == AGGREGATE:  # semi-joins' and parameters' changes: the driver's
         fixed -= plan.driver_kept_inputs
     moved = sorted(fixed & facts.base.changed)
     if not moved:
         return None
-    if not_keyed:
-        return f"{', '.join(moved)} changed and is read in a subquery: {not_keyed[-1].reason}"
-    return f"{', '.join(moved)} changed and is read in a subquery, which is not maintained"
+    return f"{', '.join(moved)} changed and is read in a subquery: {not_keyed[-1].reason}"
 
 
 def _verify_reason(facts: TickFacts) -> str | None:

@@ -57,7 +57,7 @@ Member = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
-class _Tie:
+class Tie:
     """How one subquery is tied to the block: an ``IN``'s output, or a correlated equality."""
 
     #: The outer side: the block's column (``alias``, ``column``), lower-cased.
@@ -232,11 +232,11 @@ def place_keyed(
         if left is not None and right is not None:
             classes.union(left[2:], right[2:])
             pairs.append((left[1:], right[1:]))
-    ties: list[_Tie] = []
+    ties: list[Tie] = []
     nested = _Nested()
     for sub in direct_subqueries(select):
         inner = table_scope(sub, catalog_name)
-        tie = _tie(sub, outer, inner, lower, classes)
+        tie = tie_of(sub, outer, inner, lower, classes)
         if isinstance(tie, str):
             return tie
         ties.append(tie)
@@ -289,14 +289,14 @@ def _bridges(
     return tuple(found.values())
 
 
-def _tied_inputs(ties: list[_Tie], untied: set[str], nested: _Nested) -> frozenset[str]:
+def _tied_inputs(ties: list[Tie], untied: set[str], nested: _Nested) -> frozenset[str]:
     """Inputs every subquery reading them ties by one of their columns (and reads once):
     ``untied`` are those a direct subquery reads otherwise (:func:`_untied`)."""
     tied = {t.member[0] for t in ties if t.member is not None} | nested.tied
     return frozenset(tied - untied - nested.untied)
 
 
-def _untied(select: Any, ties: list[_Tie], catalog_name: str) -> set[str]:
+def _untied(select: Any, ties: list[Tie], catalog_name: str) -> set[str]:
     """Inputs a subquery of the block reads other than by its tie (or reads twice)."""
     untied: set[str] = set()
     for sub, tie in zip(direct_subqueries(select), ties, strict=True):
@@ -308,13 +308,13 @@ def _untied(select: Any, ties: list[_Tie], catalog_name: str) -> set[str]:
     return untied
 
 
-def _tie(
+def tie_of(
     sub: Any,
     outer: dict[str, str],
     inner: dict[str, str],
     lower: Mapping[str, set[str]],
     classes: Classes,
-) -> _Tie | str:
+) -> Tie | str:
     """The tie of one subquery to a block column (one in a known class first), or why none."""
     by_in = in_tie(sub)
     if by_in is not None:
@@ -323,8 +323,8 @@ def _tie(
         if ref is None:
             return f"IN's column {outer_side.sql(dialect='spark')} is not a column of the block"
         placed = resolve(output, [inner], lower)
-        return _Tie(ref[2:], output, None if placed is None else placed[1:])
-    found: list[_Tie] = []
+        return Tie(ref[2:], output, None if placed is None else placed[1:])
+    found: list[Tie] = []
     for conjunct in column_equalities(sub):
         sides = (conjunct.this, conjunct.expression)
         a = resolve(sides[0], [inner, outer], lower)
@@ -332,7 +332,7 @@ def _tie(
         if a is None or b is None or a[0] == b[0]:
             continue  # a side not placed, or both in one scope: no tie
         inner_ref, outer_ref, inner_side = (a, b, sides[0]) if a[0] == 0 else (b, a, sides[1])
-        found.append(_Tie(outer_ref[2:], inner_side, inner_ref[1:]))
+        found.append(Tie(outer_ref[2:], inner_side, inner_ref[1:]))
     if not found:
         return "a subquery is not tied to a column of the block by an equality"
     known = [t for t in found if t.outer in classes.parent]
@@ -365,7 +365,7 @@ class _Nested:
         self,
         sub: Any,
         inner: dict[str, str],
-        tie: _Tie,
+        tie: Tie,
         lower: Mapping[str, set[str]],
         catalog_name: str,
     ) -> str | None:

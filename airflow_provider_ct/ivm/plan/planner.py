@@ -463,8 +463,8 @@ def _block(select: Any, catalog_name: str) -> Block:
         outer = outer_joins(joins, tables, names, fixed)
     if outer is not None and fixed:
         # Subqueries beside outer joins are fixed filters of each row (a tick that changes
-        # their tables runs in full): none is kept by key or on the driver, whose routes
-        # join inner or by the one LEFT JOIN.
+        # their tables adds their brackets, :mod:`.subquery_changes`): none is kept by key
+        # or on the driver, whose routes join inner or by the one LEFT JOIN.
         return Block(select, tuple(names), None, fixed, outer=outer)
     semi = semi_tables(select, catalog_name, fixed)
     keyed = bool(fixed) and keyed_shape(select) is None

@@ -22,3 +22,14 @@ def occurrence_keys(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         keys.append(occurrence_key(name, seen.get(name, 0)))
         seen[name] = seen.get(name, 0) + 1
     return tuple(keys)
+
+
+def subquery_key(name: str) -> str:
+    """The key of every read of input ``name`` inside a block's subqueries.
+
+    Why apart from :func:`occurrence_key`: a tick that changes a table read
+    in a subquery applies that change with the block's own reads as they
+    were (:mod:`.subquery_changes`), so the subquery's read of a table the
+    block reads too needs a binding of its own.
+    """
+    return f"{name}@sub"

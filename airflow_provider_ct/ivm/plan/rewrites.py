@@ -28,7 +28,7 @@ from typing import Any
 from sqlglot import exp
 
 from airflow_provider_ct.core.query import input_name
-from airflow_provider_ct.ivm.plan.reads import occurrence_key
+from airflow_provider_ct.ivm.plan.reads import occurrence_key, subquery_key
 from airflow_provider_ct.ivm.plan.refusals import NotIncremental
 from airflow_provider_ct.ivm.plan.select_shape import block_tables
 
@@ -39,43 +39,45 @@ TICK_VIEW_PREFIX = "__ct_"
 def bind_tables(tree: Any, views: Mapping[str, str], catalog_name: str) -> Any:
     """A copy of ``tree`` (a block) with each read of an input replaced by the view bound to it.
 
-    :param views: by :func:`~.reads.occurrence_key`; a read without a key
-        of its own (every read but the first of a table) gets the view of
-        the input's name, so a mapping by input names binds every read alike.
+    :param views: by :func:`~.reads.occurrence_key`, and a subquery's reads by
+        :func:`~.reads.subquery_key`; a read without a key of its own gets the
+        view of the input's name, so a mapping by input names binds every
+        read alike.
     """
     copy = tree.copy()
     seen: dict[str, int] = {}
-    for table in _tables_in_order(copy):
+    for table, in_subquery in _tables_in_order(copy):
         name = input_name(table, catalog_name)
         if name is None:
             continue  # a CTE, or a view of the tick's own (a keyed block's keys)
         index = seen.get(name, 0)
         seen[name] = index + 1
-        view = views.get(occurrence_key(name, index)) or views[name]
+        view = views.get(subquery_key(name)) if in_subquery else None
+        view = view or views.get(occurrence_key(name, index)) or views[name]
         alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
         table.replace(exp.Table(this=exp.to_identifier(view), alias=alias))
     return copy
 
 
-def _tables_in_order(tree: Any) -> list[Any]:
-    """The named tables of ``tree``: a block's in ``FROM``-then-joins order, as the planner
-    listed its inputs (so the n-th read of a table is the same read for both), then
-    those of its subqueries.
+def _tables_in_order(tree: Any) -> list[tuple[Any, bool]]:
+    """The named tables of ``tree``, each with whether a subquery reads it: a block's in
+    ``FROM``-then-joins order, as the planner listed its inputs (so the n-th read of a
+    table is the same read for both), then those of its subqueries.
 
-    A subquery's table is bound like a further read of it. That is exact
-    because a tick whose change touches a table read in a subquery runs in
-    full (:mod:`.decision`): in an incremental tick such a table is
-    unchanged, so whichever binding it gets (``new`` or ``old``) reads the
-    same rows.
+    Without a key of its own, a subquery's table is bound like a further
+    read of it: exact while it is unchanged, as whichever binding it gets
+    (``new`` or ``old``) reads the same rows; a tick that changes it binds
+    it by :func:`~.reads.subquery_key` (:mod:`.subquery_changes`).
     """
     everything = [t for t in tree.find_all(exp.Table) if t.name]
     if isinstance(tree, exp.Select) and (tree.args.get("from_") or tree.args.get("from")):
         try:
             first = [t for t in block_tables(tree) if t.name]
         except NotIncremental:
-            return everything
-        return [*first, *(t for t in everything if not any(t is f for f in first))]
-    return everything
+            return [(t, False) for t in everything]
+        rest = [t for t in everything if not any(t is f for f in first)]
+        return [*((t, False) for t in first), *((t, True) for t in rest)]
+    return [(t, False) for t in everything]
 
 
 def key_select(tree: Any, key_sql: tuple[str, ...]) -> Any:

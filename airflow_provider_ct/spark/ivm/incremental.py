@@ -137,8 +137,9 @@ def _group(delta: Delta, persisted: DataFrame) -> Correction | Fallback:
         if costly is not None:
             return costly
     # Days need every key: a key read from the changes alone spans all days.
-    # A keyed block's subqueries move groups no key column of the block tells: its terms do.
-    direct = not (plan.key_ranges or delta.bindings.keyed)
+    # Subqueries' changes (keyed, or in brackets) move groups no key column of the block
+    # tells: the terms do.
+    direct = not (plan.key_ranges or delta.bindings.keyed or delta.bindings.subqueries)
     found = (keys_from_changes(delta) if direct else None) or keys_from_terms(delta)
     keys = found.frame.distinct().cache()
     keys.createOrReplaceTempView(KEYS_VIEW)

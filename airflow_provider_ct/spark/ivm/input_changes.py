@@ -34,6 +34,7 @@ from airflow_provider_ct.spark.frames import changes_to_spark
 from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
 from airflow_provider_ct.spark.ivm.keyed import KeyedBlock, keyed_blocks
 from airflow_provider_ct.spark.ivm.keyed_local import LocalKeyed
+from airflow_provider_ct.spark.ivm.subquery_terms import SubqueryBlock, subquery_blocks
 from airflow_provider_ct.spark.snapshots import read_at
 
 if TYPE_CHECKING:
@@ -71,11 +72,16 @@ class Bindings:
     #: Block index -> the block restricted to the keys its changes hold, for blocks whose
     #: keyed subqueries read a changed table (:mod:`.keyed`).
     keyed: dict[int, KeyedBlock] = field(default_factory=dict)
+    #: Block index -> the brackets of its other subqueries' changed tables
+    #: (:mod:`.subquery_terms`).
+    subqueries: dict[int, SubqueryBlock] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
         keyed = {"keyed_rows_on": sorted({b.rows_on for b in self.keyed.values()})}
+        subqueries = {str(i): b.notes for i, b in self.subqueries.items()}
         return {
             **(keyed if self.keyed else {}),
+            **({"subquery_changes": subqueries} if subqueries else {}),
             "input_changes": {
                 name: {"inserted": c.inserted_rows, "deleted": c.deleted_rows}
                 for name, c in sorted(self.changes.items())
@@ -229,6 +235,12 @@ def bind_inputs(
     local = LocalKeyed(fetch, scratch)
     try:
         bindings.keyed = keyed_blocks(plan, bindings, schemas, config.name, check_reads, local)
+        others = {
+            i: b
+            for i, b in enumerate(plan.blocks)
+            if i not in bindings.keyed and set(b.fixed) & changed
+        }
+        bindings.subqueries = subquery_blocks(spark, others, bindings, schemas, config.name)
     except KeyedReadError:
         bindings.release_arrow()
         raise

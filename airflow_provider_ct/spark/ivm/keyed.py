@@ -65,8 +65,9 @@ def keyed_blocks(
     local: LocalKeyed | None = None,
 ) -> dict[int, KeyedBlock]:
     """Block index -> the block restricted to the keys the changes hold, for every block
-    one of whose subqueries reads a changed table; raises :class:`KeyedReadError` when
-    the tie does not hold for this tick's changes, or, with ``check_reads``
+    one of whose subqueries reads a changed table and all of whose subqueries the tie
+    holds for this tick's changes (the others' subqueries follow their own rules,
+    :mod:`.subquery_terms`); raises :class:`KeyedReadError`, with ``check_reads``
     (``refresh="auto"``), when Spark's restricted reads cost what the full query's do.
 
     :param local: the driver's fetch of the keys' rows, tried before Spark's reads.
@@ -77,11 +78,8 @@ def keyed_blocks(
         if not moved or not block.keyed:
             continue  # unkeyed moved tables: the decision runs such a tick in full
         placed = place_keyed(block.tree, schemas, catalog_name)
-        if isinstance(placed, str):
-            raise KeyedReadError(f"{', '.join(moved)} changed under a subquery: {placed}")
-        why = placed.unkeyed(bindings.changed, block.inputs)
-        if why is not None:
-            raise KeyedReadError(why)
+        if isinstance(placed, str) or placed.unkeyed(bindings.changed, block.inputs):
+            continue  # each subquery's own rule, :mod:`.subquery_terms`
         out[index] = _keyed_block(bindings, block, placed, index, catalog_name, check_reads, local)
         log.info(
             "block %d: %s changed under keyed subqueries; the rows of the keys the changes "

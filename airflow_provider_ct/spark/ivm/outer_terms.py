@@ -20,6 +20,7 @@ from airflow_provider_ct.ivm.plan.outer_joins import ReadRule
 from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
 from airflow_provider_ct.spark.ivm.input_changes import Bindings
+from airflow_provider_ct.spark.ivm.subquery_terms import subqueries_now
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -41,7 +42,7 @@ def outer_terms(index: int, block: Block, bindings: Bindings) -> list[SignedView
         key, name = reads[rule.position]
         if name not in bindings.changed:
             continue
-        chosen = {name: views[name][NEW] for name in block.fixed}  # unchanged: else in full
+        chosen = subqueries_now(block, bindings)
         chosen |= {
             other_key: views[other][NEW if i < rule.position else OLD]
             for i, (other_key, other) in enumerate(reads)

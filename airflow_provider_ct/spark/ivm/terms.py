@@ -7,7 +7,8 @@ evaluated over one choice of bindings (``new``, ``old``, ``plus``,
 now and the ones after it as they were (``ΔA⋈B_old + A_new⋈ΔB``), each
 read of a table read twice being an input of its own; a block whose
 keyed subqueries read a changed table is read twice instead, restricted to
-the keys the changes hold (:mod:`.keyed`); a
+the keys the changes hold (:mod:`.keyed`); a block whose other subqueries'
+tables changed adds a bracket per table (:mod:`.subquery_terms`); a
 ``LEFT JOIN`` adds the terms of the rows whose optional side changed, and
 a chain with other outer joins follows each read's rule
 (:mod:`.outer_terms`). The
@@ -25,6 +26,7 @@ from airflow_provider_ct.ivm.plan.planner import Plan
 from airflow_provider_ct.spark.ivm.bindings import MINUS, NEW, OLD, PLUS
 from airflow_provider_ct.spark.ivm.input_changes import Bindings
 from airflow_provider_ct.spark.ivm.outer_terms import outer_terms, register_outer_restrictions
+from airflow_provider_ct.spark.ivm.subquery_terms import subqueries_now
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,8 +55,15 @@ def terms(plan: Plan, bindings: Bindings) -> list[Term]:
                 out.append(Term(sign, restricted, views))
             continue
         moved = sorted(set(block.fixed) & bindings.changed)
-        if moved:  # the decision sends such a tick full: a subquery is not maintained
+        brackets = bindings.subqueries.get(index)
+        if moved and brackets is None:  # the decision sends such a tick full
             raise ValueError(f"no delta rule: {', '.join(moved)} changed under a subquery")
+        if brackets is not None:
+            for bracket in brackets.brackets:
+                restricted = replace(block, tree=bracket.tree)
+                for sign, side in ((1, NEW), (-1, OLD)):
+                    views = brackets.views(block, bindings, bracket, side)
+                    out.append(Term(sign, restricted, views))
         if block.left_join is not None:
             out.extend(_left_join_terms(block, bindings))
             continue
@@ -66,7 +75,7 @@ def terms(plan: Plan, bindings: Bindings) -> list[Term]:
         for position, (key, name) in enumerate(reads):
             if name not in bindings.changed:
                 continue
-            chosen = {name: bindings.views[name][NEW] for name in block.fixed}
+            chosen = subqueries_now(block, bindings)
             chosen |= {
                 other_key: bindings.views[other][NEW if i < position else OLD]
                 for i, (other_key, other) in enumerate(reads)
