@@ -101,7 +101,10 @@ CASES = [
     ),
     ("SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b)", "linear", "projection and filter"),
     ("SELECT id FROM s.a a WHERE NOT EXISTS (SELECT 1 FROM s.b b WHERE a.k = b.k)", "linear", ""),
-    ("SELECT id, (SELECT MAX(k) FROM s.b) FROM s.a", "full", "a subquery outside WHERE"),
+    # a projection's select-list subquery is a value of the row; a grouped select's is not
+    ("SELECT id, (SELECT MAX(k) FROM s.b) AS m FROM s.a", "linear", "projection and filter"),
+    ("SELECT k, SUM(v), (SELECT MAX(k) FROM s.b) FROM s.a GROUP BY k", "full", "outside WHERE"),
+    ("SELECT DISTINCT k, (SELECT MAX(k) FROM s.b) FROM s.a", "full", "outside WHERE"),
     (  # TPC-H q20's nesting: keyed, s.c's changes bridged through s.b
         "SELECT id FROM s.a WHERE k IN (SELECT k FROM s.b WHERE w IN (SELECT w FROM s.c))",
         "linear",

@@ -45,6 +45,11 @@ SHAPES = {
         "SELECT a.s, COUNT(*) AS n, SUM(a.v) AS t FROM {ns}.a a"
         " WHERE a.k NOT IN (SELECT b.k FROM {ns}.b b WHERE b.k IS NOT NULL) GROUP BY a.s"
     ),
+    # subqueries in a projection's select list: values of each row, tied to two keys
+    "values_in_select_list": (
+        "SELECT a.id, a.v, (SELECT COUNT(*) FROM {ns}.b b WHERE b.k = a.k) AS n,"
+        " (SELECT MAX(y.v) FROM {ns}.a y WHERE y.s = a.s) AS top FROM {ns}.a a WHERE a.v > 1"
+    ),
     # a correlated count tied to a column b does not hold, the block grouped
     "count_tied_grouped": (
         "SELECT a.k, COUNT(*) AS n FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"

@@ -112,7 +112,11 @@ from airflow_provider_ct.ivm.plan.steps import (
     linear_reason,
     nested_steps,
 )
-from airflow_provider_ct.ivm.plan.subqueries import fixed_subquery_tables, semi_tables
+from airflow_provider_ct.ivm.plan.subqueries import (
+    fixed_subquery_tables,
+    projected_subquery,
+    semi_tables,
+)
 from airflow_provider_ct.ivm.plan.windows import own_windows, window_keys
 
 LINEAR = "linear"
@@ -467,6 +471,7 @@ def _block(select: Any, catalog_name: str) -> Block:
         # or on the driver, whose routes join inner or by the one LEFT JOIN.
         return Block(select, tuple(names), None, fixed, outer=outer)
     semi = semi_tables(select, catalog_name, fixed)
-    keyed = bool(fixed) and keyed_shape(select) is None
+    # a subquery in the select list: the driver's keyed routes evaluate no such value
+    keyed = bool(fixed) and keyed_shape(select) is None and not projected_subquery(select)
     params = () if keyed else parameter_tables(select, catalog_name, fixed)
     return Block(select, tuple(names), left, fixed, semi, keyed, params, outer)

@@ -119,7 +119,8 @@ def where_conjuncts(condition: Any) -> list[Any]:
 
 
 def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...] | str:
-    """The tables read inside ``select``'s subqueries in ``WHERE``, or why it has others.
+    """The tables read inside ``select``'s subqueries in ``WHERE`` (or in the select list
+    of a projection), or why it has others.
 
     Why such a block can still tick incrementally: while none of these
     tables changes, each subquery is a fixed function of the outer row, a
@@ -136,7 +137,8 @@ def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...] | s
             continue
         if isinstance(node, exp.Subquery) and isinstance(node.parent, exp.From | exp.Join):
             continue  # a derived table: block_tables refuses it with its reason
-        if where is None or not _in_wheres(node, select):
+        in_where = where is not None and _in_wheres(node, select)
+        if not in_where and not _in_projection(node, select):
             return "a subquery outside WHERE is recomputed in full"
         query = node.args.get("query") if isinstance(node, exp.In) else node.this
         if query is None or query.find(exp.Window) or nondeterministic_calls(query):
@@ -148,6 +150,34 @@ def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...] | s
             if name is not None:
                 found.add(name)
     return tuple(sorted(found))
+
+
+def _in_projection(node: Any, select: Any) -> bool:
+    """Whether ``node`` is a subquery in the select list of ``select``, a projection (no
+    grouping, aggregate, window, ``DISTINCT`` or ``LIMIT`` of its own): a value of each
+    row like a column, which the delta rules carry as they carry a filter's value (the
+    grouped strategies would read it as a key, which they are not asked to)."""
+    if _owner(node) is not select or not any(within(node, i) for i in select.expressions):
+        return False
+    if any(select.args.get(a) for a in ("group", "having", "distinct", "limit")):
+        return False
+    own = (n for n in select.find_all(exp.AggFunc, exp.Window) if _owner(n) is select)
+    return next(own, None) is None
+
+
+def projected_subquery(select: Any) -> bool:
+    """Whether ``select`` holds a subquery in its select list (a projection's value)."""
+    return any(
+        _owner(node) is select and any(within(node, i) for i in select.expressions)
+        for node in select.find_all(exp.Subquery)
+    )
+
+
+def _owner(node: Any) -> Any:
+    owner = node.parent
+    while owner is not None and not isinstance(owner, exp.Select):
+        owner = owner.parent
+    return owner
 
 
 def _in_wheres(node: Any, select: Any) -> bool:
