@@ -487,6 +487,14 @@ def test_the_rows_split_cuts_windows_and_limits_off_the_rows_they_read() -> None
             "SELECT a.k FROM ns.a a JOIN ns.b b ON a.k = b.k",  # nothing to cut below
         ],
     )
+    # COUNT(*) in a window reads no column of the rows: a call, not a star of the select
+    _check_split(
+        split_rows,
+        "SELECT a.k, COUNT(*) OVER (PARTITION BY a.s) AS n FROM ns.a a WHERE a.v > 0",
+        "SELECT a.k AS __ct_c0, a.s AS __ct_c1 FROM ns.a AS a WHERE a.v > 0",
+        "SELECT __ct_c0 AS k, COUNT(*) OVER (PARTITION BY __ct_c1) AS n FROM __ct_rows",
+        [],
+    )
 
 
 def test_grouping_sets_split_into_their_finest_groups_and_the_sets_over_them() -> None:

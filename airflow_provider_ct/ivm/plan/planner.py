@@ -159,8 +159,9 @@ class Plan:
 
     @property
     def fixed_inputs(self) -> frozenset[str]:
-        """The tables the plan reads only in subqueries: a tick that changes one runs in full
-        (but for :attr:`semi_inputs` under an in-place plan)."""
+        """The tables the plan reads in subqueries: a tick that changes one is maintained by
+        the keyed rule or each subquery's own (:mod:`.subquery_changes`), found when the
+        tick computes, else runs in full."""
         return frozenset(n for b in self.blocks for n in b.fixed)
 
     @property

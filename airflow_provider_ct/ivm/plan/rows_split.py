@@ -79,7 +79,8 @@ def _splittable(select: Any) -> bool:
     if not select.args.get("joins") and select.args.get("where") is None:
         return False  # the rows would be a copy of the input: nothing below the cut to save
     for item in select.expressions:
-        if isinstance(item, exp.Star) or item.find(exp.Star):
+        stars = item.find_all(exp.Star)
+        if any(not isinstance(star.parent, exp.Count) for star in stars):  # COUNT(*) is a call
             return False
         if not isinstance(item, exp.Alias | exp.Column):
             return False

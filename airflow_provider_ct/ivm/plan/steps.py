@@ -84,13 +84,17 @@ def block_step(index: int, block: Block, maintained: tuple[str, ...] = ()) -> st
             f"; its subqueries read {', '.join(fixed)}, tied to the block by a key: a tick "
             "that changes them recomputes the rows of the keys the changes hold, from both "
             "snapshots restricted to those keys (fetched by key on the driver when it can); "
-            "in full when the tables' columns do not confirm the tie or (refresh='auto') "
-            "Spark's reads of the keys reach about every file"
+            "else by each subquery's own rule when the tables' columns do not confirm the "
+            "tie; in full when (refresh='auto') Spark's reads of the keys reach about "
+            "every file"
         )
     elif fixed:
         step += (
-            f"; its subqueries read {', '.join(fixed)}: fixed filters while those do "
-            "not change, a tick that changes one runs in full"
+            f"; its subqueries read {', '.join(fixed)}: fixed filters of the delta rules; "
+            "a tick that changes one adds, per changed table, the block's rows as they "
+            "were whose subqueries' values it moves, bounded by each subquery's rule "
+            "(tied: the rows of the values its changed rows hold in the tie; value: the "
+            "rows between its two values; whole: none, and the tick runs in full)"
         )
     return step
 

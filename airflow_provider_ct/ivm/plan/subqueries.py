@@ -3,9 +3,10 @@
 Two rules of the planner (:mod:`.planner`) read subqueries, and both only
 their shape, from SQL alone:
 
-* every subquery in ``WHERE`` is a *fixed filter* of the delta rules while the
-  tables it reads do not change (:func:`fixed_subquery_tables`; a tick that
-  changes one runs in full, :mod:`.decision`);
+* every subquery in ``WHERE`` (or in a projection's select list) is a *fixed
+  filter* of the delta rules while the tables it reads do not change
+  (:func:`fixed_subquery_tables`; a tick that changes one adds what each
+  subquery's own rule bounds, :mod:`.subquery_changes`);
 * an ``EXISTS`` / ``NOT EXISTS`` / ``IN`` conjunct over one table tied by one
   equality is a *semi-join*, whose table an in-place tick maintains on the
   driver (:func:`semi_join_query`, :func:`semi_tables`;
@@ -125,10 +126,9 @@ def fixed_subquery_tables(select: Any, catalog_name: str) -> tuple[str, ...] | s
     Why such a block can still tick incrementally: while none of these
     tables changes, each subquery is a fixed function of the outer row, a
     filter or a value like any other, and the delta rules hold for the
-    outer tables. A tick that changes one of them runs in full
-    (:mod:`.decision`), as the subquery itself is not maintained. Dimension
-    lists behind ``IN`` / ``NOT IN`` / ``EXISTS`` (a blocklist, the suppliers
-    with complaints) change far less often than the facts they filter.
+    outer tables. A tick that changes one of them adds the rows it moves,
+    as each subquery's rule bounds them (:mod:`.subquery_changes`), or runs
+    in full where a rule has no bound (:mod:`.decision`).
     """
     found: set[str] = set()
     where = select.args.get("where")
