@@ -143,8 +143,7 @@ def _kept(
     before = decision.base.before
     try:
         kept = KeptState(state_head(tick.catalog, tick.desc.target, query_hash(tick.sql), before))
-        moved = agg.plan.driver_kept_inputs & decision.base.changed
-        outcome = _incremental(tick, target, agg, before, kept, moved)
+        outcome = _incremental(tick, target, agg, before, kept)
     except KeyedReadError as exc:  # the keyed rule does not serve this tick: not the state
         return Fallback(Discovery.NOT_KEYED, str(exc), exc.details)
     except (StateMismatchError, ChangesUnavailableError, IncrementalMismatchError) as exc:
@@ -179,13 +178,10 @@ def _incremental(
     agg: Aggregation,
     before: Mapping[str, int | None],
     kept: KeptState,
-    semi_moved: frozenset[str] = frozenset(),
 ) -> tuple[InPlaceResult, dict[str, Any]] | Fallback:
-    """The tick from the kept state: on the driver when it can, else with Spark's jobs.
-
-    :param semi_moved: tables read by semi-joins or parameters whose rows changed:
-        only the driver maintains those; without it the aggregates give way this tick.
-    """
+    """The tick from the kept state: on the driver when it can, else with Spark's jobs
+    (whose terms maintain a subquery's changed table by its rule, semi-joins' and
+    parameters' included, :mod:`.subquery_terms`)."""
     inputs = tick.inputs()
     agg = replace(agg, inputs=inputs, pins=dict(tick.desc.inputs))
     reader = ExtremaReader(agg, kept.schema)  # the groups whose extremum a deletion removed
@@ -213,12 +209,6 @@ def _incremental(
             details = {**report_of(joined), "aggregate_state": "kept"}
             return result, {**details, "change_state_on": "driver", **reader.notes}
         known = joined.changes
-    if semi_moved - agg.plan.keyed_inputs:  # keyed ones: Spark recomputes their keys
-        why = (
-            f"{', '.join(sorted(semi_moved))} changed under a semi-join or a scalar "
-            "subquery, which only the driver maintains, and the driver did not take this tick"
-        )
-        return Fallback(Discovery.NOT_IN_PLACE, why)
     return _on_spark(tick, target, agg, before, kept, reader, known)
 
 
