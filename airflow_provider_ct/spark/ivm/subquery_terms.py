@@ -235,7 +235,8 @@ def _value(
         raise KeyedReadError(
             f"subquery {rule.index + 1}'s value moved from {b!r} to {a!r}: every row may move"
         )
-    bounds = spark.createDataFrame([(min(a, b), max(a, b))], frame.schema).toDF("lo", "hi")
+    both = spark.createDataFrame([(a, b)], frame.schema)  # ordered as Spark compares them
+    bounds = both.selectExpr("least(a, b) AS lo", "greatest(a, b) AS hi")
     bounds.createOrReplaceTempView(view)
     compared: Any = exp.maybe_parse(rule.outer_sql, dialect="spark")
     low = exp.Subquery(this=exp.select("lo").from_(view))
