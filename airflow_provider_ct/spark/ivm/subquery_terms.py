@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlglot import exp
 
@@ -49,12 +49,19 @@ from airflow_provider_ct.spark.ivm.bindings import NEW, OLD
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from airflow_provider_ct.spark.ivm.input_changes import Bindings
-
 log = logging.getLogger(__name__)
 
 #: The temp view of block ``b``'s bracket ``j``, subquery ``s``: its keys or its two values.
 BOUND_VIEW = "__ct_sq_{}_{}_{}"
+
+
+class Bindings(Protocol):
+    """What the brackets read of a tick's bindings (:class:`.input_changes.Bindings`, which
+    imports this module: named here by its shape, not imported back)."""
+
+    views: dict[str, dict[str, str]]
+    changed: set[str]
+    changes: dict[str, Any]
 
 
 @dataclass(frozen=True)
