@@ -27,7 +27,8 @@ if [ "$#" -gt 0 ]; then
 fi
 
 SECOND=(tests/e2e tests/test_incremental.py tests/test_incremental_random.py tests/test_view_tables.py
-  tests/test_sqlgen.py tests/test_definitions_run.py tests/test_composed.py)
+  tests/test_sqlgen.py tests/test_definitions_run.py tests/test_composed.py
+  tests/test_subquery_changes.py)
 IGNORED=()
 for path in "${SECOND[@]}"; do
   IGNORED+=("--ignore=$path")
