@@ -11,7 +11,9 @@
 # that must run on every tick and the composed views, about half the
 # suite's time (measured 2026-12-07: 39 min for the first and 30.5 for the
 # second before the generated views and the definitions moved there, about
-# 4.5 min of the first's; the composed views add about 2.5 min); each
+# 4.5 min of the first's; the composed views add about 2.5 min; the
+# subquery rules' views about 2 min, moved there when the first ran 42.5
+# min and the second 34 on a slower day); each
 # file keeps the order its tests run in serially. The second run's output
 # goes to test-artifacts/pytest-second.log and its summary is printed at
 # the end; the exit status fails if either run failed.
