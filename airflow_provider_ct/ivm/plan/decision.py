@@ -26,9 +26,7 @@ module is the one place that turns those into a decision:
    that changes a table the query reads in a subquery when computing found
    neither the keyed rule (:mod:`.keyed`) nor the subqueries' own rules
    (:mod:`.subquery_changes`) able to bound the rows it moves (``not
-   keyed``; the driver's semi-joins and parameters still keep an in-place
-   plan), and an in-place plan then runs its fallback without keeping a
-   state (no rebuild).
+   keyed``); an in-place plan then keeps no state (no rebuild).
 4. The refresh rules (``refresh="auto"`` only, :mod:`.refresh`) may send
    the tick full; so may what computing found (reads not cheaper, the
    correction not possible).
@@ -198,14 +196,7 @@ def decide(facts: TickFacts) -> TickDecision:
     plan, considered = facts.plan, tuple(f.describe() for f in facts.found)
     for found in facts.found:
         if found.discovery in (Discovery.NOT_IN_PLACE, Discovery.NOT_KEYED):
-            plan = plan.fallback(found.reason)
-    moved = _subquery_moved(facts, plan)
-    if moved and plan.strategy == AGGREGATE:
-        # The fallback plan, not a rebuild: a view whose subquery's table changes
-        # on every tick would pay for a state it never uses; the next tick that can
-        # run in place finds no state for its pins and rebuilds it then.
-        plan = plan.fallback(moved)
-        considered = (*considered, f"{Discovery.NOT_IN_PLACE.value}: {moved}")
+            plan = plan.fallback(found.reason)  # an in-place plan keeps no state (rule 3)
     if plan.strategy == AGGREGATE:
         verify = _verify_reason(facts)
         if verify is None:
@@ -216,16 +207,16 @@ def decide(facts: TickFacts) -> TickDecision:
 
 
 def _subquery_moved(facts: TickFacts, plan: Plan) -> str | None:
-    """Why a tick that changed a table read only in a subquery runs in full (rule 3), or None."""
+    """Why a tick that changed a table read in a subquery runs in full (rule 3), or None.
+
+    Only once computing found no rule that bounds it (``not keyed``), which has already
+    sent an in-place plan to its fallback (:func:`decide`)."""
     if facts.base is None:
         return None
     not_keyed = [f for f in facts.found if f.discovery is Discovery.NOT_KEYED]
     if not not_keyed:  # keyed, else each subquery's rule bounds the rows it moves
         return None
-    fixed = plan.fixed_inputs
-    if plan.strategy == AGGREGATE:  # semi-joins' and parameters' changes: the driver's
-        fixed -= plan.driver_kept_inputs
-    moved = sorted(fixed & facts.base.changed)
+    moved = sorted(plan.fixed_inputs & facts.base.changed)
     if not moved:
         return None
     return f"{', '.join(moved)} changed and is read in a subquery: {not_keyed[-1].reason}"

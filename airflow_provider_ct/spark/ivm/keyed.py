@@ -76,7 +76,7 @@ def keyed_blocks(
     for index, block in enumerate(plan.blocks):
         moved = sorted(set(block.fixed) & bindings.changed)
         if not moved or not block.keyed:
-            continue  # unkeyed moved tables: the decision runs such a tick in full
+            continue  # no keyed subquery moved: each subquery's rule, :mod:`.subquery_terms`
         placed = place_keyed(block.tree, schemas, catalog_name)
         if isinstance(placed, str) or placed.unkeyed(bindings.changed, block.inputs):
             continue  # each subquery's own rule, :mod:`.subquery_terms`

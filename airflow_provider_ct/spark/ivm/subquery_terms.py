@@ -145,9 +145,9 @@ def _restricted(
     """The block restricted to the rows the bracket's table moves, or None if none."""
     readers = [r for r in found.rules if bracket.table in r.inputs]
     conditions: list[tuple[SubqueryRule, Any, Any]] = []
+    side = {s: found.views(block, bindings, bracket, s) for s in (NEW, OLD)}
     for rule in readers:
         view = BOUND_VIEW.format(index, position, rule.index)
-        side = {s: found.views(block, bindings, bracket, s) for s in (NEW, OLD)}
         if rule.route is Route.TIED:
             conditions.append(_tied(spark, block, rule, bracket, bindings, side, view, found))
         else:
