@@ -90,11 +90,12 @@ COMPOSED = {
         "SELECT a.id, b.name, RANK() OVER (ORDER BY a.v DESC NULLS LAST) AS r"
         " FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k WHERE b.name IS NOT NULL",
     ),
-    # Top-k rows of an outer join: the rows kept, the ORDER BY ... LIMIT over them.
+    # Rows of an outer join past an OFFSET (a plain top-k is the top operator's,
+    # tests/test_top_k.py): the rows kept, the ORDER BY ... LIMIT ... OFFSET over them.
     "top_k_rows": (
         1,
         "SELECT a.id, a.v, b.name FROM {ns}.a a LEFT JOIN {ns}.b b ON a.k = b.k"
-        " WHERE a.v IS NOT NULL ORDER BY a.v DESC, a.id LIMIT 4",
+        " WHERE a.v IS NOT NULL ORDER BY a.v DESC, a.id LIMIT 4 OFFSET 1",
     ),
     # ROLLUP: the finest groups a part, the sets over them (a sum of sums cast back to the
     # view's decimal type).

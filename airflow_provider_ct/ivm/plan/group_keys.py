@@ -18,7 +18,7 @@ describe keys.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
@@ -220,3 +220,21 @@ def output_key_positions(select: Any, items: list[Any]) -> tuple[tuple[int, ...]
     if not positions:
         raise NotIncremental("GROUP BY without keys is recomputed in full")
     return tuple(positions), tuple(keys)
+
+
+def single_reads(
+    columns: tuple[KeyColumns, ...], ranges: tuple[KeyRange, ...], repeated: frozenset[str]
+) -> tuple[tuple[KeyColumns, ...], tuple[KeyRange, ...]]:
+    """The key columns and day ranges without those of an input read more than once.
+
+    A changed row of ``nation`` in ``nation n1, nation n2`` moves the groups
+    of ``n1.n_name`` as ``n1`` and any group as ``n2``: a key column of one
+    read does not bound what a change of that table affects, so those
+    inputs' affected keys come from the rows below the aggregation instead.
+    """
+    kept = []
+    for found in columns:
+        members = tuple(m for m in found.members if m[0] not in repeated)
+        if members:
+            kept.append(replace(found, members=members))
+    return tuple(kept), tuple(r for r in ranges if r.input not in repeated)

@@ -37,8 +37,10 @@ The planner reads the query with sqlglot (no Spark) and picks one of:
   select that keeps its aggregates in place; the plan's blocks and
   aggregates are that select's, and :attr:`Plan.nested` is the query
   recomputed over its groups' rows every tick.
+* ``top``: ``ORDER BY ... LIMIT`` over such a block (:mod:`.top_k`): the
+  view's rows with the block's change applied, sorted and cut again.
 * ``full``: anything else (windows, subqueries outside ``WHERE``, derived
-  tables and CTEs other than those, ``LIMIT`` over rows not grouped, ``UNION``
+  tables and CTEs other than those, ``LIMIT`` without ``ORDER BY``, ``UNION``
   without ``ALL``, outer joins :mod:`.outer_joins` finds no rule for,
   aggregates without ``GROUP BY`` that are not kept in place,
   nondeterministic calls), with the reason.
@@ -83,6 +85,7 @@ from airflow_provider_ct.ivm.plan.group_keys import (
     key_columns,
     key_ranges,
     output_key_positions,
+    single_reads,
 )
 from airflow_provider_ct.ivm.plan.in_place import InPlace, in_place_shape
 from airflow_provider_ct.ivm.plan.keyed import keyed_shape
@@ -117,6 +120,7 @@ from airflow_provider_ct.ivm.plan.subqueries import (
     projected_subquery,
     semi_tables,
 )
+from airflow_provider_ct.ivm.plan.top_k import TOP, TopK, top_k_split, top_reason, top_step
 from airflow_provider_ct.ivm.plan.windows import own_windows, window_keys
 
 LINEAR = "linear"
@@ -152,6 +156,8 @@ class Plan:
     #: An optional split's (:attr:`Nested.optional`): the plan the query has without
     #: it, which a tick whose inner cannot stay in place falls back to.
     unnested: Plan | None = None
+    #: ``top``: the order and limit kept over the blocks' rows (:mod:`.top_k`).
+    top: TopK | None = None
 
     @property
     def incremental(self) -> bool:
@@ -313,6 +319,8 @@ def _own_plan(select: Any, catalog_name: str) -> Plan:
 
 
 def _plan_select(select: Any, catalog_name: str) -> Plan:
+    if select.args.get("limit") is not None and _plain_rows(select):
+        return _top_plan(select, catalog_name)
     block = _block(select, catalog_name)
     if own_windows(select):
         return _window_plan(select, block)
@@ -343,6 +351,28 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
         steps=in_place_steps(block, shape),
         in_place=replace(shape, fallback=plan.strategy, fallback_reason=plan.reason),
     )
+
+
+def _plain_rows(select: Any) -> bool:
+    """Rows neither grouped, deduplicated, aggregated nor windowed (a top-k's input)."""
+    return not (
+        select.args.get("group") is not None
+        or select.args.get("distinct")
+        or has_own_aggregate(select)
+        or own_windows(select)
+    )
+
+
+def _top_plan(select: Any, catalog_name: str) -> Plan:
+    """``ORDER BY ... LIMIT`` over a linear select: the top kept by :mod:`.top_k`'s rule."""
+    split = top_k_split(select)
+    if isinstance(split, str):
+        raise NotIncremental(split)
+    inner, top = split
+    block = _block(inner, catalog_name)
+    check_linear_select(inner)
+    steps = (block_step(0, block), top_step(top))
+    return Plan(TOP, top_reason(top, linear_reason(block)), (block,), steps=steps, top=top)
 
 
 def _window_plan(select: Any, block: Block) -> Plan:
@@ -392,7 +422,7 @@ def _grouped_plan(
     columns = () if block.outer_joined else key_columns(select, aliases, keys)
     ranges = () if distinct or block.outer is not None else key_ranges(aliases, keys)
     if block.repeated:
-        columns, ranges = _single_reads(columns, ranges, block.repeated)
+        columns, ranges = single_reads(columns, ranges, block.repeated)
     steps = (
         block_step(0, block),
         *affected_keys_steps(keys, columns, ranges),
@@ -407,24 +437,6 @@ def _grouped_plan(
         )
     strategy = PARTITION if ranges else GROUP
     return Plan(strategy, reason, (block,), positions, keys, steps, columns, ranges)
-
-
-def _single_reads(
-    columns: tuple[KeyColumns, ...], ranges: tuple[KeyRange, ...], repeated: frozenset[str]
-) -> tuple[tuple[KeyColumns, ...], tuple[KeyRange, ...]]:
-    """The key columns and day ranges without those of an input read more than once.
-
-    A changed row of ``nation`` in ``nation n1, nation n2`` moves the groups
-    of ``n1.n_name`` as ``n1`` and any group as ``n2``: a key column of one
-    read does not bound what a change of that table affects, so those
-    inputs' affected keys come from the rows below the aggregation instead.
-    """
-    kept = []
-    for found in columns:
-        members = tuple(m for m in found.members if m[0] not in repeated)
-        if members:
-            kept.append(replace(found, members=members))
-    return tuple(kept), tuple(r for r in ranges if r.input not in repeated)
 
 
 def _scalar_in_place(select: Any, block: Block) -> Plan:

@@ -56,6 +56,7 @@ from airflow_provider_ct.spark.ivm.days import (
 )
 from airflow_provider_ct.spark.ivm.input_changes import Bindings
 from airflow_provider_ct.spark.ivm.terms import register_restrictions, terms
+from airflow_provider_ct.spark.ivm.top_k import top_k_correction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -106,21 +107,36 @@ def _same(tree: Any) -> Any:
     return tree
 
 
-def _linear(delta: Delta, persisted: DataFrame) -> Correction:
-    """The view's change as inserts and located retractions (strategy ``linear``)."""
+def _signed_change(delta: Delta, persisted: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The rows the blocks gained and lost: the plan's terms, summed by sign."""
     columns = delta.columns
     empty = persisted.select(*[f"`{c}`" for c in columns]).limit(0)
     parts = [
         (term.sign, delta.frame(term.block, term.views, columns, _same))
         for term in terms(delta.plan, delta.bindings)
     ]
-    plus, minus = _signed_frames(parts, empty)
+    return _signed_frames(parts, empty)
+
+
+def _linear(delta: Delta, persisted: DataFrame) -> Correction:
+    """The view's change as inserts and located retractions (strategy ``linear``)."""
+    columns = delta.columns
+    plus, minus = _signed_change(delta, persisted)
     plus = plus.cache()  # read by the diff and again for the rows to insert
     return _correct_releasing(
         lambda: compute_correction(
             plus, minus, columns, located=persisted, on_driver=delta.on_driver
         ),
         plus,
+    )
+
+
+def _top(delta: Delta, persisted: DataFrame) -> Correction | Fallback:
+    """The view's rows with the rows' change applied, cut to the top (strategy ``top``)."""
+    assert delta.plan.top is not None
+    plus, minus = _signed_change(delta, persisted)
+    return top_k_correction(
+        plus, minus, persisted, delta.columns, delta.plan.top, on_driver=delta.on_driver
     )
 
 
@@ -335,6 +351,8 @@ def incremental_correction(
     try:
         if plan.grouped:
             return _group(delta, persisted)
+        if plan.top is not None:
+            return _top(delta, persisted)
         return _linear(delta, persisted)
     finally:
         bindings.release_arrow()
