@@ -56,16 +56,14 @@ class TopK:
 
     order: tuple[OrderKey, ...]
     limit: int
+    #: The ``ORDER BY`` terms as the query wrote them (for reasons and ``explain``).
+    written: str = ""
 
     def order_sql(self, columns: list[str]) -> str:
         return ", ".join(key.sql(columns) for key in self.order)
 
     def describe(self, columns: list[str] | None = None) -> str:
-        keys = (
-            self.order_sql(columns)
-            if columns is not None
-            else ", ".join(f"#{k.position + 1}" for k in self.order)
-        )
+        keys = self.order_sql(columns) if columns is not None else self.written
         return f"ORDER BY {keys} LIMIT {self.limit}"
 
 
@@ -97,7 +95,8 @@ def top_k_split(select: Any) -> tuple[Any, TopK] | str:
     inner = select.copy()
     inner.set("order", None)
     inner.set("limit", None)
-    return inner, TopK(tuple(keys), limit)
+    written = ", ".join(o.sql(dialect="spark") for o in order.expressions)
+    return inner, TopK(tuple(keys), limit, written)
 
 
 def top_reason(top: TopK, rows: str) -> str:
