@@ -77,3 +77,29 @@ def test_a_first_column_of_another_integer_width_is_matched_by_value() -> None:
     wanted = pa.table({"k": pa.array([4, None, 2], pa.int32()), "v": ["d", "c", "x"]})
     assert matching_index(rows, wanted).tolist() == [3, 2, -1]
     assert np.flatnonzero(matching_rows(rows, wanted)).tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_first_column_of_few_values_is_passed_over_for_a_selective_one(seed: int) -> None:
+    """Groups keyed by (year, item, name): the year pairs every probe with a third of the
+    state, so the item is probed; every other column is still checked (NULLs too)."""
+    rng = random.Random(seed)
+    schema = pa.schema([("year", pa.int32()), ("item", pa.int64()), ("name", pa.string())])
+
+    def row() -> tuple[object, ...]:
+        return (
+            rng.choice([1999, 2000, 2001]),
+            rng.choice([None, *range(400)]),
+            rng.choice([None, "x"]),
+        )
+
+    held = list(dict.fromkeys(row() for _ in range(3_000)))
+    state = pa.Table.from_pylist([dict(zip(schema.names, t, strict=True)) for t in held], schema)
+    wanted_rows = [row() for _ in range(500)]
+    wanted = pa.Table.from_pylist(
+        [dict(zip(schema.names, t, strict=True)) for t in wanted_rows], schema
+    )
+    where = {t: i for i, t in enumerate(held)}
+    assert matching_index(state, wanted).tolist() == [where.get(t, -1) for t in wanted_rows]
+    gone = set(wanted_rows)
+    assert matching_rows(state, wanted).tolist() == [t in gone for t in held]
