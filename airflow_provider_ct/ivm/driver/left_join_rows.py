@@ -106,7 +106,9 @@ def left_terms(
     if preserved.name in changes:
         for sign, rows in zip((1, -1), changes[preserved.name], strict=True):
             if rows.num_rows:
-                out.append((sign, _left(shape, qualified(rows, preserved.alias), OLD, fetch, on)))
+                out.append(
+                    (sign, left_rows(shape, qualified(rows, preserved.alias), OLD, fetch, on))
+                )
     if optional.name in changes:
         (first_p, first_o), *_ = shape.pairs
         keys = pa.concat_arrays(
@@ -120,11 +122,11 @@ def left_terms(
             rows = fetch(preserved.name, NEW, column_of(preserved, first_p[1]), values)
             moved = qualified(rows, preserved.alias)
             for sign, side in ((1, NEW), (-1, OLD)):
-                out.append((sign, _left(shape, moved, side, fetch, on)))
+                out.append((sign, left_rows(shape, moved, side, fetch, on)))
     return out
 
 
-def _left(shape: LeftShape, rows: pa.Table, side: str, fetch: Fetch, on: Mask) -> pa.Table:
+def left_rows(shape: LeftShape, rows: pa.Table, side: str, fetch: Fetch, on: Mask) -> pa.Table:
     """``rows ⟕ optional`` as of ``side``: ``ON``'s pairs, and the rows no pair kept."""
     optional = shape.optional
     (first_p, first_o), *_ = shape.pairs

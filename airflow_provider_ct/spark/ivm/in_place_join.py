@@ -58,6 +58,11 @@ from airflow_provider_ct.ivm.driver.keyed_rows import (
     cache_refusal,
     column_bytes,
 )
+from airflow_provider_ct.ivm.driver.left_inner_rows import (
+    LeftInnerShape,
+    left_inner_shape,
+    left_inner_terms,
+)
 from airflow_provider_ct.ivm.driver.left_join_rows import LeftShape, left_shape, left_terms
 from airflow_provider_ct.ivm.driver.parameter_rows import (
     Parameter,
@@ -85,8 +90,9 @@ class JoinedChange:
     """The inputs' changes a joined tick read, and what the report says of them."""
 
     changes: dict[str, TableChanges]
-    #: The block's inner joins, or its one ``LEFT JOIN`` (:mod:`~..driver.left_join_rows`).
-    shape: JoinShape | LeftShape
+    #: The block's inner joins, its one ``LEFT JOIN`` (:mod:`~..driver.left_join_rows`), or
+    #: a ``LEFT JOIN`` then inner joins (:mod:`~..driver.left_inner_rows`).
+    shape: JoinShape | LeftShape | LeftInnerShape
     columns: dict[str, list[str]]
     details: dict[str, Any] = field(default_factory=dict)
     #: The block's semi- and anti-joins, maintained here (:mod:`~..driver.semi_join`).
@@ -114,7 +120,8 @@ def joined_change(
     """The changed inputs' changes, read on the driver, when the driver can join them."""
     block = agg.plan.blocks[0]
     kept = bool(block.semi or agg.parameters)  # subqueries maintained here
-    if len(agg.plan.blocks) != 1 or (block.left_join is not None and kept):
+    outer = block.left_join is not None or block.outer is not None
+    if len(agg.plan.blocks) != 1 or (outer and kept):
         return None
     if len(block.inputs) < (1 if kept else 2) or set(block.fixed) - set(block.semi):
         return None  # one table is the one-input route's; other subqueries are Spark's
@@ -147,16 +154,21 @@ def joined_change(
 def _shapes(
     agg: Aggregation, schemas: dict[str, list[str]], catalog_name: str
 ) -> tuple[
-    JoinShape | LeftShape, tuple[SemiJoin, ...], tuple[ParamConjunct, ...], dict[str, list[str]]
+    JoinShape | LeftShape | LeftInnerShape,
+    tuple[SemiJoin, ...],
+    tuple[ParamConjunct, ...],
+    dict[str, list[str]],
 ]:
     """The block's join, its semi-joins and parameters, and the columns of each input they read."""
     block = agg.plan.blocks[0]
     values = {p.name: p for p in agg.parameters}
-    if block.left_join is not None or not (block.semi or values):
+    if block.left_join is not None or block.outer is not None or not (block.semi or values):
         columns = referenced_columns(agg.plan, schemas, catalog_name)
         if block.left_join is not None:
             left = left_shape(block.tree, catalog_name, columns, block.left_join)
             return left, (), (), columns
+        if block.outer is not None:
+            return left_inner_shape(block.tree, catalog_name, columns), (), (), columns
         return join_shape(block.tree, catalog_name, columns), (), (), columns
     where = block.tree.args["where"].this
     compared = [c for c in where_conjuncts(where) if placeholders(c, values)]
@@ -242,6 +254,8 @@ def joined_change_state(
     schema = changes_schema(agg, schema)
     if isinstance(read.shape, LeftShape):
         return _left_change_state(agg, base, read, fetch, schema)
+    if isinstance(read.shape, LeftInnerShape):
+        return _left_inner_change_state(agg, base, read, (fetch, count), schema)
     parts = replace(base, where=read.shape.condition)
     try:
         types = {**node_types(agg, parts), **_param_types(agg, read)}
@@ -288,6 +302,36 @@ def _left_change_state(
         sides = [(sign, ArrowEvaluator.joined(rows, types)) for sign, rows in terms]
         read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
         return change_state_rows(sides, replace(base, where=shape.where), schema)
+    except NotOnDriver as exc:
+        log.info("the change's state is computed by Spark: %s", exc)
+        return None
+
+
+def _left_inner_change_state(
+    agg: Aggregation,
+    base: Expressions,
+    read: JoinedChange,
+    fetches: tuple[Fetch, Any],
+    schema: pa.Schema,
+) -> pa.Table | None:
+    """The change's signed state from a left join's pair and the inner joins over it."""
+    shape = read.shape
+    assert isinstance(shape, LeftInnerShape)
+    left, inner = shape.left, shape.inner
+    typed = exp.and_(left.on, inner.condition) if inner.condition is not None else left.on
+    try:
+        types = node_types(agg, replace(base, where=typed))  # ON's nodes typed too
+
+        def on(rows: pa.Table) -> pa.Array:
+            return ArrowEvaluator.joined(rows, types).mask(left.on)
+
+        prefilter = conjunct_prefilter(single_table_conjuncts(inner), types)
+        changes = {n: (c.inserted, c.deleted) for n, c in read.changes.items()}
+        fetch, count = fetches
+        terms = left_inner_terms(shape, changes, fetch, on, prefilter, count)
+        sides = [(sign, ArrowEvaluator.joined(rows, types)) for sign, rows in terms]
+        read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
+        return change_state_rows(sides, replace(base, where=inner.condition), schema)
     except NotOnDriver as exc:
         log.info("the change's state is computed by Spark: %s", exc)
         return None
