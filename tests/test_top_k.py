@@ -94,13 +94,31 @@ TOP3 = (
 )
 
 
+def _ticked(
+    spark: Any,
+    config: CatalogConfig,
+    ns: str,
+    template: str,
+    steps: list[tuple[list[tuple[Any, ...]], str]],
+) -> None:
+    """``template`` as ``<ns>.view``, ticked after each step's rows: the step's strategy
+    (a recomputed top with the rule's reason), and DuckDB's rows over the test's own."""
+    catalog = config.load()
+    catalog.create_namespace_if_not_exists(ns)
+    scores, sql, target = Scores(catalog, ns), template.format(ns=ns), f"{ns}.view"
+    for n, (rows, wanted) in enumerate(steps, start=1):
+        scores.write(1_000 * n, rows)
+        report = _tick(spark, config, target, sql, 1_000 * n)
+        assert report["strategy"] == wanted, (n, report)
+        if n > 1 and wanted == FULL:
+            assert "a row the change lost sorts at or before" in str(report), report
+        got = rows_of(catalog.load_table(target))
+        assert _normalized(got) == _normalized(scores.oracle(sql)), (n, report)
+
+
 def test_a_top_k_tick_keeps_the_view_unless_it_lost_one_of_its_rows(
     spark: Any, spark_catalog_config: CatalogConfig
 ) -> None:
-    catalog = spark_catalog_config.load()
-    ns = "top_k_rule"
-    catalog.create_namespace_if_not_exists(ns)
-    scores, sql, target = Scores(catalog, ns), TOP3.format(ns=ns), f"{ns}.view"
     base = [(1, 50, "a"), (2, 40, "b"), (3, 30, "c"), (4, 20, "d"), (5, None, "e")]
     steps = [
         # (rows after the change, the strategy the rule allows)
@@ -111,35 +129,19 @@ def test_a_top_k_tick_keeps_the_view_unless_it_lost_one_of_its_rows(
         ([(1, 50, "a"), (2, 40, "B"), (3, 30, "c"), (6, 10, "f")], FULL),  # 2 updated: lost
         ([(1, 50, "a"), (2, 40, "B"), (3, 30, "c"), (6, 11, "f")], TOP),  # 6 updated: outside
     ]
-    for n, (rows, wanted) in enumerate(steps, start=1):
-        scores.write(1_000 * n, rows)
-        report = _tick(spark, spark_catalog_config, target, sql, 1_000 * n)
-        assert report["strategy"] == wanted, (n, report)
-        if n > 1 and wanted == FULL:
-            assert "a row the change lost sorts at or before" in str(report), report
-        got = rows_of(catalog.load_table(target))
-        assert _normalized(got) == _normalized(scores.oracle(sql)), (n, report)
+    _ticked(spark, spark_catalog_config, "top_k_rule", TOP3, steps)
 
 
 def test_a_top_k_with_fewer_rows_than_k_takes_losses_in_place(
     spark: Any, spark_catalog_config: CatalogConfig
 ) -> None:
-    catalog = spark_catalog_config.load()
-    ns = "top_k_short"
-    catalog.create_namespace_if_not_exists(ns)
-    scores, target = Scores(catalog, ns), f"{ns}.view"
-    sql = f"SELECT name, score FROM {ns}.scores ORDER BY score ASC NULLS FIRST, name LIMIT 10"
+    sql = "SELECT name, score FROM {ns}.scores ORDER BY score ASC NULLS FIRST, name LIMIT 10"
     steps = [
-        [(1, 5, "a"), (2, None, "b"), (3, 5, "a")],
-        [(1, 5, "a"), (3, 5, "a"), (4, 1, None)],  # a NULL lost, duplicates kept
-        [(3, 5, "a"), (4, 1, None)],  # one of two equal rows lost
+        ([(1, 5, "a"), (2, None, "b"), (3, 5, "a")], FULL),
+        ([(1, 5, "a"), (3, 5, "a"), (4, 1, None)], TOP),  # a NULL lost, duplicates kept
+        ([(3, 5, "a"), (4, 1, None)], TOP),  # one of two equal rows lost
     ]
-    for n, rows in enumerate(steps, start=1):
-        scores.write(1_000 * n, rows)
-        report = _tick(spark, spark_catalog_config, target, sql, 1_000 * n)
-        assert report["strategy"] == (FULL if n == 1 else TOP), (n, report)
-        got = rows_of(catalog.load_table(target))
-        assert _normalized(got) == _normalized(scores.oracle(sql)), (n, report)
+    _ticked(spark, spark_catalog_config, "top_k_short", sql, steps)
 
 
 def test_a_top_k_over_a_join_equals_the_oracle_under_random_changes(

@@ -86,21 +86,36 @@ def join_shape(
     if tree.args.get("where") is not None:
         kept = [c for c in _conjuncts(tree.args["where"].this) if not any(c is e for e in exclude)]
         conditions = [exp.and_(*kept)] if kept else []
+    conditions.extend(inner_conditions(joins))
+    inputs = joined_tables(tables, catalog_name, columns)
+    condition = exp.and_(*conditions) if conditions else None
+    equalities = _equalities(condition, inputs) if condition is not None else ()
+    return JoinShape(tuple(inputs), equalities, condition)
+
+
+def inner_conditions(joins: Sequence[Any], after: str = "") -> list[Any]:
+    """The ``ON`` of each of ``joins``, all inner or comma joins; else :class:`NotOnDriver`."""
+    out = []
     for join in joins:
         kind = (join.args.get("kind") or "").upper()
         if join.args.get("side") or kind not in ("", "INNER", "CROSS") or join.args.get("using"):
-            raise NotOnDriver(f"a {join.args.get('side') or kind or 'USING'} join")
+            raise NotOnDriver(f"a {join.args.get('side') or kind or 'USING'} join{after}")
         if join.args.get("on") is not None:
-            conditions.append(join.args["on"])
+            out.append(join.args["on"])
+    return out
+
+
+def joined_tables(
+    tables: Sequence[Any], catalog_name: str, columns: Mapping[str, Sequence[str]]
+) -> list[JoinInput]:
+    """Each table node as a :class:`JoinInput`; :class:`NotOnDriver` for a CTE's name."""
     inputs = []
     for table in tables:
         name = input_name(table, catalog_name)
         if name is None:
             raise NotOnDriver(f"a join reading the CTE {table.name}")
         inputs.append(JoinInput(table.alias_or_name.lower(), name, tuple(columns[name])))
-    condition = exp.and_(*conditions) if conditions else None
-    equalities = _equalities(condition, inputs) if condition is not None else ()
-    return JoinShape(tuple(inputs), equalities, condition)
+    return inputs
 
 
 def tables_shape(

@@ -29,7 +29,6 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import input_name
 from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import (
     Count,
@@ -37,6 +36,8 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     JoinInput,
     JoinShape,
     Prefilter,
+    inner_conditions,
+    joined_tables,
     qualified,
     tables_shape,
     term_rows,
@@ -75,20 +76,8 @@ def left_inner_shape(
     if (first.args.get("side") or "").upper() != "LEFT" or first.args.get("on") is None:
         raise NotOnDriver("the first join is not a LEFT JOIN ... ON")
     conditions = [tree.args["where"].this] if tree.args.get("where") is not None else []
-    for join in rest:
-        kind = (join.args.get("kind") or "").upper()
-        if join.args.get("side") or kind not in ("", "INNER", "CROSS") or join.args.get("using"):
-            raise NotOnDriver(
-                f"a {join.args.get('side') or kind or 'USING'} join after a LEFT JOIN"
-            )
-        if join.args.get("on") is not None:
-            conditions.append(join.args["on"])
-    inputs = []
-    for table in tables:
-        name = input_name(table, catalog_name)
-        if name is None:
-            raise NotOnDriver(f"a join reading the CTE {table.name}")
-        inputs.append(JoinInput(table.alias_or_name.lower(), name, tuple(columns[name])))
+    conditions.extend(inner_conditions(rest, after=" after a LEFT JOIN"))
+    inputs = joined_tables(tables, catalog_name, columns)
     preserved, optional = inputs[0], inputs[1]
     pairs = _pairs(first.args["on"], preserved, optional)
     left = LeftShape(preserved, optional, pairs, first.args["on"], None)

@@ -30,7 +30,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from airflow_provider_ct.core.query import input_name
 from airflow_provider_ct.ivm.driver.arrow_eval import NotOnDriver
 from airflow_provider_ct.ivm.driver.driver_join import (
     NEW,
@@ -39,6 +38,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     JoinInput,
     column_of,
     join_on,
+    joined_tables,
     qualified,
 )
 from airflow_provider_ct.ivm.plan.left_join import LeftJoin
@@ -76,13 +76,7 @@ def left_shape(
     tables.append(joined.this if joined is not None else None)
     if any(not isinstance(t, exp.Table) for t in tables):
         raise NotOnDriver("a LEFT JOIN of something other than two tables")
-    inputs = []
-    for table in tables:
-        name = input_name(table, catalog_name)
-        if name is None:
-            raise NotOnDriver(f"a LEFT JOIN reading the CTE {table.name}")
-        inputs.append(JoinInput(table.alias_or_name.lower(), name, tuple(columns[name])))
-    preserved, optional = inputs
+    preserved, optional = joined_tables(tables, catalog_name, columns)
     pairs = tuple(
         ((preserved.alias, p.lower()), (optional.alias, o.lower()))
         for p, o in zip(join.preserved_keys, join.optional_keys, strict=True)

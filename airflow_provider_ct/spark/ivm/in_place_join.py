@@ -252,10 +252,8 @@ def joined_change_state(
 
     base = expressions(agg)
     schema = changes_schema(agg, schema)
-    if isinstance(read.shape, LeftShape):
-        return _left_change_state(agg, base, read, fetch, schema)
-    if isinstance(read.shape, LeftInnerShape):
-        return _left_inner_change_state(agg, base, read, (fetch, count), schema)
+    if isinstance(read.shape, LeftShape | LeftInnerShape):
+        return _left_change_state(agg, base, read, (fetch, count), schema)
     parts = replace(base, where=read.shape.condition)
     try:
         types = {**node_types(agg, parts), **_param_types(agg, read)}
@@ -285,53 +283,35 @@ def joined_change_state(
 
 
 def _left_change_state(
-    agg: Aggregation, base: Expressions, read: JoinedChange, fetch: Fetch, schema: pa.Schema
-) -> pa.Table | None:
-    """The change's signed state from the left join's terms; None: Spark computes it."""
-    shape = read.shape
-    assert isinstance(shape, LeftShape)
-    typed = exp.and_(shape.on, shape.where) if shape.where is not None else shape.on
-    try:
-        types = node_types(agg, replace(base, where=typed))  # ON's nodes typed too
-
-        def on(rows: pa.Table) -> pa.Array:
-            return ArrowEvaluator.joined(rows, types).mask(shape.on)
-
-        changes = {n: (c.inserted, c.deleted) for n, c in read.changes.items()}
-        terms = left_terms(shape, changes, fetch, on)
-        sides = [(sign, ArrowEvaluator.joined(rows, types)) for sign, rows in terms]
-        read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
-        return change_state_rows(sides, replace(base, where=shape.where), schema)
-    except NotOnDriver as exc:
-        log.info("the change's state is computed by Spark: %s", exc)
-        return None
-
-
-def _left_inner_change_state(
     agg: Aggregation,
     base: Expressions,
     read: JoinedChange,
     fetches: tuple[Fetch, Any],
     schema: pa.Schema,
 ) -> pa.Table | None:
-    """The change's signed state from a left join's pair and the inner joins over it."""
+    """The change's signed state from a left join's terms, alone or under inner joins;
+    None: Spark computes it."""
     shape = read.shape
-    assert isinstance(shape, LeftInnerShape)
-    left, inner = shape.left, shape.inner
-    typed = exp.and_(left.on, inner.condition) if inner.condition is not None else left.on
+    assert isinstance(shape, LeftShape | LeftInnerShape)
+    left = shape if isinstance(shape, LeftShape) else shape.left
+    where = shape.where if isinstance(shape, LeftShape) else shape.inner.condition
+    typed = exp.and_(left.on, where) if where is not None else left.on
     try:
         types = node_types(agg, replace(base, where=typed))  # ON's nodes typed too
 
         def on(rows: pa.Table) -> pa.Array:
             return ArrowEvaluator.joined(rows, types).mask(left.on)
 
-        prefilter = conjunct_prefilter(single_table_conjuncts(inner), types)
         changes = {n: (c.inserted, c.deleted) for n, c in read.changes.items()}
         fetch, count = fetches
-        terms = left_inner_terms(shape, changes, fetch, on, prefilter, count)
+        if isinstance(shape, LeftShape):
+            terms = left_terms(shape, changes, fetch, on)
+        else:
+            prefilter = conjunct_prefilter(single_table_conjuncts(shape.inner), types)
+            terms = left_inner_terms(shape, changes, fetch, on, prefilter, count)
         sides = [(sign, ArrowEvaluator.joined(rows, types)) for sign, rows in terms]
         read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
-        return change_state_rows(sides, replace(base, where=inner.condition), schema)
+        return change_state_rows(sides, replace(base, where=where), schema)
     except NotOnDriver as exc:
         log.info("the change's state is computed by Spark: %s", exc)
         return None
