@@ -267,7 +267,7 @@ BAD = {
         "unknown column 'nope'",
     ),
     "not incremental on request": (
-        {"x.sql": "CREATE MATERIALIZED VIEW m AS\nSELECT id FROM raw ORDER BY id LIMIT 3;\n"},
+        {"x.sql": "CREATE MATERIALIZED VIEW m AS\nSELECT id FROM raw LIMIT 3;\n"},
         "x.sql",
         1,
         "refresh='incremental', but the query is not incremental",
