@@ -56,12 +56,6 @@ class LeftInnerShape:
     #: ``PAIR`` (with the preserved table's alias) first, then the dimensions.
     inner: JoinShape
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The block's inputs, the pair's two tables first."""
-        left = (self.left.preserved.name, self.left.optional.name)
-        return (*left, *(i.name for i in self.inner.inputs[1:]))
-
 
 def left_inner_shape(
     tree: Any, catalog_name: str, columns: Mapping[str, Sequence[str]]
