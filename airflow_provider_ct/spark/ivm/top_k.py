@@ -21,7 +21,7 @@ from airflow_provider_ct.spark.diff import compute_correction
 from airflow_provider_ct.spark.fingerprints import Correction
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +69,14 @@ def top_k_correction(
     return correction
 
 
-def _positions(spark: object, names: list[str], order: str) -> tuple[int, int | None, int]:
+def _positions(spark: SparkSession, names: list[str], order: str) -> tuple[int, int | None, int]:
     """The view's row count, the first lost row's place and the last kept row's, in one sort.
 
     A lost row tied with a kept one sorts first (``__ct_lost`` 0 before 1):
     the view may hold either of two tied rows.
     """
     listed = ", ".join(names)
-    row = spark.sql(  # type: ignore[attr-defined]
+    row = spark.sql(
         f"""
         SELECT COUNT(CASE WHEN __ct_kept = 1 THEN 1 END) AS held,
                MIN(CASE WHEN __ct_kept = 0 THEN __ct_at END) AS first_lost,
