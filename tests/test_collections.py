@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time as _time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -27,6 +28,7 @@ from airflow_provider_ct.core.commit import compare_and_append
 from airflow_provider_ct.core.faults import ENV as FAILPOINTS
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.keys import SummaryKeys
+from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.core.tables import create_managed_table
 from airflow_provider_ct.core.timeline import Timeline
 from airflow_provider_ct.exceptions import (
@@ -145,26 +147,54 @@ def test_close_writes_together_are_batched_one_commit_per_interval(
 
 
 class _SealBeforeCommit:
-    """A real catalog wrapper: before our commit, another writer moves the upper (once each)."""
+    """A real catalog wrapper: before our commit, another writer moves the upper (once each).
 
-    def __init__(self, real: Any, name: str, times: int) -> None:
-        self._real, self._name, self._left = real, name, times
+    With ``rows`` the other writer also adds them (a data file): the table's
+    files change, not only its upper.
+    """
+
+    def __init__(
+        self, real: Any, name: str, times: int, rows: list[tuple[int, str | None]] | None = None
+    ) -> None:
+        self._real, self._name, self._left, self._rows = real, name, times, rows
+        self.snapshots: list[int] = []  # the interlopers' commits, as snapshot timestamps
 
     def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
         if self._left > 0:
             self._left -= 1
             other = self._real.load_table(self._name)
             upper = Timeline.of(other).upper
+            batch_id = f"interloper-{self._left}-{len(self.snapshots)}"
+            files = stage_rows(other, batch_id, self._rows) if self._rows else []
             assert compare_and_append(
                 other,
                 expected_upper=upper,
                 new_upper=Frontier.at(int(upper.time) + 1000),
-                batch_id=f"interloper-{self._left}",
+                batch_id=batch_id,
+                add_files=files,
             ).landed
+            other.refresh()
+            self.snapshots.append(other.metadata.current_snapshot().timestamp_ms)
         return self._real.commit_table(table, requirements, updates)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+def _batch_files(table: Any, batch_id: str | None) -> dict[str, float]:
+    """The files in a batch's staging folder, with their modification times (epoch ms)."""
+    assert batch_id is not None
+    folder = Path(batch_data_dir(table.location(), batch_id).removeprefix("file://"))
+    return {str(p): p.stat().st_mtime * 1000 for p in folder.rglob("*.parquet")}
+
+
+def _landed_files(table: Any, time: int | None) -> set[str]:
+    assert time is not None
+    snapshot = Timeline.of(table).snapshot_at(time)
+    return {
+        t.file.file_path.removeprefix("file://")
+        for t in table.scan(snapshot_id=snapshot).plan_files()
+    }
 
 
 def test_contention_is_retried_at_a_new_time_never_reported(
@@ -184,7 +214,58 @@ def test_contention_is_retried_at_a_new_time_never_reported(
     assert timeline.entry(timeline.snapshot_at(receipt.time)).batch_id == receipt.batch_id
 
 
+def test_a_write_losing_to_ticks_keeps_its_staged_files_and_restages_when_files_change(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    """A tick leaves the same files: the retry commits what was staged before it lost.
+
+    Re-reading and staging again on every lost race made a writer on a busy
+    machine lose to tick after tick. When the interloper changed the files
+    (a data commit), the change is staged again and the lost files deleted.
+    """
+    catalog = _setup(sqlite_catalog_config)
+    with AppendOnlyCollection.open(catalog, LOG, batch_interval_ms=0) as writer:
+        writer.blind_write([(1, "a"), (2, "b")])
+    table = _fresh(catalog, LOG)
+    ticks = _SealBeforeCommit(catalog, LOG, times=2)
+    table.catalog = ticks
+    with AppendOnlyCollection(table, batch_interval_ms=0) as writer:
+        receipt = writer.blind_write([(1, "a"), (3, "c")], [-1, 1])
+    assert receipt.attempts == 3
+    staged = _batch_files(table, receipt.batch_id)
+    assert set(staged) <= _landed_files(_fresh(catalog, LOG), receipt.time)
+    assert len(staged) == 1 and max(staged.values()) <= ticks.snapshots[0], (staged, ticks)
+    assert rows_of(_fresh(catalog, LOG)) == Counter({(2, "b"): 1, (3, "c"): 1})
+
+    table = _fresh(catalog, LOG)
+    data = _SealBeforeCommit(catalog, LOG, times=1, rows=[(9, "z")])
+    table.catalog = data
+    with AppendOnlyCollection(table, batch_interval_ms=0) as writer:
+        receipt = writer.blind_write([(2, "b")], [-1])
+    assert receipt.attempts == 2
+    staged = _batch_files(table, receipt.batch_id)
+    assert set(staged) == _landed_files(_fresh(catalog, LOG), receipt.time) & set(staged)
+    assert len(staged) == 1 and min(staged.values()) >= data.snapshots[0]  # staged again
+    assert rows_of(_fresh(catalog, LOG)) == Counter({(3, "c"): 1, (9, "z"): 1})
+
+
 # -- differential -----------------------------------------------------------------------------
+def test_a_correction_losing_to_ticks_keeps_its_staged_files(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    catalog = _setup(sqlite_catalog_config)
+    DifferentialCollection.open(catalog, STATE).replace([(1, "a"), (2, "b")])
+    writer = DifferentialCollection.open(catalog, STATE)
+    ticks = _SealBeforeCommit(catalog, STATE, times=2)
+    writer.table.catalog = ticks
+    result = writer.replace([(1, "a"), (3, "c")])
+    assert result.landed and result.attempts == 3
+    staged = _batch_files(writer.table, result.batch_id)
+    assert set(staged) <= _landed_files(_fresh(catalog, STATE), result.time)
+    assert len(staged) == 1 and max(staged.values()) <= ticks.snapshots[0], (staged, ticks)
+    assert rows_of(_fresh(catalog, STATE)) == Counter({(1, "a"): 1, (3, "c"): 1})
+
+
 def test_replace_and_update_correct_the_table_with_a_multiset_diff(
     catalog_config: CatalogConfig,
 ) -> None:
@@ -301,6 +382,26 @@ def test_tick_advances_every_collection_best_effort(catalog_config: CatalogConfi
         stale, expected_upper=Frontier.at(1_000), new_upper=Frontier.at(1_500), batch_id="late"
     )
     assert not lost.landed and lost.upper == Frontier.at(2_000)
+
+
+def test_a_ticker_leaves_a_collection_written_within_half_its_interval(
+    sqlite_catalog_config: CatalogConfig,
+) -> None:
+    """As a write resets Materialize's tick interval: no tick races a busy writer."""
+    catalog = _setup(sqlite_catalog_config)
+    clock = [10_000]
+    ticker = Ticker(catalog, interval_ms=1_000, clock=lambda: clock[0])
+    assert ticker.tick().statuses() == {LOG: "advanced", STATE: "advanced"}
+    with AppendOnlyCollection.open(catalog, LOG, clock=lambda: 10_700) as writer:
+        assert writer.blind_write([(1, "a")]).upper == Frontier.at(10_701)
+    clock[0] = 11_000  # the write moved LOG's upper 299 ms ago; STATE's last moved 1 s ago
+    assert ticker.tick().statuses() == {LOG: "current", STATE: "advanced"}
+    assert Timeline.of(_fresh(catalog, LOG)).upper == Frontier.at(10_701)
+    clock[0] = 11_201  # 500 ms after the write: ticked again
+    assert ticker.tick().statuses() == {LOG: "advanced", STATE: "current"}
+    assert Timeline.of(_fresh(catalog, LOG)).upper == Frontier.at(11_201)
+    # A tick at an explicit time (the tick DAG's) leaves nothing alone.
+    assert tick_collections(catalog, now=11_202).statuses() == {LOG: "advanced", STATE: "advanced"}
 
 
 def test_collection_left_alone_stays_readable_at_recent_times(

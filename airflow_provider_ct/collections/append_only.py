@@ -4,8 +4,9 @@ A blind write is a list of rows with diffs (``+1`` inserts a copy, ``-1``
 retracts one) that does not depend on what the collection holds. It lands at
 *some* time ``t = max(now, upper)`` with one compare-and-append that moves
 the upper to ``t + 1``. Losing the race (a tick or another writer moved the
-upper first) is not an error: the batch is staged again and retried at a new
-time, so contention never reaches the caller. Only read-only mode
+upper first) is not an error: the batch is retried at a new time (staged
+again only when the table's files changed meanwhile, which a tick does not),
+so contention never reaches the caller. Only read-only mode
 (:class:`~airflow_provider_ct.exceptions.ReadOnlyError`), a closed collection
 (:class:`~airflow_provider_ct.exceptions.CollectionClosedError`) and a
 retraction of a row the collection does not hold
@@ -40,7 +41,9 @@ from airflow_provider_ct.collections.registry import (
 )
 from airflow_provider_ct.collections.rows import (
     LiveFile,
+    LostChange,
     RowBag,
+    StagedChange,
     append_change_now,
     arrow_schema,
     contents,
@@ -48,7 +51,6 @@ from airflow_provider_ct.collections.rows import (
     signed_bags,
     stage_change,
 )
-from airflow_provider_ct.core.expiry import delete_files
 from airflow_provider_ct.core.frontier import Frontier, now_ms
 from airflow_provider_ct.core.landing import landing_of
 from airflow_provider_ct.core.timeline import Timeline
@@ -112,6 +114,9 @@ class _Request:
 
 
 _STOP = object()
+
+#: A lost attempt: its requests and its staged change.
+_Lost = tuple[list[_Request], LostChange]
 
 
 class AppendOnlyCollection:
@@ -264,43 +269,76 @@ class AppendOnlyCollection:
         One batch id for every attempt: an attempt whose outcome was unknown
         is then recognised on ``main`` by the next one instead of landing twice.
         """
-        table = self._table
         batch_id = f"blind-{uuid.uuid4().hex}"
         in_flight: list[_Request] = []
+        lost: _Lost | None = None
         attempt = 0
-        while True:
-            attempt += 1
-            timeline = self._read_head(batch, batch_id, in_flight, attempt)
-            if timeline is None:
-                return
-            pending = [r for r in batch if not r.future.done()]
-            try:
-                files = read_live_files(table) if any(r.retracts for r in pending) else []
-            except FileNotFoundError as exc:  # the head we loaded was replaced and expired
-                log.info("re-reading %s: a file of its old head is gone (%s)", self._name, exc)
+        try:
+            while True:
+                attempt += 1
+                timeline = self._read_head(batch, batch_id, in_flight, attempt)
+                if timeline is None:
+                    return
+                kept, lost = lost, None
+                try:
+                    staged = self._staged(batch, batch_id, timeline, attempt, kept)
+                except FileNotFoundError as exc:  # the head we loaded was replaced and expired
+                    log.info("re-reading %s: a file of its old head is gone (%s)", self._name, exc)
+                    backoff(attempt)
+                    continue
+                if staged is None:
+                    return
+                accepted, change = staged
+                try:
+                    result, time = append_change_now(
+                        self._table, timeline, batch_id, change, self._clock()
+                    )
+                except CommitStateUnknownError as exc:
+                    log.warning(
+                        "blind write %s to %s: %s; checking again", batch_id, self._name, exc
+                    )
+                    in_flight = accepted
+                    backoff(attempt)
+                    continue
+                if result.landed:
+                    self._resolve(accepted, batch_id, time, result.upper, attempt, len(batch))
+                    return
+                lost = (accepted, LostChange.of(self._table, timeline, change))
+                if self._give_up(accepted, batch_id, timeline, result.reason, attempt):
+                    return
                 backoff(attempt)
-                continue
-            accepted, inserts, retracts = self._accept(pending, files)
-            if not accepted:
-                return
-            if not inserts and not retracts:
-                self._resolve(accepted, batch_id, None, timeline.upper, attempt, len(batch))
-                return
-            change = stage_change(table, batch_id, files, inserts, retracts)
-            try:
-                result, time = append_change_now(table, timeline, batch_id, change, self._clock())
-            except CommitStateUnknownError as exc:
-                log.warning("blind write %s to %s: %s; checking again", batch_id, self._name, exc)
-                in_flight = accepted
-                backoff(attempt)
-                continue
-            if result.landed:
-                self._resolve(accepted, batch_id, time, result.upper, attempt, len(batch))
-                return
-            delete_files(table, change.add_files)
-            if self._give_up(accepted, batch_id, timeline, result.reason, attempt):
-                return
-            backoff(attempt)
+        finally:
+            if lost is not None:
+                lost[1].discard()
+
+    def _staged(
+        self,
+        batch: list[_Request],
+        batch_id: str,
+        timeline: Timeline,
+        attempt: int,
+        lost: _Lost | None,
+    ) -> tuple[list[_Request], StagedChange] | None:
+        """The requests to land together and their change, staged against ``timeline``'s head.
+
+        The last attempt's, when it lost to commits that left the same files
+        (:class:`LostChange`: a tick); otherwise its files are deleted and the
+        head is read again. ``None`` when the batch is settled without a
+        commit: every request refused, or their rows cancel out.
+        """
+        if lost is not None:
+            if lost[1].applies_at(timeline):
+                return lost[0], lost[1].change
+            lost[1].discard()
+        pending = [r for r in batch if not r.future.done()]
+        files = read_live_files(self._table) if any(r.retracts for r in pending) else []
+        accepted, inserts, retracts = self._accept(pending, files)
+        if not accepted:
+            return None
+        if not inserts and not retracts:
+            self._resolve(accepted, batch_id, None, timeline.upper, attempt, len(batch))
+            return None
+        return accepted, stage_change(self._table, batch_id, files, inserts, retracts)
 
     def _read_head(
         self, batch: list[_Request], batch_id: str, in_flight: list[_Request], attempt: int

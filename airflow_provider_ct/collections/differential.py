@@ -48,6 +48,7 @@ from airflow_provider_ct.collections.registry import (
     table_name,
 )
 from airflow_provider_ct.collections.rows import (
+    LostChange,
     RowBag,
     StagedChange,
     append_change_now,
@@ -123,6 +124,15 @@ class SyncResult:
 
 
 # -- pending desired states ---------------------------------------------------------------
+@dataclass(frozen=True)
+class _LostCorrection:
+    """A correction whose commit lost a race: its batch id, desired rows and staged change."""
+
+    batch_id: str
+    desired: RowBag
+    change: LostChange
+
+
 @dataclass(frozen=True)
 class PendingDesired:
     """A desired state stated while writes were off, waiting to land."""
@@ -348,50 +358,84 @@ class DifferentialCollection:
         table = self._table
         attempt = 0
         unknown: list[tuple[str, StagedChange, RowBag]] = []
-        while True:
-            attempt += 1
-            table.refresh()
-            timeline = Timeline.of(table)
-            for batch_id, change, desired in unknown:
-                found = landing_of(timeline, batch_id).entry
-                if found is not None and found.time is not None:
-                    return self._landed(batch_id, change, desired, found.time, timeline, attempt)
-            if timeline.upper.is_empty:
-                raise CollectionClosedError(f"collection {self._name} is closed")
-            try:
-                files = read_live_files(table)
-            except FileNotFoundError as exc:  # the head we loaded was replaced and expired
-                log.info("re-reading %s: a file of its old head is gone (%s)", self._name, exc)
-                backoff(attempt)
-                continue
-            head = contents(files)
-            desired = want(head)
-            if is_read_only(table, self._read_only):  # switched off while we retried
-                return self._keep_pending(desired)
-            inserts, retracts = desired.minus(head), head.minus(desired)
-            if not inserts and not retracts:
-                self._desired = desired
-                return SyncResult(self._name, IN_SYNC, timeline.upper, attempts=attempt)
-            batch_id = f"desired-{uuid.uuid4().hex}"
-            change = stage_change(table, batch_id, files, inserts, retracts)
-            try:
-                result, time = append_change_now(table, timeline, batch_id, change, self._clock())
-            except CommitStateUnknownError as exc:
-                log.warning("correction of %s: %s; checking again", self._name, exc)
-                unknown.append((batch_id, change, desired))
-                backoff(attempt)
-                continue
-            if result.landed:
-                return self._landed(batch_id, change, desired, time, result, attempt)
-            delete_files(table, change.add_files)
-            log.debug(
-                "correction of %s lost (%s); re-syncing to the table", self._name, result.reason
-            )
-            if self._max_attempts is not None and attempt >= self._max_attempts:
-                raise CommitError(
-                    f"correction of {self._name} lost {attempt} races in a row; giving up"
+        lost: _LostCorrection | None = None
+        try:
+            while True:
+                attempt += 1
+                table.refresh()
+                timeline = Timeline.of(table)
+                for batch_id, change, desired in unknown:
+                    found = landing_of(timeline, batch_id).entry
+                    if found is not None and found.time is not None:
+                        return self._landed(
+                            batch_id, change, desired, found.time, timeline, attempt
+                        )
+                if timeline.upper.is_empty:
+                    raise CollectionClosedError(f"collection {self._name} is closed")
+                kept, lost = lost, None
+                try:
+                    staged = self._staged(want, timeline, attempt, kept)
+                except FileNotFoundError as exc:  # the head we loaded was replaced and expired
+                    log.info("re-reading %s: a file of its old head is gone (%s)", self._name, exc)
+                    backoff(attempt)
+                    continue
+                if isinstance(staged, SyncResult):
+                    return staged
+                batch_id, desired, change = staged
+                try:
+                    result, time = append_change_now(
+                        table, timeline, batch_id, change, self._clock()
+                    )
+                except CommitStateUnknownError as exc:
+                    log.warning("correction of %s: %s; checking again", self._name, exc)
+                    unknown.append((batch_id, change, desired))
+                    backoff(attempt)
+                    continue
+                if result.landed:
+                    return self._landed(batch_id, change, desired, time, result, attempt)
+                lost = _LostCorrection(batch_id, desired, LostChange.of(table, timeline, change))
+                log.debug(
+                    "correction of %s lost (%s); re-syncing to the table", self._name, result.reason
                 )
-            backoff(attempt)
+                if self._max_attempts is not None and attempt >= self._max_attempts:
+                    raise CommitError(
+                        f"correction of {self._name} lost {attempt} races in a row; giving up"
+                    )
+                backoff(attempt)
+        finally:
+            if lost is not None:
+                lost.change.discard()
+
+    def _staged(
+        self,
+        want: Callable[[RowBag], RowBag],
+        timeline: Timeline,
+        attempt: int,
+        lost: _LostCorrection | None,
+    ) -> tuple[str, RowBag, StagedChange] | SyncResult:
+        """The correction to commit against ``timeline``'s head: batch id, desired rows, files.
+
+        The last attempt's, when it lost to commits that left the same files
+        (:class:`LostChange`: a tick); otherwise its files are deleted and the
+        head is read again. A :class:`SyncResult` when there is nothing to
+        commit: the head is already desired, or writes were switched off.
+        """
+        table = self._table
+        if lost is not None:
+            if lost.change.applies_at(timeline) and not is_read_only(table, self._read_only):
+                return lost.batch_id, lost.desired, lost.change.change
+            lost.change.discard()
+        files = read_live_files(table)
+        head = contents(files)
+        desired = want(head)
+        if is_read_only(table, self._read_only):  # switched off while we retried
+            return self._keep_pending(desired)
+        inserts, retracts = desired.minus(head), head.minus(desired)
+        if not inserts and not retracts:
+            self._desired = desired
+            return SyncResult(self._name, IN_SYNC, timeline.upper, attempts=attempt)
+        batch_id = f"desired-{uuid.uuid4().hex}"
+        return batch_id, desired, stage_change(table, batch_id, files, inserts, retracts)
 
     def _landed(
         self,

@@ -25,7 +25,9 @@ import pyarrow as pa
 
 from airflow_provider_ct.core.batch_files import BatchFiles
 from airflow_provider_ct.core.commit import AppendResult, compare_and_append
+from airflow_provider_ct.core.expiry import delete_files
 from airflow_provider_ct.core.frontier import Frontier
+from airflow_provider_ct.core.quiet import same_live_files
 from airflow_provider_ct.core.staging import batch_data_dir
 from airflow_provider_ct.exceptions import CollectionError, RetractionError
 
@@ -311,6 +313,39 @@ class StagedChange:
     @property
     def empty(self) -> bool:
         return not self.add_files and not self.remove_files
+
+
+@dataclass(frozen=True)
+class LostChange:
+    """A staged change whose commit lost a race, kept for as long as it still applies.
+
+    Nearly every lost race of a collection writer is a tick: a frontier-only
+    commit that leaves the same files. The staged change then still turns
+    the head into the wanted contents, and the retry is one commit instead of
+    reading every live file and staging again. That keeps a retry shorter
+    than the gap between ticks on a busy machine, where re-staging every time
+    could lose to each tick in turn.
+    """
+
+    table: Table
+    head: int | None
+    schema_id: int
+    change: StagedChange
+
+    @classmethod
+    def of(cls, table: Table, timeline: Timeline, change: StagedChange) -> LostChange:
+        """``change``, staged against the head ``timeline`` read, lost its commit."""
+        return cls(table, timeline.head_snapshot_id, table.metadata.current_schema_id, change)
+
+    def applies_at(self, timeline: Timeline) -> bool:
+        """Whether the change is still right against the head ``timeline`` read."""
+        return self.table.metadata.current_schema_id == self.schema_id and same_live_files(
+            self.table, self.head, timeline.head_snapshot_id
+        )
+
+    def discard(self) -> None:
+        """Delete the staged files (no snapshot references them: the commit lost)."""
+        delete_files(self.table, self.change.add_files)
 
 
 def stage_change(

@@ -19,6 +19,14 @@ A quiet collection's newest contents are restated now and then (a
 *checkpoint*: the tick carries ``ct.time``), so that snapshot expiry can drop
 the ticks before it; see :func:`tick_collections`.
 
+A long-lived :class:`Ticker` leaves alone a collection whose upper someone
+moved within the last half interval (a write, another ticker): the upper is
+recent already, and a tick would only race the writer. As a writer's commit
+resets Materialize's tick interval, a busy collection is then not committed
+to by the ticker at all, and a writer retrying on a loaded machine does not
+lose to tick after tick. The upper then lags now by at most one and a half
+intervals.
+
 Ticks create a snapshot per collection per interval; run
 :func:`~airflow_provider_ct.collections.maintenance.maintain` along (the tick
 DAG does) so expiry bounds them.
@@ -80,7 +88,8 @@ class TickOutcome:
     """What one tick did to one collection.
 
     ``advanced``: the upper moved to the tick's time; ``current``: it was
-    already there; ``contended``: someone else moved the table first (fine);
+    already there (or recent enough, see ``fresh_ms``); ``contended``: someone
+    else moved the table first (fine);
     ``closed`` / ``read-only``: skipped; ``unknown``: the catalog did not say
     whether the tick landed (harmless: a tick has no data); ``error``: see
     ``detail``. ``synced`` is the status of a pending desired state landed first.
@@ -155,10 +164,13 @@ def tick_table(
     now: int,
     read_only: bool | None = None,
     checkpoint_ms: int | None = None,
+    fresh_ms: int = 0,
 ) -> TickOutcome:
     """Advance one collection's upper to ``now`` (best-effort, one attempt).
 
     :param checkpoint_ms: see :func:`tick_collections`.
+    :param fresh_ms: leave the upper where it is when it is within this many
+        milliseconds of ``now`` (``current``).
     """
     check_timestamp(now, "tick time")
     name = table_name(table)
@@ -181,7 +193,7 @@ def tick_table(
     upper = timeline.upper
     if upper.is_empty:  # closed while we synced
         return TickOutcome(name, CLOSED, upper, synced)
-    if upper.time is not None and upper.time >= now:  # nothing new to seal
+    if upper.time is not None and (upper.time >= now or now - upper.time < fresh_ms):
         return TickOutcome(name, CURRENT, upper, synced)
     checkpoint = _checkpoint_time(timeline, checkpoint_ms)
     try:
@@ -229,6 +241,7 @@ def tick_collections(
     maintenance: MaintenanceSettings | None = None,
     extra_tables: Iterable[str] = (),
     checkpoint_ms: int | None = DEFAULT_CHECKPOINT_MS,
+    fresh_ms: int = 0,
 ) -> TickReport:
     """Tick every registered collection in ``namespaces`` (default: all).
 
@@ -242,6 +255,8 @@ def tick_collections(
         (``ct.time``); without that, expiry would have to keep every tick
         since the last write. ``None``: ticks are always frontier-only.
     :param read_only: the deployment's mode; ``None`` reads ``CT_READ_ONLY``.
+    :param fresh_ms: leave a collection alone whose upper is within this many
+        milliseconds of ``now`` (:class:`Ticker` passes half its interval).
     :param maintenance: also compact and expire the collections (and
         ``extra_tables``, e.g. views) with these settings.
     """
@@ -251,7 +266,13 @@ def tick_collections(
     for info in collections:
         try:
             outcomes.append(
-                tick_table(info.table, now=time, read_only=read_only, checkpoint_ms=checkpoint_ms)
+                tick_table(
+                    info.table,
+                    now=time,
+                    read_only=read_only,
+                    checkpoint_ms=checkpoint_ms,
+                    fresh_ms=fresh_ms,
+                )
             )
         except Exception as exc:
             log.exception("tick of %s failed", info.name)
@@ -270,7 +291,8 @@ def tick_collections(
 class Ticker:
     """Tick on a fixed interval in a long-lived process (the DAG is the Airflow way).
 
-    :param interval_ms: time between ticks.
+    :param interval_ms: time between ticks; a collection whose upper moved
+        within the last half of it is left alone (see the module's docstring).
     :param maintenance_every: run maintenance every this many ticks (0: never).
     """
 
@@ -288,6 +310,7 @@ class Ticker:
     ) -> None:
         self.catalog = catalog
         self.interval_s = interval_ms / 1000
+        self.fresh_ms = interval_ms // 2
         if isinstance(namespaces, str):  # list("ops") would be three one-letter namespaces
             raise CollectionError(
                 f"namespaces must be a list of names, got the string {namespaces!r}"
@@ -316,6 +339,7 @@ class Ticker:
             read_only=self.read_only,
             maintenance=self.maintenance if run_maintenance else None,
             checkpoint_ms=self.checkpoint_ms,
+            fresh_ms=self.fresh_ms,
         )
         self.reports.append(report)
         return report

@@ -269,6 +269,29 @@ def _changes_no_row(table: Table, snapshot: Snapshot) -> bool:
     return _live_manifests(table, snapshot) == _live_manifests(table, parent)
 
 
+def same_live_files(table: Table, before: int | None, after: int | None) -> bool:
+    """Whether snapshots ``before`` and ``after`` of ``table`` hold exactly the same files.
+
+    ``None`` is the empty table (no snapshot). Manifests are immutable, so the
+    same live manifests mean the same data and delete files: a change staged
+    against ``before`` applies unchanged at ``after`` when only frontier
+    commits (ticks, checkpoints) came between. ``False`` when either snapshot
+    is not in the metadata (expired): then nobody can tell.
+    """
+    if before == after:
+        return True
+    manifests: list[set[str]] = []
+    for snapshot_id in (before, after):
+        if snapshot_id is None:
+            manifests.append(set())
+            continue
+        snapshot = table.metadata.snapshot_by_id(snapshot_id)
+        if snapshot is None:
+            return False
+        manifests.append(_live_manifests(table, snapshot))
+    return manifests[0] == manifests[1]
+
+
 def _live_manifests(table: Table, snapshot: Snapshot) -> set[str]:
     """The manifests of ``snapshot`` that hold a live (added or existing) file."""
     return {
