@@ -607,8 +607,15 @@ class World:
         )
         self.remembered: Rows | None = None  # what `differential` remembers as desired
         self.state_drift: Rows = Counter()  # rows foreign commits added since its last write
+        # Steps move the clock 200..1,500 ms: some ticks find an upper moved within
+        # the last half interval (500 ms) and leave it, the others advance it.
         self.ticker = Ticker(
-            catalog, namespaces=[ns], read_only=False, clock=self._now, checkpoint_ms=CHECKPOINT_MS
+            catalog,
+            namespaces=[ns],
+            read_only=False,
+            clock=self._now,
+            checkpoint_ms=CHECKPOINT_MS,
+            interval_ms=1_000,
         )
 
     def close(self) -> None:
@@ -1096,7 +1103,7 @@ class World:
             if ticked:  # a tick racing the writers' commits
                 report = self.ticker.tick()
                 assert not report.errors, report.errors
-                self._ticked(report.statuses())
+                self._ticked(report.statuses(), racing=True)
             receipts = [(future.result(timeout=300), delta) for future, delta in futures]
         self._record_blind(receipts)
         times = sorted({r.time for r, _ in receipts if r.time is not None})
@@ -1183,9 +1190,13 @@ class World:
         if fault is not None and marker.exists():
             self.faults[f"unknown-outcome:{fault}"] += 1
 
-    def _ticked(self, statuses: dict[str, str]) -> None:
+    def _ticked(self, statuses: dict[str, str], *, racing: bool = False) -> None:
+        fresh = self.clock - self.ticker.fresh_ms
         for tracked in (self.log, self.state):
-            if statuses.get(tracked.name) != "unknown":  # a tick that may not have landed
+            status = statuses.get(tracked.name)
+            if status == "current":  # left alone: moved recently (racing: by a writer)
+                assert racing or tracked.upper > fresh, (tracked.name, tracked.upper, self.clock)
+            elif status != "unknown":  # a tick that may not have landed
                 tracked.upper = max(tracked.upper, self.clock)
 
     def step_tick(self) -> str:
