@@ -125,10 +125,25 @@ COMPOSED = {
         " (SELECT k, COUNT(*) AS n FROM {ns}.a GROUP BY k) q ON q.k = p.k + 1"
         " WHERE p.n > (SELECT MIN(v) FROM {ns}.a)",
     ),
+    # Windows partitioned by a key that is not an output, over one table as it is: the
+    # rows with the key are a part the windows' rule maintains, the outputs a projection.
+    "window_key_hidden": (
+        1,
+        "SELECT a.id, a.v, SUM(a.v) OVER (PARTITION BY a.k) AS t,"
+        " COUNT(*) OVER (PARTITION BY a.k, a.s) AS n FROM {ns}.a a",
+    ),
+    # The same over a join and a filter, ranked within each hidden key.
+    "window_key_hidden_join": (
+        1,
+        "SELECT a.id, b.name, RANK() OVER (PARTITION BY b.k ORDER BY a.v DESC NULLS LAST) AS r"
+        " FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k WHERE a.v IS NOT NULL",
+    ),
 }
 
 #: The shapes whose query over the parts the planner maintains, and its strategy.
 TOPS = {
+    "window_key_hidden": "linear",  # a projection of the partitions' part
+    "window_key_hidden_join": "linear",
     "cte_of_cte_windowed": "aggregate",  # a grouping of the groups' part, under the window
     "derived_tables_joined": "linear",  # a join of two parts
     "groups_key_hidden": "linear",  # HAVING and a projection over the groups' part
@@ -495,6 +510,30 @@ def test_the_rows_split_cuts_windows_and_limits_off_the_rows_they_read() -> None
         "SELECT a.k AS __ct_c0, a.s AS __ct_c1 FROM ns.a AS a WHERE a.v > 0",
         "SELECT __ct_c0 AS k, COUNT(*) OVER (PARTITION BY __ct_c1) AS n FROM __ct_rows",
         [],
+    )
+
+
+def test_the_partitions_split_adds_the_hidden_keys_and_projects_them_away() -> None:
+    from airflow_provider_ct.ivm.plan.partitions_split import split_partitions
+
+    _check_split(
+        split_partitions,
+        "SELECT a.id, SUM(a.v) OVER (PARTITION BY a.k, a.s ORDER BY a.id) AS t,"
+        " COUNT(*) OVER (PARTITION BY a.s, a.k) AS n, a.s FROM ns.a a WHERE a.v > 0",
+        "SELECT a.id, SUM(a.v) OVER (PARTITION BY a.k, a.s ORDER BY a.id) AS t,"
+        " COUNT(*) OVER (PARTITION BY a.s, a.k) AS n, a.s, a.k AS __ct_p0 FROM ns.a AS a"
+        " WHERE a.v > 0",
+        "SELECT `id`, `t`, `n`, `s` FROM __ct_partitions",
+        [
+            "SELECT a.k, SUM(a.v) OVER (PARTITION BY a.k) AS t FROM ns.a a",  # key an output
+            "SELECT a.id, SUM(a.v) OVER () AS t FROM ns.a a",  # no key
+            "SELECT a.id, SUM(a.v) OVER (PARTITION BY a.k) AS t FROM ns.a a LIMIT 3",
+            "SELECT DISTINCT a.id, SUM(a.v) OVER (PARTITION BY a.k) AS t FROM ns.a a",
+            "SELECT a.id + 1, SUM(a.v) OVER (PARTITION BY a.k) AS t FROM ns.a a",  # no name
+            "SELECT a.id, a.id, SUM(a.v) OVER (PARTITION BY a.k) AS t FROM ns.a a",  # two ids
+            "SELECT a.*, SUM(a.v) OVER (PARTITION BY a.k) AS t FROM ns.a a",
+            "SELECT a.s, SUM(a.v) AS t FROM ns.a a GROUP BY a.s, a.k",  # the groups split's
+        ],
     )
 
 

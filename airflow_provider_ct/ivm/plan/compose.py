@@ -53,6 +53,7 @@ from airflow_provider_ct.core.tables import is_part_of, part_table_name
 from airflow_provider_ct.exceptions import QueryError
 from airflow_provider_ct.ivm.plan.aggregate_split import GROUPS_ALIAS, split_groups
 from airflow_provider_ct.ivm.plan.grouping_sets_split import SETS_ALIAS, split_grouping_sets
+from airflow_provider_ct.ivm.plan.partitions_split import PARTITIONS_ALIAS, split_partitions
 from airflow_provider_ct.ivm.plan.planner import InputColumns, Plan, plan_query
 from airflow_provider_ct.ivm.plan.rows_split import ROWS_ALIAS, split_rows
 from airflow_provider_ct.ivm.plan.select_shape import is_count_star
@@ -61,12 +62,14 @@ from airflow_provider_ct.ivm.plan.select_shape import is_count_star
 COMPOSED = "composed"
 
 
-#: How a select no strategy maintains is cut, in order: what the part below holds, and
-#: the alias the rest reads it under.
+#: How a select no strategy maintains is cut, in order: what the part below holds, the
+#: alias the rest reads it under, and whether the cut is only worth it when a strategy
+#: maintains the part (else the next cut is tried).
 _SELECT_SPLITS = (
-    (split_grouping_sets, "finest groups", SETS_ALIAS),
-    (split_groups, "groups", GROUPS_ALIAS),
-    (split_rows, "rows", ROWS_ALIAS),
+    (split_grouping_sets, "finest groups", SETS_ALIAS, False),
+    (split_groups, "groups", GROUPS_ALIAS, False),
+    (split_partitions, "partitions", PARTITIONS_ALIAS, True),
+    (split_rows, "rows", ROWS_ALIAS, False),
 )
 
 
@@ -190,20 +193,20 @@ class _Splitter:
     def reshaped(self, tree: Any, label: str) -> Any:
         """``tree`` over parts of its own when it reads an input and no strategy maintains it
         whole: a set operation over its branches, a grouped select over its groups
-        (:mod:`.aggregate_split`), an ungrouped one over the rows its windows or limit read
+        (:mod:`.aggregate_split`), a windowed one over its rows with the partition keys
+        (:mod:`.partitions_split`) or over the rows its windows or limit read
         (:mod:`.rows_split`); else ``tree`` itself."""
         if not self._reads_inputs(tree):
             return tree
-        sql = tree.sql(dialect="spark")
-        if plan_query(parse_query(sql, catalog_name=self.catalog_name), self.columns).incremental:
+        if self._maintained(tree):
             return tree
         if isinstance(tree, exp.SetOperation):
             return self._branches(tree, label)
         if not isinstance(tree, exp.Select):
             return tree
-        for splitter, what, alias in _SELECT_SPLITS:
+        for splitter, what, alias, only_maintained in _SELECT_SPLITS:
             split = splitter(tree)
-            if split is None:
+            if split is None or (only_maintained and not self._maintained(split[0])):
                 continue
             below, rest = split
             table = self._part(below, f"the {what} of {label}", own_groups=True)
@@ -211,6 +214,11 @@ class _Splitter:
             placeholder.replace(_table_node(table, alias))
             return rest
         return tree
+
+    def _maintained(self, tree: Any) -> bool:
+        """Whether a strategy maintains ``tree`` whole."""
+        parsed = parse_query(tree.sql(dialect="spark"), catalog_name=self.catalog_name)
+        return plan_query(parsed, self.columns).incremental
 
     def _branches(self, tree: Any, label: str) -> Any:
         """The set operation with each branch a part: ``SELECT * FROM <part>`` in its place.

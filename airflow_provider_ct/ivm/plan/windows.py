@@ -36,35 +36,50 @@ def windowed(call: Any) -> bool:
     return isinstance(call.find_ancestor(exp.Window, exp.Select), exp.Window)
 
 
-def window_keys(select: Any) -> tuple[tuple[int, ...], tuple[str, ...]] | str:
-    """The positions in the select list and Spark SQL of the keys every window
-    partitions by; or why the windows have no such keys."""
-    windows = own_windows(select)
+def shared_partition_keys(select: Any) -> list[str] | str:
+    """The Spark SQL of the keys every window of ``select`` partitions by, in order;
+    or why the windows have no such keys."""
     for arg in ("group", "distinct", "having", "limit", "offset"):
         if select.args.get(arg):
             return f"window functions with {arg.upper()} are recomputed in full"
     common: list[str] | None = None
-    for window in windows:
+    for window in own_windows(select):
         keys = [p.sql(dialect="spark") for p in window.args.get("partition_by") or []]
         if not keys:
             return "a window without PARTITION BY (one partition) is recomputed in full"
         common = keys if common is None else [k for k in common if k in keys]
     if not common:
         return "windows that share no PARTITION BY key are recomputed in full"
+    return list(dict.fromkeys(common))
+
+
+def output_position(select: Any, key: str) -> int | None:
+    """The position in ``select``'s list of the output that is the key ``key`` (Spark SQL):
+    the same expression, or an output named as the unqualified column ``key``."""
     items = list(select.expressions)
     by_sql = {i.unalias().sql(dialect="spark"): n for n, i in reversed(list(enumerate(items)))}
-    by_name = {i.alias_or_name.lower(): n for n, i in reversed(list(enumerate(items)))}
+    found = by_sql.get(key)
+    if found is None:
+        node: Any = exp.maybe_parse(key, dialect="spark")
+        if isinstance(node, exp.Column) and not node.table:
+            by_name = {i.alias_or_name.lower(): n for n, i in reversed(list(enumerate(items)))}
+            found = by_name.get(node.name.lower())
+    return found
+
+
+def window_keys(select: Any) -> tuple[tuple[int, ...], tuple[str, ...]] | str:
+    """The positions in the select list and Spark SQL of the keys every window
+    partitions by; or why the windows have no such keys."""
+    common = shared_partition_keys(select)
+    if isinstance(common, str):
+        return common
     positions: list[int] = []
-    for key in dict.fromkeys(common):
-        found = by_sql.get(key)
-        if found is None:
-            node: Any = exp.maybe_parse(key, dialect="spark")
-            if isinstance(node, exp.Column) and not node.table:
-                found = by_name.get(node.name.lower())
+    for key in common:
+        found = output_position(select, key)
         if found is None:
             return (
                 f"the windows' PARTITION BY key {key} is not an output column, so the "
                 "target's rows of a partition cannot be found"
             )
         positions.append(found)
-    return tuple(positions), tuple(dict.fromkeys(common))
+    return tuple(positions), tuple(common)
