@@ -107,39 +107,6 @@ def test_driver_looks_retractions_up_in_the_located_target(spark: Any) -> None:
         driver_correction(added, missing, COLUMNS, located=located)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_retractions_looked_up_in_a_narrowed_target_are_the_models(spark: Any, seed: int) -> None:
-    """The target is cut to the rows holding a retracted row's value of one column first;
-    every retracted copy must still be found, at the lowest positions (NULLs included)."""
-    from airflow_provider_ct.spark.driver_diff import located_narrowing
-    from airflow_provider_ct.spark.fingerprints import with_fingerprint
-
-    rng = random.Random(seed)
-    target_rows = [(*row[:2], float(i)) if i % 4 else row for i, row in enumerate(_rows(rng, 60))]
-    located_rows = _located(target_rows, rng)
-    removed_rows = rng.sample(target_rows, 12)
-    kept = list((Counter(target_rows) - Counter(removed_rows)).elements())
-    _, want_retract = _model(kept, located_rows)
-    located = spark.createDataFrame(located_rows, LOCATED)
-    removed = spark.createDataFrame(removed_rows, SCHEMA)
-    none = spark.createDataFrame([], SCHEMA)
-    got = driver_correction(none, removed, COLUMNS, located=located)
-    assert got is not None and got.diffed_on == "driver"
-    assert sorted(got.retractions) == want_retract
-    # The cut: one column (x is a double, never used), its values among the removed rows.
-    have = with_fingerprint(removed, COLUMNS)._collect_as_arrow()
-    have_table = pa.Table.from_batches(have)
-    unwanted = have_table.select(["__ct_h1", "__ct_h2"]).append_column(
-        "__ct_m", pa.array([-1] * have_table.num_rows, pa.int64())
-    )
-    narrowing = located_narrowing(have_table, unwanted, COLUMNS)
-    assert narrowing is not None
-    kept_rows = located.where(narrowing).count()
-    by_k = sum(1 for r in located_rows if r[0] in {row[0] for row in removed_rows})
-    by_name = sum(1 for r in located_rows if r[1] in {row[1] for row in removed_rows})
-    assert kept_rows in (by_k, by_name) and kept_rows <= len(located_rows)
-
-
 def test_a_side_past_the_limit_goes_back_to_spark(spark: Any) -> None:
     rows = [(i, "a", 1.0) for i in range(5)]
     desired = spark.createDataFrame(rows, SCHEMA)

@@ -40,16 +40,12 @@ from airflow_provider_ct.spark.fingerprints import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
 _INDEX = "__ct_i"
 _KEYS = [H1, H2]
-#: At most this many values in the filter that narrows the target to the rows to retract.
-_NARROWING_VALUES = 50_000
-#: Arrow types whose values Spark compares as they are (``isin`` keeps every equal row).
-_EXACT_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_date)
 
 
 def driver_correction(
@@ -80,7 +76,7 @@ def driver_correction(
         return None
     have = None
     if persisted is not None:
-        keep = [*_KEYS, *columns] if located is not None else [*_KEYS, "_file", "_pos"]
+        keep = _KEYS if located is not None else [*_KEYS, "_file", "_pos"]
         have = _pull(with_fingerprint(persisted, columns).select(*keep), limit)
         if have is None:
             return None
@@ -98,10 +94,6 @@ def driver_correction(
         counts = zip(*(unwanted[c].to_pylist() for c in (H1, H2, MULT)), strict=True)
         rows = [(h1, h2, -n) for h1, h2, n in counts]
         keys = spark.createDataFrame(rows, f"{H1} long, {H2} long, {MULT} long")
-        assert have is not None
-        narrowing = located_narrowing(have, unwanted, columns)
-        if narrowing is not None:
-            located = located.where(narrowing)
         retractions = pick_retractions(with_fingerprint(located, columns), keys)
     if len(retractions) != retract_count:
         raise IncrementalMismatchError(
@@ -109,39 +101,6 @@ def driver_correction(
         )
     log.info("diffed on the driver: %d and %d rows", want.num_rows, have.num_rows if have else 0)
     return Correction(inserts, retractions, insert_count, retract_count, diffed_on="driver")
-
-
-def located_narrowing(have: pa.Table, unwanted: pa.Table, columns: list[str]) -> Column | None:
-    """A filter every target row equal to a row to retract passes, or None.
-
-    Finding the rows to retract fingerprints the whole target in Spark (every
-    column of every row); a row equal to a retracted one holds its value in
-    each column, so the target is first cut to the rows whose most varied
-    column (among the retracted rows) holds one of their values. Only types
-    whose SQL equality is their value's (integers, strings, dates) are used:
-    the filter must keep every row the fingerprints would match.
-    """
-    from pyspark.sql import functions as F
-
-    exact = [
-        name
-        for name in columns
-        if any(check(have.schema.field(name).type) for check in _EXACT_TYPES)
-    ]
-    if not exact:
-        return None
-    rows = have.select([*_KEYS, *exact]).join(unwanted.select(_KEYS), _KEYS, join_type="inner")
-    best: tuple[str, pa.Array] | None = None
-    for name in exact:
-        values = pc.unique(rows[name].combine_chunks())
-        if best is None or len(values) > len(best[1]):
-            best = (name, values)
-    if best is None or len(best[1]) > _NARROWING_VALUES:
-        return None
-    name, values = best
-    column = F.col(f"`{name}`")
-    found = column.isin(values.drop_null().to_pylist())
-    return found | column.isNull() if values.null_count else found
 
 
 def _pull(frame: DataFrame, limit: int) -> pa.Table | None:
