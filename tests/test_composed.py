@@ -138,6 +138,15 @@ COMPOSED = {
         "SELECT a.id, b.name, RANK() OVER (PARTITION BY b.k ORDER BY a.v DESC NULLS LAST) AS r"
         " FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k WHERE a.v IS NOT NULL",
     ),
+    # A CTE restating a derived table (a union) column for column is that part, not a
+    # second copy of its rows: parts `s` and `g`.
+    "cte_restating_a_union": (
+        2,
+        "WITH w AS (SELECT k, v FROM (SELECT k, v FROM {ns}.a UNION ALL"
+        " SELECT k, v FROM {ns}.a WHERE v > 1) AS s),"
+        " g AS (SELECT w.k, SUM(w.v) AS t FROM w JOIN {ns}.b b ON w.k = b.k GROUP BY w.k)"
+        " SELECT g.k, g.t, RANK() OVER (ORDER BY g.t DESC NULLS LAST) AS r FROM g",
+    ),
 }
 
 #: The shapes whose query over the parts the planner maintains, and its strategy.

@@ -292,6 +292,9 @@ class _Splitter:
         if not own_groups:
             body = self.reshaped(body, label)
         _check_names(body, label)
+        restated = self._restated_part(body)
+        if restated is not None:
+            return restated
         sql = body.sql(dialect="spark")
         digest = hashlib.sha256(sql.encode()).hexdigest()[:12]
         table = part_table_name(self.target, digest)
@@ -301,6 +304,51 @@ class _Splitter:
             plan = plan_query(parsed, self.columns)
             self.parts[table] = Part(table, sql, label, plan, reads_inputs)
         return table
+
+    def _restated_part(self, body: Any) -> str | None:
+        """The part ``body`` only restates (all its columns, as named, in order), or None.
+
+        ``WITH u AS (SELECT a, b FROM (SELECT ... UNION ALL SELECT ...) s)``
+        (what a transpiler makes of a CTE over a union) would otherwise be a
+        second part holding the same rows as ``s``'s, ticked after it with the
+        same change: a write job and a copy of the rows for nothing.
+        """
+        if not isinstance(body, exp.Select) or any(
+            body.args.get(arg) is not None for arg in _CLAUSES_BESIDE_FROM
+        ):
+            return None
+        source = body.args.get("from_") or body.args.get("from")
+        node = source.this if source is not None else None
+        if not isinstance(node, exp.Table):
+            return None
+        part = self.parts.get(f"{node.db}.{node.name}".lower())
+        if part is None:
+            return None
+        items = body.expressions
+        if not all(isinstance(i.unalias(), exp.Column) for i in items):
+            return None
+        if any(i.alias_or_name.lower() != i.unalias().name.lower() for i in items):
+            return None  # renamed: the readers would not find the part's names
+        restated = [i.alias_or_name.lower() for i in items]
+        named = parse_query(part.sql, catalog_name=self.catalog_name).expression.named_selects
+        return part.table if restated == [n.lower() for n in named] else None
+
+
+#: A select's clauses besides its list and ``FROM``: with any, it restates no part.
+_CLAUSES_BESIDE_FROM = (
+    "joins",
+    "where",
+    "group",
+    "having",
+    "distinct",
+    "order",
+    "limit",
+    "offset",
+    "qualify",
+    "laterals",
+    "with",
+    "with_",
+)
 
 
 def _derived_table(sub: Any) -> bool:
