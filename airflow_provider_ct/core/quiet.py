@@ -263,10 +263,7 @@ def _changes_no_row(table: Table, snapshot: Snapshot) -> bool:
     if snapshot.summary is not None and snapshot.summary.operation.value == REPLACE:
         return True
     parent_id = snapshot.parent_snapshot_id
-    parent = None if parent_id is None else table.metadata.snapshot_by_id(parent_id)
-    if parent is None:
-        return False
-    return _live_manifests(table, snapshot) == _live_manifests(table, parent)
+    return parent_id is not None and same_live_files(table, parent_id, snapshot.snapshot_id)
 
 
 def same_live_files(table: Table, before: int | None, after: int | None) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.ivm.plan.select_shape import has_own_aggregate
+from airflow_provider_ct.ivm.plan.select_shape import has_own_aggregate, plainly_named
 from airflow_provider_ct.ivm.plan.windows import (
     output_position,
     own_windows,
@@ -71,10 +71,7 @@ def _splittable(select: Any) -> bool:
             return False
     names: set[str] = set()
     for item in select.expressions:
-        stars = item.find_all(exp.Star)
-        if any(not isinstance(star.parent, exp.Count) for star in stars):  # COUNT(*) is a call
-            return False
-        if not isinstance(item, exp.Alias | exp.Column) or not item.alias_or_name:
+        if not plainly_named(item) or not item.alias_or_name:
             return False
         name = item.alias_or_name.lower()
         if name in names or name.startswith(KEY_PREFIX):

@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from airflow_provider_ct.ivm.plan.select_shape import has_own_aggregate
+from airflow_provider_ct.ivm.plan.select_shape import has_own_aggregate, plainly_named
 
 COLUMN_PREFIX = "__ct_c"
 #: The alias the rest of the query reads the rows' table under.
@@ -79,12 +79,7 @@ def _splittable(select: Any) -> bool:
     if not select.args.get("joins") and select.args.get("where") is None:
         return False  # the rows would be a copy of the input: nothing below the cut to save
     for item in select.expressions:
-        stars = item.find_all(exp.Star)
-        if any(not isinstance(star.parent, exp.Count) for star in stars):  # COUNT(*) is a call
-            return False
-        if not isinstance(item, exp.Alias | exp.Column):
-            return False
-        if item.find(exp.Subquery, exp.Exists):
+        if not plainly_named(item) or item.find(exp.Subquery, exp.Exists):
             return False
     order = select.args.get("order")
     return order is None or not order.find(exp.Subquery, exp.Exists)

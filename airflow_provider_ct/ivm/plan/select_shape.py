@@ -41,6 +41,14 @@ def has_own_aggregate(select: Any) -> bool:
     )
 
 
+def plainly_named(item: Any) -> bool:
+    """Whether a select item has a name of its own (a column or an alias) and reads no
+    ``*`` (``COUNT(*)`` is a call): what a query over a split's rows can name again."""
+    if any(not isinstance(star.parent, exp.Count) for star in item.find_all(exp.Star)):
+        return False
+    return isinstance(item, exp.Alias | exp.Column)
+
+
 def is_count_star(node: Any) -> bool:
     star = node.find(exp.Star)
     return star is not None and isinstance(star.parent, exp.Count)
