@@ -108,7 +108,24 @@ QUERIES = {
         "SELECT k, COUNT(DISTINCT v) AS dv, AVG(v) AS av FROM {ns}.a GROUP BY k"
         " HAVING COUNT(*) > 1",
     ),
-    "distinct": ("group", "SELECT DISTINCT k, s FROM {ns}.a"),
+    # DISTINCT and a GROUP BY without aggregates keep each group's row count in
+    # place; a literal beside the aggregates is the same in every group. A DOUBLE
+    # key (NaN and -0.0 group as Spark normalizes them) falls back to the groups.
+    "distinct": ("aggregate", "SELECT DISTINCT k, s FROM {ns}.a"),
+    "distinct_double_key": (
+        "aggregate",
+        "SELECT DISTINCT CAST(v AS DOUBLE) / 2 AS half, s FROM {ns}.a",
+    ),
+    "group_by_keys_and_literals": (
+        "aggregate",
+        "SELECT s, k, 'x' AS tag, CAST(NULL AS INT) AS nothing, -3 AS three FROM {ns}.a"
+        " GROUP BY s, k",
+    ),
+    "literal_beside_sum": (
+        "aggregate",
+        "SELECT a.k, SUM(v) AS t, 'total' AS what FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"
+        " GROUP BY a.k",
+    ),
     # A derived table that projects and filters (TPC-H q7, q8, q9's shape) is
     # merged into its reader and planned as the plain block it then is.
     "derived_table_aggregate": (
@@ -330,7 +347,11 @@ def test_incremental_ticks_equal_oracle(
         got = rows_of(catalog.load_table(target))
         assert _normalized(got) == _normalized(inputs.oracle(sql)), (name, n, report)
     assert seen[0] == "full"  # the first tick has nothing to start from
-    assert seen[1:] == [strategy] * 4, seen
+    assert seen[1:] == [TICKED_AS.get(name, strategy)] * 4, seen
+
+
+#: Views the write job runs by another strategy than the plan's (found at the tick).
+TICKED_AS = {"distinct_double_key": "group"}
 
 
 def test_distinct_pairs_that_cannot_stay_in_place_run_the_grouped_plan(

@@ -56,7 +56,11 @@ CASES = [
     ("SELECT k, SUM(v) / MAX(w) FROM s.a GROUP BY k", "aggregate", "SUM, MAX kept in place"),
     ("SELECT k, SUM(v) / COUNT(DISTINCT w) FROM s.a GROUP BY k", "group", "GROUP BY k"),
     ("SELECT k, SUM(v) + k FROM s.a GROUP BY k", "group", "GROUP BY k"),
-    ("SELECT DISTINCT k, v FROM s.a", "group", "DISTINCT"),
+    (
+        "SELECT DISTINCT k, v FROM s.a",
+        "aggregate",
+        "SELECT DISTINCT k, v: each group's row count kept in place",
+    ),
     ("SELECT CAST(ts AS DATE) AS d, COUNT(DISTINCT v) FROM s.a GROUP BY 1", "partition", "days"),
     (
         "SELECT to_date(a.ts), b.n, COUNT(DISTINCT v) FROM s.a a JOIN s.b b ON a.k = b.k "
@@ -66,7 +70,7 @@ CASES = [
     ),
     ("SELECT to_date(ts, 'yyyy-MM') AS d, SUM(DISTINCT v) FROM s.a GROUP BY 1", "group", "TO_"),
     ("SELECT CAST(ts AS STRING) AS d, SUM(DISTINCT v) FROM s.a GROUP BY 1", "group", "CAST"),
-    ("SELECT DISTINCT CAST(ts AS DATE) FROM s.a", "group", "DISTINCT"),
+    ("SELECT DISTINCT CAST(ts AS DATE) FROM s.a", "aggregate", "DISTINCT"),
     ("SELECT COUNT(*) FROM s.a", "aggregate", "one group (no GROUP BY)"),
     ("SELECT MAX(v) FROM s.a", "aggregate", "one group (no GROUP BY)"),
     ("SELECT COUNT(DISTINCT v) FROM s.a", "full", "without GROUP BY"),

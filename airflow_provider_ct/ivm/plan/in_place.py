@@ -63,6 +63,8 @@ class Derived:
     #: Spark SQL of the expression, each aggregate call replaced by the column
     #: ``__ct_v<i>`` (``i``: the call's index in :attr:`InPlace.aggregates`).
     sql: str
+    #: No operand: the same value in every group (:func:`is_constant`).
+    constant: bool = False
 
 
 def operand(index: int) -> str:
@@ -117,7 +119,7 @@ class InPlace:
             name = "COUNT(*)" if a.argument is None else a.function.upper()
             if name not in names:
                 names.append(name)
-        return ", ".join(names)
+        return ", ".join(names) or "each group's row count"
 
 
 def in_place_shape(select: Any, items: list[Any], key_positions: tuple[int, ...]) -> InPlace | str:
@@ -132,6 +134,9 @@ def in_place_shape(select: Any, items: list[Any], key_positions: tuple[int, ...]
             continue
         node = item.unalias()
         found = _aggregate(node)
+        if isinstance(found, str) and is_constant(node):
+            derived.append(Derived(position, node.sql(dialect="spark"), constant=True))
+            continue
         if isinstance(found, str):
             expression = _derived(node, arguments, aggregates)
             if expression is None:
@@ -141,9 +146,34 @@ def in_place_shape(select: Any, items: list[Any], key_positions: tuple[int, ...]
             derived.append(Derived(position, expression.sql))
             continue
         aggregates.append(Aggregate(position, found[0], _argument(arguments, found[1])))
-    if not aggregates:
+    if not aggregates and not key_positions:
         return "no aggregate in the select list"
     return InPlace(tuple(arguments), tuple(aggregates), derived=tuple(derived))
+
+
+#: The nodes a constant output is made of: literals, casts and signs of them.
+_CONSTANT_NODES = (
+    exp.Literal,
+    exp.Null,
+    exp.Boolean,
+    exp.Cast,
+    exp.Paren,
+    exp.Neg,
+    exp.DataType,
+    exp.DataTypeParam,
+)
+
+
+def is_constant(node: Any) -> bool:
+    """Whether ``node`` is the same value in every group (a literal, a cast of one).
+
+    Such an output (TPC-DS's ``'s' AS sale_type`` beside the aggregates) is a
+    :class:`Derived` column without operands: Spark evaluates it like the
+    others, so its type is the full query's. Functions are left out, even
+    constant ones: ``current_date()`` would be evaluated at each group's
+    last change, not at the tick.
+    """
+    return all(isinstance(n, _CONSTANT_NODES) for n in node.walk())
 
 
 def _argument(arguments: list[str], argument: str | None) -> int | None:

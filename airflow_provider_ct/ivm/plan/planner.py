@@ -341,13 +341,14 @@ def _plan_select(select: Any, catalog_name: str) -> Plan:
     else:
         positions, keys = output_key_positions(select, items)
     plan = _grouped_plan(select, block, positions, keys, distinct=bool(distinct))
-    shape = None if distinct else in_place_shape(select, items, positions)
+    shape = in_place_shape(select, items, positions)
     if not isinstance(shape, InPlace):
         return plan
     return replace(
         plan,
         strategy=AGGREGATE,
-        reason=f"GROUP BY {', '.join(keys)}: {in_place_reason(shape)}",
+        reason=f"{'SELECT DISTINCT' if distinct else 'GROUP BY'} {', '.join(keys)}: "
+        f"{in_place_reason(shape)}",
         steps=in_place_steps(block, shape),
         in_place=replace(shape, fallback=plan.strategy, fallback_reason=plan.reason),
     )

@@ -13,7 +13,7 @@ import datetime
 import decimal
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_ct.ivm.plan.in_place import operand
+from airflow_provider_ct.ivm.plan.in_place import Derived, operand
 from airflow_provider_ct.ivm.plan.rewrites import bind_tables
 from airflow_provider_ct.ivm.state.aggregate_state import GroupState, operand_values
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
@@ -29,15 +29,36 @@ def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list
     cast to its aggregate's own Spark type, and a projection of the derived
     expressions over it: Spark's optimizer folds that on the driver (a local
     relation: no job, unlike a DataFrame made from Python rows, which is an
-    RDD), with its own decimal rules, rounding and NULLs.
+    RDD), with its own decimal rules, rounding and NULLs. A constant column
+    is evaluated once, by the same projection over no operand.
     """
-    from pyspark.sql.pandas.types import to_arrow_type
-
     in_place = agg.in_place
     if not in_place.derived:
         return None
-    if not groups:
-        return {d.position: [] for d in in_place.derived}
+    constants = [d for d in in_place.derived if d.constant]
+    values = dict(zip((d.position for d in constants), _constants(agg, constants), strict=True))
+    out = {position: [value] * len(groups) for position, value in values.items()}
+    computed = [d for d in in_place.derived if not d.constant]
+    if computed and groups:
+        rows = _projected(agg, computed, groups)
+        out.update({d.position: [r[j + 1] for r in rows] for j, d in enumerate(computed)})
+    return {d.position: out.get(d.position, []) for d in in_place.derived}
+
+
+def _constants(agg: Aggregation, constants: list[Derived]) -> tuple[Any, ...]:
+    """The constant columns' values (one folded projection, kept with the view's analyses)."""
+    if not constants:
+        return ()
+    items = ", ".join(f"{d.sql} AS `__ct_d{j}`" for j, d in enumerate(constants))
+    return analyzed(
+        agg.analysis_key, "constants", lambda: tuple(agg.spark.sql(f"SELECT {items}").collect()[0])
+    )
+
+
+def _projected(agg: Aggregation, computed: list[Derived], groups: list[GroupState]) -> list[Any]:
+    """Spark's rows ``(index, value...)`` of the ``computed`` columns over the groups."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
     fields = analyzed(agg.analysis_key, "operands", lambda: _operand_fields(agg))
     arrow = [to_arrow_type(f.dataType) for f in fields]
     types = [f.dataType.simpleString() for f in fields]
@@ -45,13 +66,12 @@ def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list
         "("
         + ", ".join([str(i), *(_typed_literal(v, t) for v, t in zip(row, types, strict=True))])
         + ")"
-        for i, row in enumerate(operand_values(groups, in_place, arrow))
+        for i, row in enumerate(operand_values(groups, agg.in_place, arrow))
     )
     names = ", ".join(["__ct_i", *(operand(i) for i in range(len(fields)))])
-    projected = ", ".join(f"{d.sql} AS `__ct_d{j}`" for j, d in enumerate(in_place.derived))
+    projected = ", ".join(f"{d.sql} AS `__ct_d{j}`" for j, d in enumerate(computed))
     sql = f"SELECT __ct_i, {projected} FROM VALUES {rows_sql} AS t({names})"
-    rows = sorted(agg.spark.sql(sql).collect(), key=lambda r: r[0])
-    return {d.position: [r[j + 1] for r in rows] for j, d in enumerate(in_place.derived)}
+    return sorted(agg.spark.sql(sql).collect(), key=lambda r: r[0])
 
 
 def _typed_literal(value: Any, spark_type: str) -> str:
