@@ -45,6 +45,25 @@ QUERIES = {
         " AND s.item = r.r_item JOIN {ns}.items i ON s.item = i.i_item"
         " WHERE r.r_ticket IS NULL GROUP BY i.cat, s.item"
     ),
+    # q75's: the dimension joined first, the returns left-joined after it.
+    "returns_after_dimension": (
+        "SELECT i.cat, SUM(s.qty - COALESCE(r.amt, 0)) AS net, COUNT(*) AS n"
+        " FROM {ns}.sales s JOIN {ns}.items i ON s.item = i.i_item LEFT JOIN {ns}.returns r"
+        " ON (s.ticket = r.r_ticket AND s.item = r.r_item) WHERE i.cat <> 'z' GROUP BY i.cat"
+    ),
+}
+
+#: The same joins kept as rows (a linear view, or a composed view's linear part).
+LINEAR = {
+    "rows_with_returns": (
+        "SELECT s.id, s.qty, r.amt, i.cat FROM {ns}.sales s LEFT JOIN {ns}.returns r"
+        " ON s.item = r.r_item AND s.ticket = r.r_ticket, {ns}.items i WHERE s.item = i.i_item"
+    ),
+    "rows_returns_after_dimension": (
+        "SELECT i.cat, s.item, s.qty - COALESCE(r.amt, 0) AS net FROM {ns}.sales s"
+        " JOIN {ns}.items i ON s.item = i.i_item LEFT JOIN {ns}.returns r"
+        " ON (s.ticket = r.r_ticket AND s.item = r.r_item) WHERE i.cat <> 'z'"
+    ),
 }
 
 
@@ -119,3 +138,30 @@ def test_a_left_join_then_inner_joins_is_kept_in_place_on_the_driver(
             n,
             on_driver,
         )
+
+
+@pytest.mark.parametrize("name", sorted(LINEAR))
+def test_the_rows_of_a_left_join_beside_inner_joins_are_joined_on_the_driver(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A linear view of the same joins: the driver's rows (``linear_on``) and Spark's
+    linear route both equal DuckDB's, tick after tick (duplicates, NULL keys included)."""
+    ns = f"left_inner_rows_{name}"
+    catalog = spark_catalog_config.load()
+    tables = Tables(catalog, ns, seed=sum(map(ord, name)))
+    sql = LINEAR[name].format(ns=ns)
+    for n in range(1, 7):
+        time = 1_000 * n
+        tables.mutate(time)
+        monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")  # no driver: Spark's jobs
+        by_spark = _tick(spark, spark_catalog_config, f"{ns}.by_spark", sql, time)
+        monkeypatch.delenv("CT_DRIVER_DIFF_ROWS")
+        on_driver = _tick(spark, spark_catalog_config, f"{ns}.on_driver", sql, time)
+        if n > 1:
+            assert by_spark["strategy"] == on_driver["strategy"] == "linear", on_driver
+            assert "linear_on" not in by_spark, by_spark
+            assert on_driver["linear_on"] == "driver", on_driver
+        expected = _normalized(tables.oracle(sql))
+        assert _normalized(rows_of(catalog.load_table(f"{ns}.by_spark"))) == expected, n
+        got = _normalized(rows_of(catalog.load_table(f"{ns}.on_driver")))
+        assert got == expected, (n, on_driver)

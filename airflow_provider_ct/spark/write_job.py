@@ -85,6 +85,7 @@ from airflow_provider_ct.spark.ivm.in_place_tick import in_place_computed, keep_
 from airflow_provider_ct.spark.ivm.incremental import incremental_correction
 from airflow_provider_ct.spark.ivm.input_changes import Scratch, bind_inputs
 from airflow_provider_ct.spark.ivm.keyed_linear import keyed_linear_computed
+from airflow_provider_ct.spark.ivm.linear_driver import linear_driver_computed
 from airflow_provider_ct.spark.pinned_query import (
     PinnedQuery,
     PinnedViews,
@@ -404,7 +405,9 @@ def _incremental(tick: Tick, target: Target, decision: TickDecision) -> Computed
         decision.base,
     )
     assert target.persisted is not None and base is not None
-    on_driver = keyed_linear_computed(tick, target, decision)
+    on_driver = keyed_linear_computed(tick, target, decision) or linear_driver_computed(
+        tick, target, decision
+    )
     if on_driver is not None:
         return on_driver
     check_reads = read_check(tick.pinned(), target.table, desc.base_snapshot_id)

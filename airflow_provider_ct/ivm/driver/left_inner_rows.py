@@ -60,19 +60,26 @@ class LeftInnerShape:
 def left_inner_shape(
     tree: Any, catalog_name: str, columns: Mapping[str, Sequence[str]]
 ) -> LeftInnerShape:
-    """The shape of ``FROM P LEFT JOIN O ON ... [JOIN D ON ... | , D] ...``, or NotOnDriver."""
+    """The shape of ``FROM P LEFT JOIN O ON ... [JOIN D ON ... | , D] ...``, or NotOnDriver.
+
+    The inner joins may also come before the ``LEFT JOIN`` (:func:`_check_pair_only`).
+    """
     from_ = tree.args.get("from_") or tree.args.get("from")
     joins = list(tree.args.get("joins") or [])
-    tables = [from_.this if from_ is not None else None, *(j.this for j in joins)]
-    if len(joins) < 2 or any(not isinstance(t, exp.Table) for t in tables):
+    lefts = [i for i, j in enumerate(joins) if (j.args.get("side") or "").upper() == "LEFT"]
+    if len(joins) < 2 or len(lefts) != 1 or joins[lefts[0]].args.get("on") is None:
+        raise NotOnDriver("one LEFT JOIN ... ON among inner joins of tables is not this")
+    first = joins[lefts[0]]
+    rest = [j for j in joins if j is not first]
+    tables = [from_.this if from_ is not None else None, first.this, *(j.this for j in rest)]
+    if any(not isinstance(t, exp.Table) for t in tables):
         raise NotOnDriver("a LEFT JOIN of two tables, then inner joins of tables, is not this")
-    first, rest = joins[0], joins[1:]
-    if (first.args.get("side") or "").upper() != "LEFT" or first.args.get("on") is None:
-        raise NotOnDriver("the first join is not a LEFT JOIN ... ON")
     conditions = [tree.args["where"].this] if tree.args.get("where") is not None else []
-    conditions.extend(inner_conditions(rest, after=" after a LEFT JOIN"))
+    conditions.extend(inner_conditions(rest, after=" beside a LEFT JOIN"))
     inputs = joined_tables(tables, catalog_name, columns)
     preserved, optional = inputs[0], inputs[1]
+    if lefts[0] > 0:
+        _check_pair_only(first.args["on"], preserved, optional)
     pairs = _pairs(first.args["on"], preserved, optional)
     left = LeftShape(preserved, optional, pairs, first.args["on"], None)
     pair = JoinInput(
@@ -147,6 +154,21 @@ def _unpaired(left: LeftShape, rows: pa.Table) -> pa.Table:
 
 def _prefixed(table: JoinInput, columns: Sequence[str]) -> tuple[str, ...]:
     return tuple(f"{table.alias}.{c.lower()}" for c in columns)
+
+
+def _check_pair_only(on: Any, preserved: JoinInput, optional: JoinInput) -> None:
+    """:class:`NotOnDriver` unless every column ``on`` reads is the first table's or the
+    optional one's: a ``LEFT JOIN`` after inner joins is then the same join made first.
+
+    ``(P JOIN D ON p.d = d.k) LEFT JOIN O ON p.o = o.k`` and ``(P LEFT JOIN O
+    ON p.o = o.k) JOIN D ON p.d = d.k`` hold the same rows: a row of ``P``
+    meets the same rows of ``O`` either way, and ``D``'s condition does not
+    read ``O`` (it could not, written before it). TPC-DS q75 writes its sales
+    with returns so.
+    """
+    for column in on.find_all(exp.Column):
+        if _side(column, preserved, optional) is None:
+            raise NotOnDriver(f"a LEFT JOIN after inner joins whose ON reads {column.sql()}")
 
 
 def _pairs(

@@ -115,16 +115,24 @@ class ParamConjunct:
 
 
 def joined_change(
-    tick: Tick, agg: Aggregation, inputs: dict[str, Any], before: Mapping[str, int | None]
+    tick: Tick,
+    agg: Aggregation,
+    inputs: dict[str, Any],
+    before: Mapping[str, int | None],
+    least_inputs: int = 2,
 ) -> JoinedChange | None:
-    """The changed inputs' changes, read on the driver, when the driver can join them."""
+    """The changed inputs' changes, read on the driver, when the driver can join them.
+
+    :param least_inputs: fewer tables (without kept subqueries) are another route's
+        (an aggregate of one table has its own; a linear view has none: 1).
+    """
     block = agg.plan.blocks[0]
     kept = bool(block.semi or agg.parameters)  # subqueries maintained here
     outer = block.left_join is not None or block.outer is not None
     if len(agg.plan.blocks) != 1 or (outer and kept):
         return None
-    if len(block.inputs) < (1 if kept else 2) or set(block.fixed) - set(block.semi):
-        return None  # one table is the one-input route's; other subqueries are Spark's
+    if len(block.inputs) < (1 if kept else least_inputs) or set(block.fixed) - set(block.semi):
+        return None  # other subqueries are Spark's
     names = sorted({*block.inputs, *block.semi})
     after = {n: tick.desc.inputs.get(n) for n in names}
     if any(snapshot is None for snapshot in after.values()):
@@ -231,6 +239,17 @@ def fits_cache(
     return True
 
 
+@dataclass(frozen=True)
+class JoinedSides:
+    """The delta rules' terms of a block, joined on the driver, each with its sign."""
+
+    sides: list[tuple[int, ArrowEvaluator]]
+    #: What the joined rows must still pass (``WHERE``, and the inner joins' ``ON``).
+    where: Any
+    #: The Spark type of every node evaluated over them.
+    types: dict[str, pa.DataType]
+
+
 def joined_change_state(
     agg: Aggregation,
     read: JoinedChange,
@@ -242,6 +261,27 @@ def joined_change_state(
 
     :param snapshots: ``"new"``/``"old"`` -> input -> its snapshot on that side.
     """
+    base = expressions(agg)
+    try:
+        joined = joined_sides(agg, read, inputs, snapshots, base)
+        parts = replace(base, where=joined.where)
+        return change_state_rows(joined.sides, parts, changes_schema(agg, schema))
+    except NotOnDriver as exc:
+        log.info("the change's state is computed by Spark: %s", exc)
+        return None
+
+
+def joined_sides(
+    agg: Aggregation,
+    read: JoinedChange,
+    inputs: Mapping[str, Any],
+    snapshots: Mapping[str, Mapping[str, int | None]],
+    base: Expressions,
+) -> JoinedSides:
+    """The block's signed joined rows whose sum is its change (:class:`NotOnDriver`: Spark's).
+
+    :param base: the expressions evaluated over them (their nodes are typed).
+    """
     reader = SideReaders(inputs, snapshots, read.columns)
 
     def fetch(name: str, side: str, column: str, values: pa.Array) -> pa.Table:
@@ -250,71 +290,55 @@ def joined_change_state(
     def count(name: str, side: str, column: str, values: pa.Array) -> int | None:
         return reader(name, side).count(column, values)
 
-    base = expressions(agg)
-    schema = changes_schema(agg, schema)
     if isinstance(read.shape, LeftShape | LeftInnerShape):
-        return _left_change_state(agg, base, read, (fetch, count), schema)
+        return _left_sides(agg, base, read, (fetch, count))
     parts = replace(base, where=read.shape.condition)
-    try:
-        types = {**node_types(agg, parts), **_param_types(agg, read)}
-        inner_types = _semi_types(agg, read.semis)
-        values = {p.name: p for p in agg.parameters}
-        prefilter = _prefilter(read, types, values, {p.parameter: OLD for p in read.params})
-        sides = []
-        for position, joined in enumerate(read.shape.inputs):
-            changes = read.changes.get(joined.name)
-            if changes is None:
-                continue
-            for sign, rows in ((1, changes.inserted), (-1, changes.deleted)):
-                if rows.num_rows:
-                    terms = term_rows(read.shape, position, rows, fetch, prefilter, count=count)
-                    for semi in read.semis:  # after every table of the block: as they were
-                        terms = filtered(terms, semi, fetch, OLD, inner_types)
-                    sides.append((sign, ArrowEvaluator.joined(terms, types)))
-        sides.extend(_semi_terms(read, fetch, prefilter, types, inner_types))
-        rows_now = functools.partial(reader, side=NEW)
-        flips = _flip_terms(read, values, rows_now, fetch, types, inner_types, agg.driver_rows)
-        sides.extend(flips)
-        read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
-        return change_state_rows(sides, parts, schema)
-    except NotOnDriver as exc:
-        log.info("the change's state is computed by Spark: %s", exc)
-        return None
+    types = {**node_types(agg, parts), **_param_types(agg, read)}
+    inner_types = _semi_types(agg, read.semis)
+    values = {p.name: p for p in agg.parameters}
+    prefilter = _prefilter(read, types, values, {p.parameter: OLD for p in read.params})
+    sides = []
+    for position, joined in enumerate(read.shape.inputs):
+        changes = read.changes.get(joined.name)
+        if changes is None:
+            continue
+        for sign, rows in ((1, changes.inserted), (-1, changes.deleted)):
+            if rows.num_rows:
+                terms = term_rows(read.shape, position, rows, fetch, prefilter, count=count)
+                for semi in read.semis:  # after every table of the block: as they were
+                    terms = filtered(terms, semi, fetch, OLD, inner_types)
+                sides.append((sign, ArrowEvaluator.joined(terms, types)))
+    sides.extend(_semi_terms(read, fetch, prefilter, types, inner_types))
+    rows_now = functools.partial(reader, side=NEW)
+    sides.extend(_flip_terms(read, values, rows_now, fetch, types, inner_types, agg.driver_rows))
+    read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
+    return JoinedSides(sides, read.shape.condition, types)
 
 
-def _left_change_state(
-    agg: Aggregation,
-    base: Expressions,
-    read: JoinedChange,
-    fetches: tuple[Fetch, Any],
-    schema: pa.Schema,
-) -> pa.Table | None:
-    """The change's signed state from a left join's terms, alone or under inner joins;
-    None: Spark computes it."""
+def _left_sides(
+    agg: Aggregation, base: Expressions, read: JoinedChange, fetches: tuple[Fetch, Any]
+) -> JoinedSides:
+    """The signed joined rows of a left join's terms, alone or under inner joins."""
     shape = read.shape
     assert isinstance(shape, LeftShape | LeftInnerShape)
     left = shape if isinstance(shape, LeftShape) else shape.left
     where = shape.where if isinstance(shape, LeftShape) else shape.inner.condition
     typed = exp.and_(left.on, where) if where is not None else left.on
-    try:
-        types = node_types(agg, replace(base, where=typed))  # ON's nodes typed too
+    types = node_types(agg, replace(base, where=typed))  # ON's nodes typed too
 
-        def on(rows: pa.Table) -> pa.Array:
-            return ArrowEvaluator.joined(rows, types).mask(left.on)
+    def on(rows: pa.Table) -> pa.Array:
+        return ArrowEvaluator.joined(rows, types).mask(left.on)
 
-        changes = {n: (c.inserted, c.deleted) for n, c in read.changes.items()}
-        fetch, count = fetches
-        if isinstance(shape, LeftShape):
-            terms = left_terms(shape, changes, fetch, on)
-        else:
-            prefilter = conjunct_prefilter(single_table_conjuncts(shape.inner), types)
-            terms = left_inner_terms(shape, changes, fetch, on, prefilter, count)
-        sides = [(sign, ArrowEvaluator.joined(rows, types)) for sign, rows in terms]
-        read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
-        return change_state_rows(sides, replace(base, where=where), schema)
-    except NotOnDriver as exc:
-        log.info("the change's state is computed by Spark: %s", exc)
-        return None
+    changes = {n: (c.inserted, c.deleted) for n, c in read.changes.items()}
+    fetch, count = fetches
+    if isinstance(shape, LeftShape):
+        terms = left_terms(shape, changes, fetch, on)
+    else:
+        prefilter = conjunct_prefilter(single_table_conjuncts(shape.inner), types)
+        terms = left_inner_terms(shape, changes, fetch, on, prefilter, count)
+    sides = [(sign, ArrowEvaluator.joined(rows, types)) for sign, rows in terms]
+    read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
+    return JoinedSides(sides, where, types)
 
 
 def _semi_terms(

@@ -109,7 +109,7 @@ def _correction(
     """The target's rows of the changed keys diffed with the block's rows of them now; or,
     without an output holding the key, the whole (small) target moved by the keys' rows
     as they were and as they are."""
-    outputs = _outputs(agg)
+    outputs = block_outputs(agg)
     types = keyed_types(agg, read, Expressions(read.shape.condition, outputs, (), frozenset()))
     if types is None:
         return None
@@ -126,13 +126,13 @@ def _correction(
             kept = rows.filter(evaluator.mask(read.shape.condition))
             evaluator = ArrowEvaluator.joined(kept, types)
         read.details["joined_rows"] = read.details.get("joined_rows", 0) + evaluator.rows.num_rows
-        return _want(evaluator, outputs, names, agg.columns, schema)
+        return typed_rows(evaluator, outputs, names, agg.columns, schema)
 
     if key is not None:
         have = _target_rows(agg, _column(agg.columns, names[key]), keys)
         want = side(NEW, have.schema)
     else:
-        have = _whole_target(agg)
+        have = whole_target(agg)
         want = moved(have, side(OLD, have.schema), side(NEW, have.schema), agg.columns)
     diff = diff_rows(want, have, agg.columns)
     inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
@@ -161,7 +161,7 @@ def moved(have: pa.Table, old: pa.Table, new: pa.Table, columns: Sequence[str]) 
     return pa.concat_tables([rest, new.select(list(columns))])
 
 
-def _outputs(agg: Aggregation) -> tuple[Any, ...]:
+def block_outputs(agg: Aggregation) -> tuple[Any, ...]:
     """The block's select list, aliases removed; a ``*`` is Spark's to expand."""
     select = agg.plan.blocks[0].tree
     outputs = tuple(e.unalias() for e in select.expressions)
@@ -188,7 +188,7 @@ def _column(columns: Sequence[str], name: str) -> str:
     raise NotOnDriver(f"the target has no column {name}")
 
 
-def _want(
+def typed_rows(
     evaluator: ArrowEvaluator,
     outputs: Sequence[Any],
     names: Sequence[str],
@@ -207,7 +207,7 @@ def _want(
     return pa.table(arrays, names=list(columns))
 
 
-def _whole_target(agg: Aggregation) -> pa.Table:
+def whole_target(agg: Aggregation) -> pa.Table:
     """The target's rows with ``_file`` and ``_pos``, when it is small enough to read."""
     assert agg.base_snapshot_id is not None
     limit = max(agg.driver_rows, agg.target_rows_on_driver)
@@ -230,6 +230,6 @@ def _target_rows(agg: Aggregation, column: str, keys: pa.Array) -> pa.Table:
         found = reader.located_by_index(column, keys)
         if found is not None:
             return found
-    have = _whole_target(agg)
+    have = whole_target(agg)
     wanted = keys.cast(have.schema.field(column).type)
     return have.filter(pc.is_in(have.column(column), value_set=wanted, skip_nulls=False))
