@@ -121,6 +121,11 @@ QUERIES = {
         "SELECT s, k, 'x' AS tag, CAST(NULL AS INT) AS nothing, -3 AS three FROM {ns}.a"
         " GROUP BY s, k",
     ),
+    # HAVING without GROUP BY: the one group kept in place, its row kept or dropped.
+    "one_group_having": (
+        "aggregate",
+        "SELECT SUM(v) AS t, COUNT(*) AS n FROM {ns}.a HAVING COUNT(*) > 12 AND SUM(v) > 20",
+    ),
     "literal_beside_sum": (
         "aggregate",
         "SELECT a.k, SUM(v) AS t, 'total' AS what FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"
@@ -218,6 +223,7 @@ OUTER_ON_DRIVER = frozenset(
         "count_distinct_scalar",
         "having",
         "having_same_rows",
+        "one_group_having",
         "nested_cte",
         "nested_derived",
     }

@@ -83,7 +83,8 @@ def split_nested(tree: Any, catalog_name: str) -> tuple[Any, Nested] | str | Non
         inner, outer = distinct
         return inner, _nested("COUNT(DISTINCT ...)", outer, catalog_name, optional=True)
     grouped = tree.args.get("group") is not None
-    if grouped and (tree.args.get("limit") is not None or tree.args.get("having") is not None):
+    # HAVING without GROUP BY aggregates all rows into one group, which it keeps or drops.
+    if tree.args.get("having") is not None or (grouped and tree.args.get("limit") is not None):
         return _from_grouped(tree, catalog_name)
     return None
 
