@@ -66,11 +66,17 @@ EVALUATED = [
     "SUBSTRING(s, 2)",
     "SUBSTRING(s, 3, 1)",
     "SUBSTR(s, 1, 0)",
+    "UPPER(SUBSTRING(s, 1, 1)) = 'X'",  # ASCII only (the first characters are)
+    "LOWER(UPPER(SUBSTRING(s, 1, 1)))",
+    "s || '_'",  # NULL when an operand is
+    "CONCAT(s, '-', SUBSTRING(s, 1, 1), s)",
+    "s || s",
 ]
 REFUSED = [
     "d / 2",  # division rounds: Spark's
     "CAST(d AS DOUBLE) * 2",
-    "upper(s) = 'X'",
+    "upper(s) = 'X'",  # 'xé': Java's case mapping is not Unicode's beyond ASCII
+    "s || i",  # Spark casts the integer: its own rules
     "s = 1",  # Spark casts the string: its own rules
     "CAST(d AS DECIMAL(5, 1))",  # rounds half up in Spark: not a safe cast
     "s LIKE '%\\\\%%'",  # an escape: Spark's string-literal rules

@@ -123,6 +123,10 @@ class ArrowEvaluator:
             exp.Like: self._like,
             exp.Extract: self._extract,
             exp.Substring: self._substring,
+            exp.Upper: lambda node: self._ascii_case(node, pc.utf8_upper),
+            exp.Lower: lambda node: self._ascii_case(node, pc.utf8_lower),
+            exp.DPipe: self._concat,
+            exp.Concat: self._concat,
         }
 
     @classmethod
@@ -313,6 +317,32 @@ class ArrowEvaluator:
         stop = None if count is None else start - 1 + count
         return pc.utf8_slice_codeunits(value, start=start - 1, stop=stop)
 
+    def _ascii_case(self, node: Any, convert: Callable[[Value], Value]) -> Value:
+        """``UPPER``/``LOWER`` of ASCII strings: Java's case mapping and Unicode's differ
+        beyond ASCII (``'ß'``), so any other string is Spark's."""
+        value = self._string(node.this, node)
+        if not _ascii(value):
+            raise NotOnDriver(f"{node_key(node)}: a string beyond ASCII")
+        return convert(value)
+
+    def _concat(self, node: Any) -> Value:
+        """``a || b`` and ``CONCAT(a, b, ...)`` of strings: NULL when any operand is."""
+        operands = [node.this, node.expression] if type(node) is exp.DPipe else node.expressions
+        values = [self.column(o) if not _constant(o) else self.value(o) for o in operands]
+        values = [self._string_value(v, node) for v in values]
+        if not values:
+            raise NotOnDriver(f"{node_key(node)}: CONCAT of nothing")
+        return pc.binary_join_element_wise(*values, "", null_handling="emit_null")
+
+    def _string(self, operand: Any, node: Any) -> Value:
+        return self._string_value(self.value(operand), node)
+
+    @staticmethod
+    def _string_value(value: Value, node: Any) -> Value:
+        if not (pa.types.is_string(value.type) or pa.types.is_large_string(value.type)):
+            raise NotOnDriver(f"{node_key(node)}: of {value.type}, which Spark casts")
+        return value
+
     def _like(self, node: Any) -> Value:
         pattern = node.expression
         constant = isinstance(pattern, exp.Literal) and pattern.is_string
@@ -324,6 +354,18 @@ class ArrowEvaluator:
         found = pc.match_like(value, pattern.this)
         # sqlglot spells ``x NOT LIKE p`` as a LIKE node that says ``negate``, not as NOT.
         return pc.invert(found) if node.args.get("negate") else found
+
+
+def _ascii(value: Value) -> bool:
+    """Whether every string of ``value`` (an array or a scalar; NULLs aside) is ASCII."""
+    if isinstance(value, pa.Scalar):
+        return not value.is_valid or str(value.as_py()).isascii()
+    return bool(pc.all(pc.string_is_ascii(value)).as_py() is not False)
+
+
+def _constant(node: Any) -> bool:
+    """A literal operand (kept a scalar, so it joins every row's value)."""
+    return isinstance(node, exp.Literal | exp.Null)
 
 
 def _count(node: Any) -> int | None:
