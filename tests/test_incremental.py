@@ -121,6 +121,14 @@ QUERIES = {
         "SELECT s, k, 'x' AS tag, CAST(NULL AS INT) AS nothing, -3 AS three FROM {ns}.a"
         " GROUP BY s, k",
     ),
+    # USING: planned as the ON join it stands for once the inputs' columns are known
+    # (the merged key is the left table's; a LEFT JOIN's unmatched rows keep theirs).
+    "using_join": ("linear", "SELECT a.id, k, name FROM {ns}.a a JOIN {ns}.b b USING (k)"),
+    "using_left_join_aggregate": (
+        "aggregate",
+        "SELECT k, name, SUM(v) AS t, COUNT(*) AS n FROM {ns}.a LEFT JOIN {ns}.b USING (k)"
+        " GROUP BY k, name",
+    ),
     # HAVING without GROUP BY: the one group kept in place, its row kept or dropped.
     "one_group_having": (
         "aggregate",
@@ -337,7 +345,8 @@ def test_incremental_ticks_equal_oracle(
     strategy, template = QUERIES[name]
     ns, catalog, inputs = _inputs_of(spark_catalog_config, name)
     sql = template.format(ns=ns)
-    assert plan_query(parse_query(sql)).strategy == strategy
+    columns = {f"{ns}.a": A.names, f"{ns}.b": B.names} if "USING" in sql else None
+    assert plan_query(parse_query(sql), columns).strategy == strategy
     target = f"{ns}.view"
     seen = []
     for n in range(1, 6):

@@ -872,3 +872,40 @@ def test_a_distinct_count_keeps_its_pairs_in_place(sql: str, inner: str, outer: 
 def test_other_distinct_counts_keep_the_plan_they_had(sql: str) -> None:
     plan = plan_query(parse_query(sql))
     assert plan.nested is None and plan.strategy in ("group", "full"), plan.reason
+
+
+USING_COLUMNS = {"s.a": ["id", "k", "v", "s"], "s.b": ["k", "name"], "s.c": ["k", "z"]}
+
+
+@pytest.mark.parametrize(
+    ("sql", "strategy", "planned"),
+    [
+        (
+            "SELECT k, name, z FROM s.a JOIN s.b USING (k) JOIN s.c USING (k)",
+            "linear",
+            "SELECT a.k AS k, name, z FROM s.a JOIN s.b ON a.k = b.k JOIN s.c ON a.k = c.k",
+        ),
+        (
+            "SELECT k, SUM(v) AS t FROM s.a x LEFT JOIN s.b USING (k) GROUP BY k",
+            "aggregate",
+            "SELECT x.k AS k, SUM(v) AS t FROM s.a AS x LEFT JOIN s.b ON x.k = b.k GROUP BY x.k",
+        ),
+        (
+            "SELECT k, name FROM s.a RIGHT JOIN s.b USING (k)",
+            "linear",
+            "SELECT b.k AS k, name FROM s.b LEFT JOIN s.a ON a.k = b.k",
+        ),
+        ("SELECT * FROM s.a JOIN s.b USING (k)", "full", None),  # * lists k once
+        ("SELECT k, name FROM s.a FULL JOIN s.b USING (k)", "full", None),  # COALESCE(a.k, b.k)
+        ("SELECT k, z FROM s.a JOIN s.c USING (v)", "full", None),  # s.c has no v
+    ],
+)
+def test_a_using_join_is_planned_as_its_on_join(sql: str, strategy: str, planned: str) -> None:
+    """With the inputs' columns, ``USING (k)`` is ``ON left.k = right.k`` and the bare ``k``
+    the left table's (the right's for a RIGHT JOIN); what it cannot place stays refused."""
+    plan = plan_query(parse_query(sql), USING_COLUMNS)
+    assert plan.strategy == strategy, plan.reason
+    if planned is not None:
+        assert plan.blocks[0].tree.sql(dialect="spark") == planned
+    else:
+        assert "USING" in plan.reason or "recomputed in full" in plan.reason

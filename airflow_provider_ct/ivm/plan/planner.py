@@ -121,6 +121,7 @@ from airflow_provider_ct.ivm.plan.subqueries import (
     semi_tables,
 )
 from airflow_provider_ct.ivm.plan.top_k import TOP, TopK, top_k_split, top_reason, top_step
+from airflow_provider_ct.ivm.plan.using import using_as_on
 from airflow_provider_ct.ivm.plan.windows import own_windows, window_keys
 
 LINEAR = "linear"
@@ -226,10 +227,12 @@ def plan_query(parsed: ParsedQuery, columns: InputColumns | None = None) -> Plan
     """The incremental strategy for ``parsed`` (``full`` with the reason if none).
 
     :param columns: the inputs' column names, where known (the write job
-        knows them): they place an outer join's unqualified ``ON`` columns.
+        knows them): they place an outer join's unqualified ``ON`` columns,
+        and a ``USING`` join's keys (:mod:`.using`).
     """
     tree = parsed.expression
     if columns:
+        tree = using_as_on(tree, parsed.catalog_name, columns)
         tree = qualify_outer_join_columns(tree, parsed.catalog_name, columns)
     try:
         return _plan_tree(tree, parsed.catalog_name)
