@@ -100,12 +100,23 @@ def linear_driver_computed(tick: Tick, target: Target, decision: TickDecision) -
     except (NotOnDriver, pa.ArrowException) as exc:
         log.info("the linear tick is computed by Spark: %s", exc)
         return None
-    details: dict[str, Any] = {"linear_on": ON_DRIVER}
-    for _, read in reads:
-        for key, value in report(read).items():
-            both = isinstance(value, int) and isinstance(details.get(key), int)
-            details[key] = details[key] + value if both else value
+    details = _merged([report(read) for _, read in reads])
     return Computed.of(decision, correction, {**details, **correction.notes})
+
+
+def _merged(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The blocks' reports as one: counts added, per-input maps joined."""
+    out: dict[str, Any] = {"linear_on": ON_DRIVER}
+    for one in reports:
+        for key, value in one.items():
+            have = out.get(key)
+            if isinstance(value, int) and isinstance(have, int):
+                out[key] = have + value
+            elif isinstance(value, dict) and isinstance(have, dict):
+                out[key] = {**have, **value}
+            else:
+                out[key] = value
+    return out
 
 
 def _target_limit(agg: Aggregation) -> int:
