@@ -113,31 +113,47 @@ class Tables:
         return Counter(tuple(r) for r in con.execute(sql).fetchall())
 
 
+def _ticked_both_ways(
+    spark: Any,
+    config: CatalogConfig,
+    monkeypatch: pytest.MonkeyPatch,
+    ns: str,
+    sql: str,
+    check: Any,
+) -> None:
+    """Six ticks of ``sql`` by Spark's jobs (``<ns>.by_spark``) and with the driver
+    (``<ns>.on_driver``), ``check(by_spark, on_driver)`` on each report after the
+    first; both views equal DuckDB's over the rows the test wrote, every tick."""
+    catalog = config.load()
+    tables = Tables(catalog, ns, seed=sum(map(ord, ns)))
+    for n in range(1, 7):
+        time = 1_000 * n
+        tables.mutate(time)
+        monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")  # no driver: Spark's jobs
+        by_spark = _tick(spark, config, f"{ns}.by_spark", sql, time)
+        monkeypatch.delenv("CT_DRIVER_DIFF_ROWS")
+        on_driver = _tick(spark, config, f"{ns}.on_driver", sql, time)
+        if n > 1:
+            check(by_spark, on_driver)
+        expected = _normalized(tables.oracle(sql))
+        assert _normalized(rows_of(catalog.load_table(f"{ns}.by_spark"))) == expected, n
+        got = _normalized(rows_of(catalog.load_table(f"{ns}.on_driver")))
+        assert got == expected, (n, on_driver)
+
+
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_a_left_join_then_inner_joins_is_kept_in_place_on_the_driver(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     ns = f"left_inner_{name}"
-    catalog = spark_catalog_config.load()
-    tables = Tables(catalog, ns, seed=sum(map(ord, name)))
+
+    def check(by_spark: dict[str, Any], on_driver: dict[str, Any]) -> None:
+        assert by_spark["strategy"] == on_driver["strategy"] == "aggregate", on_driver
+        assert by_spark["change_state_on"] == "spark", by_spark
+        assert on_driver["change_state_on"] == "driver", on_driver
+
     sql = QUERIES[name].format(ns=ns)
-    for n in range(1, 7):
-        time = 1_000 * n
-        tables.mutate(time)
-        monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")  # no driver: Spark's jobs
-        by_spark = _tick(spark, spark_catalog_config, f"{ns}.by_spark", sql, time)
-        monkeypatch.delenv("CT_DRIVER_DIFF_ROWS")
-        on_driver = _tick(spark, spark_catalog_config, f"{ns}.on_driver", sql, time)
-        if n > 1:
-            assert by_spark["strategy"] == on_driver["strategy"] == "aggregate", on_driver
-            assert by_spark["change_state_on"] == "spark", by_spark
-            assert on_driver["change_state_on"] == "driver", on_driver
-        expected = _normalized(tables.oracle(sql))
-        assert _normalized(rows_of(catalog.load_table(f"{ns}.by_spark"))) == expected, n
-        assert _normalized(rows_of(catalog.load_table(f"{ns}.on_driver"))) == expected, (
-            n,
-            on_driver,
-        )
+    _ticked_both_ways(spark, spark_catalog_config, monkeypatch, ns, sql, check)
 
 
 @pytest.mark.parametrize("name", sorted(LINEAR))
@@ -147,21 +163,11 @@ def test_the_rows_of_a_left_join_beside_inner_joins_are_joined_on_the_driver(
     """A linear view of the same joins: the driver's rows (``linear_on``) and Spark's
     linear route both equal DuckDB's, tick after tick (duplicates, NULL keys included)."""
     ns = f"left_inner_rows_{name}"
-    catalog = spark_catalog_config.load()
-    tables = Tables(catalog, ns, seed=sum(map(ord, name)))
+
+    def check(by_spark: dict[str, Any], on_driver: dict[str, Any]) -> None:
+        assert by_spark["strategy"] == on_driver["strategy"] == "linear", on_driver
+        assert "linear_on" not in by_spark, by_spark
+        assert on_driver["linear_on"] == "driver", on_driver
+
     sql = LINEAR[name].format(ns=ns)
-    for n in range(1, 7):
-        time = 1_000 * n
-        tables.mutate(time)
-        monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")  # no driver: Spark's jobs
-        by_spark = _tick(spark, spark_catalog_config, f"{ns}.by_spark", sql, time)
-        monkeypatch.delenv("CT_DRIVER_DIFF_ROWS")
-        on_driver = _tick(spark, spark_catalog_config, f"{ns}.on_driver", sql, time)
-        if n > 1:
-            assert by_spark["strategy"] == on_driver["strategy"] == "linear", on_driver
-            assert "linear_on" not in by_spark, by_spark
-            assert on_driver["linear_on"] == "driver", on_driver
-        expected = _normalized(tables.oracle(sql))
-        assert _normalized(rows_of(catalog.load_table(f"{ns}.by_spark"))) == expected, n
-        got = _normalized(rows_of(catalog.load_table(f"{ns}.on_driver")))
-        assert got == expected, (n, on_driver)
+    _ticked_both_ways(spark, spark_catalog_config, monkeypatch, ns, sql, check)

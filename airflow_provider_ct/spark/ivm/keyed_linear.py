@@ -36,8 +36,8 @@ among its outputs) leaves the tick to Spark's linear route.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,6 +72,8 @@ from airflow_provider_ct.spark.tick import Computed, Target, Tick
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 def keyed_linear_computed(tick: Tick, target: Target, decision: TickDecision) -> Computed | None:
     """A linear keyed tick computed on the driver, or None (Spark's linear route)."""
@@ -87,13 +89,10 @@ def keyed_linear_computed(tick: Tick, target: Target, decision: TickDecision) ->
     read = keyed_read(tick, agg, inputs, decision.base.before, fixed_moved=False)
     if read is None:
         return None
-    tick.clock.lap("changes")
-    sides = {NEW: dict(tick.desc.inputs), OLD: dict(decision.base.before)}
-    try:
-        correction = _correction(agg, read, inputs, sides)
-    except (NotOnDriver, pa.ArrowException) as exc:
-        log.info("the keyed linear tick is computed by Spark: %s", exc)
-        return None
+    sides = driver_sides(tick, decision)
+    correction = on_driver_or_none(
+        "the keyed linear tick", lambda: _correction(agg, read, inputs, sides)
+    )
     if correction is None:
         return None
     details = {**report(read), **correction.notes}
@@ -144,6 +143,22 @@ def _correction(
         keyed_sides=1 if key is not None else 2,
     )
     return correction
+
+
+def driver_sides(tick: Tick, decision: TickDecision) -> dict[str, dict[str, int | None]]:
+    """The inputs' snapshots on each side of the tick (its changes read: the clock noted)."""
+    assert decision.base is not None
+    tick.clock.lap("changes")
+    return {NEW: dict(tick.desc.inputs), OLD: dict(decision.base.before)}
+
+
+def on_driver_or_none(what: str, compute: Callable[[], T]) -> T | None:
+    """``compute()``, or None (logged) when the driver refuses what it meets on the way."""
+    try:
+        return compute()
+    except (NotOnDriver, pa.ArrowException) as exc:
+        log.info("%s is computed by Spark: %s", what, exc)
+        return None
 
 
 def moved(have: pa.Table, old: pa.Table, new: pa.Table, columns: Sequence[str]) -> pa.Table:

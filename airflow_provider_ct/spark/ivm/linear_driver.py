@@ -41,8 +41,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES
-from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
-from airflow_provider_ct.ivm.driver.driver_join import NEW, OLD
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator
 from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, diff_rows
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows
 from airflow_provider_ct.ivm.plan.decision import TickDecision
@@ -59,7 +58,9 @@ from airflow_provider_ct.spark.ivm.in_place_join import (
 from airflow_provider_ct.spark.ivm.in_place_tick import aggregation
 from airflow_provider_ct.spark.ivm.keyed_linear import (
     block_outputs,
+    driver_sides,
     moved,
+    on_driver_or_none,
     typed_rows,
     whole_target,
 )
@@ -93,12 +94,11 @@ def linear_driver_computed(tick: Tick, target: Target, decision: TickDecision) -
         if read is None:
             return None
         reads.append((block, read))
-    tick.clock.lap("changes")
-    snapshots = {NEW: dict(tick.desc.inputs), OLD: dict(decision.base.before)}
-    try:
-        correction = _correction(agg, reads, inputs, snapshots)
-    except (NotOnDriver, pa.ArrowException) as exc:
-        log.info("the linear tick is computed by Spark: %s", exc)
+    snapshots = driver_sides(tick, decision)
+    correction = on_driver_or_none(
+        "the linear tick", lambda: _correction(agg, reads, inputs, snapshots)
+    )
+    if correction is None:
         return None
     details = _merged([report(read) for _, read in reads])
     return Computed.of(decision, correction, {**details, **correction.notes})
