@@ -49,8 +49,9 @@ SHAPES = {
         "SELECT x.s, MIN(y.v) AS lo, COUNT(*) AS n FROM {ns}.a x LEFT JOIN {ns}.a y"
         " ON x.k = y.k GROUP BY x.s",
     ),
+    # DISTINCT keeps each row's count in place, over a FULL JOIN's terms too.
     "distinct_full_join": (
-        "group",
+        "aggregate",
         "SELECT DISTINCT a.s, b.name FROM {ns}.a a FULL JOIN {ns}.b b ON a.k = b.k",
     ),
 }

@@ -159,6 +159,20 @@ def diff_rows(want: pa.Table, have: pa.Table, columns: Sequence[str]) -> RowDiff
     return RowDiff(inserts, sorted(retractions))
 
 
+def picked_copies(have: pa.Table, lost: pa.Table, columns: Sequence[str]) -> list[tuple[str, int]]:
+    """A copy in ``have`` of each row of ``lost`` (by value, NULL equal to NULL), lowest
+    ``(_file, _pos)`` first, as :func:`diff_rows` retracts; fewer when ``have`` lacks some."""
+    left, right = joint_codes(lost.select(list(columns)), have.select(list(columns)))
+    keys = list(left)
+    lost_copies = pa.table({**left, _COPIES: np.full(lost.num_rows, -1, dtype=np.int64)})
+    summed = lost_copies.group_by(keys).aggregate([(_COPIES, "sum")])
+    surplus = summed.rename_columns([*keys, _COPIES])
+    located = pa.table({**right, "_file": have.column("_file"), "_pos": have.column("_pos")})
+    picked = _first_copies(located, surplus, keys, -1, by=["_file", "_pos"])
+    files, positions = picked.column("_file").to_pylist(), picked.column("_pos").to_pylist()
+    return sorted(zip(files, positions, strict=True))
+
+
 def _first_copies(
     rows: pa.Table, surplus: pa.Table, keys: list[str], sign: int, by: Sequence[str] = ()
 ) -> Any:

@@ -15,12 +15,14 @@ When the changes are small, the driver computes the same correction:
 2. the rows that pass the block's condition, its select list evaluated
    over them with Spark's types (:class:`~..driver.arrow_eval.ArrowEvaluator`),
    cast to the target's;
-3. the target's rows that may match the lost ones (looked up by the most
-   varied column's values in its sorted index, or read whole when small),
-   less the lost rows plus the gained ones, diffed by value with what the
-   target holds (:func:`~.keyed_linear.moved`, multisets): a lost row the
-   target lacks (a hand edit) leaves the tick to Spark, whose route reads
-   the target whole.
+3. the gained and lost rows netted against each other (the terms
+   telescope through states that never existed); the gained ones are
+   inserted, and each lost one retracts a copy of itself in the target
+   (by value, lowest ``(_file, _pos)`` first), found among the rows that
+   hold its value in the indexed column matching fewest (counted in the
+   file cache's sorted indexes), or in the whole target when small. A lost
+   row the target lacks (a hand edit) leaves the tick to Spark, whose
+   route reads the target whole.
 
 Whatever the driver refuses (a shape, type or expression it does not
 evaluate exactly, more changed rows than ``CT_DRIVER_DIFF_ROWS``, a target
@@ -41,8 +43,8 @@ import pyarrow.compute as pc
 
 from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.ivm.changes.snapshot_files import DRIVER_READ_FILES
-from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator
-from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, diff_rows
+from airflow_provider_ct.ivm.driver.arrow_eval import ArrowEvaluator, NotOnDriver
+from airflow_provider_ct.ivm.driver.in_place_driver import Expressions, diff_rows, picked_copies
 from airflow_provider_ct.ivm.driver.keyed_rows import SnapshotRows
 from airflow_provider_ct.ivm.plan.decision import TickDecision
 from airflow_provider_ct.ivm.plan.planner import LINEAR
@@ -59,7 +61,6 @@ from airflow_provider_ct.spark.ivm.in_place_tick import aggregation
 from airflow_provider_ct.spark.ivm.keyed_linear import (
     block_outputs,
     driver_sides,
-    moved,
     on_driver_or_none,
     typed_rows,
     whole_target,
@@ -148,10 +149,11 @@ def _correction(
         correction.notes.update(target_rows_read=0)
         return correction
     have = _located(agg, reader, minus)
-    diff = diff_rows(moved(have, minus, plus, agg.columns), have, agg.columns)
-    inserted, retracted = diff.inserts.num_rows, len(diff.retractions)
-    log.info("linear rows diffed on the driver: +%d -%d", inserted, retracted)
-    correction = Correction(diff.inserts, diff.retractions, inserted, retracted, diffed_on="driver")
+    retractions = picked_copies(have, minus, agg.columns)
+    if len(retractions) != minus.num_rows:  # drifted (a hand edit): Spark reads it whole
+        raise NotOnDriver(f"the target lacks {minus.num_rows - len(retractions)} lost rows")
+    log.info("linear rows on the driver: +%d -%d", plus.num_rows, len(retractions))
+    correction = Correction(plus, retractions, plus.num_rows, len(retractions), diffed_on="driver")
     correction.notes.update(target_rows_read=have.num_rows)
     return correction
 
@@ -202,15 +204,31 @@ def _passing(evaluator: ArrowEvaluator, joined: JoinedSides) -> ArrowEvaluator:
 
 
 def _located(agg: Aggregation, reader: SnapshotRows, lost: pa.Table) -> pa.Table:
-    """The target's rows (with ``_file``, ``_pos``) whose most varied column holds a value of
-    the ``lost`` rows': every row that can match one, and seldom many more."""
+    """The target's rows (with ``_file``, ``_pos``) that may equal a ``lost`` row: those
+    holding a lost row's value in the indexed column that matches fewest (or the whole
+    target, when small), then in the two columns whose lost values vary most."""
+    have = _by_index(reader, lost, agg.columns) if reader.files <= DRIVER_READ_FILES else None
+    if have is None:
+        have = whole_target(agg)
     spread = sorted(agg.columns, key=lambda c: -pc.count_distinct(lost.column(c)).as_py())
-    if reader.files <= DRIVER_READ_FILES:
-        for column in spread[:2]:
-            found = reader.located_by_index(column, lost.column(column))
-            if found is not None:
-                return found
-    have = whole_target(agg)
-    column = spread[0]
-    wanted = lost.column(column).cast(have.schema.field(column).type)
-    return have.filter(pc.is_in(have.column(column), value_set=wanted, skip_nulls=False))
+    for column in spread[:2]:  # a row equal to a lost one holds its value in every column
+        wanted = lost.column(column).cast(have.schema.field(column).type)
+        have = have.filter(pc.is_in(have.column(column), value_set=wanted, skip_nulls=False))
+    return have
+
+
+def _by_index(reader: SnapshotRows, lost: pa.Table, columns: Sequence[str]) -> pa.Table | None:
+    """The rows found through the indexed column whose lost values match fewest target
+    rows (counted in the sorted indexes); None: no column is indexed."""
+    counted = []
+    for column in columns:
+        values = lost.column(column)
+        if values.null_count:
+            continue  # a lookup never matches NULL
+        count = reader.count(column, pc.unique(values))
+        if count is not None:
+            counted.append((count, column))
+    if not counted:
+        return None
+    column = min(counted)[1]
+    return reader.located_by_index(column, lost.column(column))
