@@ -80,10 +80,8 @@ def keyed_linear_computed(tick: Tick, target: Target, decision: TickDecision) ->
     plan = decision.plan
     if plan.strategy != LINEAR or len(plan.blocks) != 1 or not plan.blocks[0].keyed:
         return None
-    if decision.verify or decision.base is None or target.schema_change is not None:
-        return None  # a verified tick compares two Spark corrections
-    agg = aggregation(tick, target, decision)
-    if agg.table is None or agg.base_snapshot_id is None or agg.driver_rows <= 0:
+    agg = driver_aggregation(tick, target, decision)
+    if agg is None or decision.base is None:
         return None
     inputs = tick.inputs()
     read = keyed_read(tick, agg, inputs, decision.base.before, fixed_moved=False)
@@ -143,6 +141,18 @@ def _correction(
         keyed_sides=1 if key is not None else 2,
     )
     return correction
+
+
+def driver_aggregation(tick: Tick, target: Target, decision: TickDecision) -> Aggregation | None:
+    """The tick's view as a linear driver route takes it; None when no such route may run
+    (a verified tick compares two Spark corrections; no base or target to diff with; a
+    schema change; the driver's limit is 0)."""
+    if decision.verify or decision.base is None or target.schema_change is not None:
+        return None
+    agg = aggregation(tick, target, decision)
+    if agg.table is None or agg.base_snapshot_id is None or agg.driver_rows <= 0:
+        return None
+    return agg
 
 
 def driver_sides(tick: Tick, decision: TickDecision) -> dict[str, dict[str, int | None]]:

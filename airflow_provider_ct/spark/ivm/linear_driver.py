@@ -57,9 +57,9 @@ from airflow_provider_ct.spark.ivm.in_place_join import (
     joined_sides,
     report,
 )
-from airflow_provider_ct.spark.ivm.in_place_tick import aggregation
 from airflow_provider_ct.spark.ivm.keyed_linear import (
     block_outputs,
+    driver_aggregation,
     driver_sides,
     on_driver_or_none,
     typed_rows,
@@ -80,10 +80,8 @@ def linear_driver_computed(tick: Tick, target: Target, decision: TickDecision) -
     plan = decision.plan
     if plan.strategy != LINEAR or plan.nested is not None or any(b.keyed for b in plan.blocks):
         return None
-    if decision.verify or decision.base is None or target.schema_change is not None:
-        return None  # a verified tick compares two Spark corrections
-    agg = aggregation(tick, target, decision)
-    if agg.table is None or agg.base_snapshot_id is None or agg.driver_rows <= 0:
+    agg = driver_aggregation(tick, target, decision)
+    if agg is None or decision.base is None:
         return None
     if live_rows(agg.table, agg.base_snapshot_id) > _target_limit(agg):
         return None
