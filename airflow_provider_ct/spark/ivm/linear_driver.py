@@ -136,7 +136,7 @@ def _correction(
     inputs: Mapping[str, Any],
     snapshots: Snapshots,
 ) -> Correction:
-    """The target's rows that may match the lost ones, moved by the lost and gained rows."""
+    """The correction: the gained rows inserted, each lost row retracting a copy of itself."""
     assert agg.base_snapshot_id is not None
     reader = SnapshotRows(agg.table, agg.base_snapshot_id, agg.columns)
     schema = reader.empty.schema
