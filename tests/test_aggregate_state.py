@@ -236,3 +236,26 @@ def test_every_row_leaves_averages_and_overflows_to_the_per_group_rows() -> None
     )
     with pytest.raises(NotInPlaceError, match="a sum past its type"):
         every_row(big, EXTREMA_IN_PLACE, (1, 4), EXTREMA_VIEW, scalar=False)
+
+
+def test_a_moment_numerator_past_the_exact_decimal_is_refused() -> None:
+    """STDDEV's ``n * sum of squares`` must stay within DECIMAL(38, 6)'s 32 integer digits,
+    where Spark computes it exactly; past them (Spark's NULL) the tick is the fallback's."""
+    import sqlglot
+
+    from airflow_provider_ct.ivm.plan.in_place import in_place_shape
+    from airflow_provider_ct.ivm.state.aggregate_state import moment_overflow
+
+    select = sqlglot.parse_one("SELECT k, STDDEV(x) FROM t GROUP BY k", dialect="spark")
+    in_place = in_place_shape(select, list(select.expressions), (0,))
+    assert isinstance(in_place, InPlace) and in_place.squares() == {1: 0}
+    values = [2**31 - 1] * 3 + [-(2**31)] * 2  # the widest INT squares
+
+    def group(repeat: int) -> GroupState:
+        xs = values * repeat
+        sums = [sum(xs), Decimal(sum(x * x for x in xs))]
+        return GroupState(("g",), len(xs), sums, [len(xs), len(xs)])
+
+    assert moment_overflow([group(1)], in_place) is None
+    assert moment_overflow([group(100_000)], in_place) is None  # n * q about 1.2e30
+    assert moment_overflow([group(1), group(1_000_000)], in_place) is not None  # about 1.2e32

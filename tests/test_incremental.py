@@ -139,6 +139,16 @@ QUERIES = {
         "SELECT a.k, SUM(v) AS t, 'total' AS what FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"
         " GROUP BY a.k",
     ),
+    # STDDEV and VARIANCE: a count and two sums kept in place, groups of 0, 1 and more values.
+    "stddev_variance": (
+        "aggregate",
+        "SELECT b.name, STDDEV_SAMP(CAST(a.v AS INT)) AS sd, STDDEV_POP(CAST(a.v AS INT)) AS sp,"
+        " VARIANCE(CAST(a.v AS SMALLINT)) AS vs, VAR_POP(CAST(a.v AS DECIMAL(9, 2)) * 1.5) AS vp,"
+        " STDDEV(CAST(a.v AS INT)) / (AVG(a.v) + 1) AS cov, COUNT(*) AS n"
+        " FROM {ns}.a a LEFT JOIN {ns}.b b ON a.k = b.k GROUP BY b.name",
+    ),
+    # A BIGINT's square may pass the exact decimal: the groups are recomputed (at the tick).
+    "stddev_bigint": ("aggregate", "SELECT k, STDDEV_SAMP(v) AS sd FROM {ns}.a GROUP BY k"),
     # A derived table that projects and filters (TPC-H q7, q8, q9's shape) is
     # merged into its reader and planned as the plain block it then is.
     "derived_table_aggregate": (
@@ -368,7 +378,7 @@ def test_incremental_ticks_equal_oracle(
 
 
 #: Views the write job runs by another strategy than the plan's (found at the tick).
-TICKED_AS = {"distinct_double_key": "group"}
+TICKED_AS = {"distinct_double_key": "group", "stddev_bigint": "group"}
 
 
 def test_distinct_pairs_that_cannot_stay_in_place_run_the_grouped_plan(

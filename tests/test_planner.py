@@ -568,6 +568,44 @@ def test_expressions_over_aggregates_keep_hidden_operands() -> None:
     assert isinstance(reason, str) and "over aggregates and columns" in reason
 
 
+def test_stddev_and_variance_are_derived_from_a_count_and_two_sums() -> None:
+    """Each form is an expression over COUNT(x), SUM(x) and SUM of x's exact squares, shared
+    by the calls over the same argument; DISTINCT inside one is refused."""
+    plan = plan_query(
+        parse_query(
+            "SELECT k, STDDEV_SAMP(v) AS sd, VAR_POP(v) AS vp, STDDEV_POP(v) / SUM(w) AS r"
+            " FROM s.a GROUP BY k"
+        )
+    )
+    assert plan.strategy == "aggregate", plan.reason
+    in_place = plan.in_place
+    assert in_place is not None
+    square = "CAST(v AS DECIMAL(38, 6)) * CAST(v AS DECIMAL(38, 6))"
+    calls = [in_place.call_sql(i) for i in range(len(in_place.aggregates))]
+    assert calls == ["COUNT(v)", "SUM(v)", f"SUM({square})", "SUM(w)"]
+    assert in_place.squares() == {1: 0}
+    sd, vp, r = in_place.derived
+    assert (sd.position, vp.position, r.position) == (1, 2, 3)
+    assert sd.moments == vp.moments == r.moments == ((0, 1, 2),)
+    numerator = (
+        "CAST(CAST(__ct_v0 AS DECIMAL(38, 6)) * __ct_v2 - CAST(__ct_v1 AS DECIMAL(38, 6))"
+        " * CAST(__ct_v1 AS DECIMAL(38, 6)) AS DOUBLE)"
+    )
+    assert sd.sql == (
+        f"CASE WHEN __ct_v0 > 1 THEN SQRT({numerator} / CAST(__ct_v0 * (__ct_v0 - 1) AS DOUBLE))"
+        " END"
+    )
+    assert (
+        vp.sql == f"CASE WHEN __ct_v0 > 0 THEN {numerator} / CAST(__ct_v0 * __ct_v0 AS DOUBLE) END"
+    )
+    assert r.sql.endswith("END / __ct_v3")
+    distinct = plan_query(parse_query("SELECT k, STDDEV(DISTINCT v) FROM s.a GROUP BY k"))
+    assert distinct.strategy == "group", distinct.reason
+    select = sqlglot.parse_one("SELECT k, STDDEV(DISTINCT v) FROM s.a GROUP BY k", dialect="spark")
+    reason = in_place_shape(select, list(select.expressions), (0,))
+    assert isinstance(reason, str) and "DISTINCT inside an aggregate" in reason
+
+
 def test_refresh_modes() -> None:
     window = parse_query("SELECT id, RANK() OVER (ORDER BY v) FROM s.a")
     assert choose_plan(window, RefreshMode.parse("auto")).strategy == "full"

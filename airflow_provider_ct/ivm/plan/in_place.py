@@ -17,7 +17,9 @@ An expression over such aggregates and literals (TPC-H q14's ``100.00 *
 SUM(...) / SUM(...)``) is kept too: its aggregates are kept as hidden
 operands, and the expression is :class:`Derived`, evaluated by Spark over
 their values (one local relation per tick, no job) so that its decimal
-rules, rounding and NULLs are Spark's own.
+rules, rounding and NULLs are Spark's own. ``STDDEV`` and ``VARIANCE``
+(``_SAMP``, ``_POP``) are such expressions, over a count and two sums
+(:mod:`.moments`).
 
 What this module refuses, with the reason (the view then keeps the ``group``
 strategy, or runs in full without ``GROUP BY``): ``DISTINCT`` inside an
@@ -31,10 +33,12 @@ point) is only known to Spark; the write job checks it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
+
+from airflow_provider_ct.ivm.plan.moments import Moment, moment_call, moment_expression, square_sql
 
 SUM, COUNT, AVG, MIN, MAX = "sum", "count", "avg", "min", "max"
 #: The aggregates kept as an extremum per group (not invertible: see the module).
@@ -65,6 +69,9 @@ class Derived:
     sql: str
     #: No operand: the same value in every group (:func:`is_constant`).
     constant: bool = False
+    #: Per ``STDDEV``/``VARIANCE`` call in it (:mod:`.moments`), the indexes in
+    #: :attr:`InPlace.aggregates` of its ``COUNT(x)``, ``SUM(x)`` and ``SUM`` of squares.
+    moments: tuple[tuple[int, int, int], ...] = ()
 
 
 def operand(index: int) -> str:
@@ -112,6 +119,16 @@ class InPlace:
         assert aggregate.argument is not None
         return self.extrema.index((aggregate.function, aggregate.argument))
 
+    def squares(self) -> dict[int, int]:
+        """The arguments that are squares (of :mod:`.moments`) -> the argument squared."""
+        out = {}
+        for derived in self.derived:
+            for _, total, squares in derived.moments:
+                base, square = self.aggregates[total].argument, self.aggregates[squares].argument
+                assert base is not None and square is not None
+                out[square] = base
+        return out
+
     def functions(self) -> str:
         """``SUM, COUNT(*), AVG``: for reasons and reports."""
         names = []
@@ -143,7 +160,7 @@ def in_place_shape(select: Any, items: list[Any], key_positions: tuple[int, ...]
                 return f"{item.sql(dialect='spark')}: {found}"
             if not isinstance(expression, Derived):
                 return f"{item.sql(dialect='spark')}: {expression}"
-            derived.append(Derived(position, expression.sql))
+            derived.append(replace(expression, position=position))
             continue
         aggregates.append(Aggregate(position, found[0], _argument(arguments, found[1])))
     if not aggregates and not key_positions:
@@ -190,18 +207,38 @@ def _derived(node: Any, arguments: list[str], aggregates: list[Aggregate]) -> De
     calls = [c for c in node.find_all(exp.AggFunc) if c.find_ancestor(exp.AggFunc) is None]
     if not calls or node.find(exp.Window) is not None:
         return None
-    copy = node.copy()
-    for call in [c for c in copy.find_all(exp.AggFunc) if c.find_ancestor(exp.AggFunc) is None]:
-        found = _aggregate(call)
+    holder = exp.Paren(this=node.copy())  # the root itself may be the call replaced
+    moments = []
+    for call in [c for c in holder.find_all(exp.AggFunc) if c.find_ancestor(exp.AggFunc) is None]:
+        moment = moment_call(call)
+        found = _aggregate(call) if moment is None else moment
         if isinstance(found, str):
             return f"{call.sql(dialect='spark')} in an expression: {found}"
-        hidden = Aggregate(None, found[0], _argument(arguments, found[1]))
-        if hidden not in aggregates:
-            aggregates.append(hidden)
-        call.replace(exp.column(operand(aggregates.index(hidden))))
-    if any(not c.name.startswith("__ct_v") for c in copy.find_all(exp.Column)):
+        if isinstance(found, Moment):
+            hidden = tuple(_hidden(arguments, aggregates, f, a) for f, a in _moment_calls(found))
+            names = [operand(i) for i in hidden]
+            call.replace(moment_expression(found, *names))
+            moments.append((hidden[0], hidden[1], hidden[2]))
+            continue
+        call.replace(exp.column(operand(_hidden(arguments, aggregates, *found))))
+    if any(not c.name.startswith("__ct_v") for c in holder.find_all(exp.Column)):
         return "an expression over aggregates and columns"
-    return Derived(-1, copy.sql(dialect="spark"))
+    return Derived(-1, holder.this.sql(dialect="spark"), moments=tuple(moments))
+
+
+def _moment_calls(moment: Moment) -> list[tuple[str, str]]:
+    """The hidden ``(function, argument)`` a moment is computed from: n, Σx, Σx²."""
+    return [(COUNT, moment.argument), (SUM, moment.argument), (SUM, square_sql(moment.argument))]
+
+
+def _hidden(
+    arguments: list[str], aggregates: list[Aggregate], function: str, argument: str | None
+) -> int:
+    """The index of a hidden aggregate (an operand of a derived column), added when new."""
+    hidden = Aggregate(None, function, _argument(arguments, argument))
+    if hidden not in aggregates:
+        aggregates.append(hidden)
+    return aggregates.index(hidden)
 
 
 def _aggregate(node: Any) -> tuple[str, str | None] | str:

@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from airflow_provider_ct.exceptions import NotInPlaceError, StateMismatchError
 from airflow_provider_ct.ivm.plan.in_place import AVG, COUNT, EXTREMA, MAX, MIN, SUM, InPlace
+from airflow_provider_ct.ivm.plan.moments import WIDE_INTEGER_DIGITS
 from airflow_provider_ct.ivm.state.extrema import (
     extremum_column,
     missing_columns,
@@ -219,6 +220,26 @@ def operand_values(
         )
         for group in groups
     ]
+
+
+def moment_overflow(groups: Sequence[GroupState], in_place: InPlace) -> str | None:
+    """Why a group's ``STDDEV``/``VARIANCE`` numerator would overflow Spark's decimal, or None.
+
+    Past :data:`~.moments.WIDE_INTEGER_DIGITS` digits Spark's decimal
+    arithmetic gives NULL, not the value: such a tick is left to the
+    fallback (:mod:`airflow_provider_ct.ivm.plan.moments`).
+    """
+    bound = 10**WIDE_INTEGER_DIGITS
+    for derived in in_place.derived:
+        for _, total, squares in derived.moments:
+            base = in_place.aggregates[total].argument
+            square = in_place.aggregates[squares].argument
+            assert base is not None and square is not None
+            for group in groups:
+                n, s, q = group.counts[base], group.sums[base] or 0, group.sums[square] or 0
+                if max(abs(n * q), s * s) >= bound:
+                    return f"a STDDEV/VARIANCE numerator past {WIDE_INTEGER_DIGITS} digits"
+    return None
 
 
 def _value(group: GroupState, aggregate: Any, field_type: pa.DataType, in_place: InPlace) -> Any:

@@ -171,6 +171,9 @@ def inexact_types(agg: Aggregation) -> str | None:
     ordered = (*exact, T.DateType, T.TimestampType, T.TimestampNTZType, T.StringType, T.BooleanType)
     summed = _summed(agg.in_place)
     compared = {j for _, j in agg.in_place.extrema}
+    squared = _unsquarable(agg.in_place, [f.dataType for f in arguments])
+    if squared is not None:
+        return squared
     for j, field in enumerate(arguments):
         if j in summed and not isinstance(field.dataType, exact):
             return (
@@ -182,6 +185,30 @@ def inexact_types(agg: Aggregation) -> str | None:
                 f"MIN/MAX of {agg.in_place.arguments[j]} ({field.dataType.simpleString()}): "
                 "kept only for types the driver orders as Spark does (not floating point)"
             )
+    return None
+
+
+def _unsquarable(in_place: InPlace, kinds: list[Any]) -> str | None:
+    """Why an argument of ``STDDEV``/``VARIANCE`` may not square exactly into
+    :data:`~airflow_provider_ct.ivm.plan.moments.WIDE` (``kinds``: the arguments' Spark
+    types), or None."""
+    from pyspark.sql import types as T
+
+    for base in in_place.squares().values():
+        kind = kinds[base]
+        if isinstance(kind, T.ByteType | T.ShortType | T.IntegerType):
+            continue
+        if (
+            isinstance(kind, T.DecimalType)
+            and kind.scale <= 3
+            and kind.precision <= kind.scale + 16
+        ):
+            continue
+        return (
+            f"STDDEV/VARIANCE of {in_place.arguments[base]} ({kind.simpleString()}): "
+            "kept only for integers of at most 32 bits and decimals of scale at most 3 "
+            "and 16 integer digits, whose squares are exact"
+        )
     return None
 
 

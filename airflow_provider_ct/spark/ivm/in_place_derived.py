@@ -13,9 +13,14 @@ import datetime
 import decimal
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_ct.exceptions import NotInPlaceError
 from airflow_provider_ct.ivm.plan.in_place import Derived, operand
 from airflow_provider_ct.ivm.plan.rewrites import bind_tables
-from airflow_provider_ct.ivm.state.aggregate_state import GroupState, operand_values
+from airflow_provider_ct.ivm.state.aggregate_state import (
+    GroupState,
+    moment_overflow,
+    operand_values,
+)
 from airflow_provider_ct.spark.ivm.analysis_cache import analyzed
 
 if TYPE_CHECKING:
@@ -39,6 +44,9 @@ def derived_values(agg: Aggregation, groups: list[GroupState]) -> dict[int, list
     values = dict(zip((d.position for d in constants), _constants(agg, constants), strict=True))
     out = {position: [value] * len(groups) for position, value in values.items()}
     computed = [d for d in in_place.derived if not d.constant]
+    overflow = moment_overflow(groups, in_place)
+    if overflow is not None:
+        raise NotInPlaceError(overflow)
     if computed and groups:
         rows = _projected(agg, computed, groups)
         out.update({d.position: [r[j + 1] for r in rows] for j, d in enumerate(computed)})
