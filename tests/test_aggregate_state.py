@@ -259,3 +259,6 @@ def test_a_moment_numerator_past_the_exact_decimal_is_refused() -> None:
     assert moment_overflow([group(1)], in_place) is None
     assert moment_overflow([group(100_000)], in_place) is None  # n * q about 1.2e30
     assert moment_overflow([group(1), group(1_000_000)], in_place) is not None  # about 1.2e32
+    # A BIGINT's square past DECIMAL(38, 6) is Spark's NULL: fewer squares than values.
+    lost = GroupState(("g",), 2, [2**62, None], [2, 0])
+    assert moment_overflow([lost], in_place) is not None

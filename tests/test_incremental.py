@@ -147,8 +147,11 @@ QUERIES = {
         " STDDEV(CAST(a.v AS INT)) / (AVG(a.v) + 1) AS cov, COUNT(*) AS n"
         " FROM {ns}.a a LEFT JOIN {ns}.b b ON a.k = b.k GROUP BY b.name",
     ),
-    # A BIGINT's square may pass the exact decimal: the groups are recomputed (at the tick).
-    "stddev_bigint": ("aggregate", "SELECT k, STDDEV_SAMP(v) AS sd FROM {ns}.a GROUP BY k"),
+    # A double's sum is not exact: the groups are recomputed (found at the tick).
+    "stddev_double": (
+        "aggregate",
+        "SELECT k, STDDEV_SAMP(CAST(v AS DOUBLE)) AS sd FROM {ns}.a GROUP BY k",
+    ),
     # A derived table that projects and filters (TPC-H q7, q8, q9's shape) is
     # merged into its reader and planned as the plain block it then is.
     "derived_table_aggregate": (
@@ -378,7 +381,7 @@ def test_incremental_ticks_equal_oracle(
 
 
 #: Views the write job runs by another strategy than the plan's (found at the tick).
-TICKED_AS = {"distinct_double_key": "group", "stddev_bigint": "group"}
+TICKED_AS = {"distinct_double_key": "group", "stddev_double": "group"}
 
 
 def test_distinct_pairs_that_cannot_stay_in_place_run_the_grouped_plan(
@@ -1044,7 +1047,8 @@ def test_affected_keys_are_inlined_on_the_driver_as_spark_would(
 
 
 @pytest.mark.parametrize(
-    "name", ["scalar", "in_place_exprs", "joined_aggregate", "derived", "or_joined"]
+    "name",
+    ["scalar", "in_place_exprs", "joined_aggregate", "derived", "or_joined", "stddev_variance"],
 )
 def test_in_place_on_the_driver_equals_spark(
     spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, name: str
@@ -1088,6 +1092,30 @@ def test_in_place_on_the_driver_equals_spark(
         assert _normalized(spark_rows) == _normalized(inputs.oracle(sql)), (name, n)
     # Views grouped by an integer key looked their rows up in its index at least once.
     assert ("key index" in lookups) == (name in ("in_place_exprs", "derived")), lookups
+
+
+def test_a_bigint_stddev_is_kept_in_place_where_its_sums_are_checked(
+    spark: Any, spark_catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BIGINT's squares are summed on the driver (checked, exact) but not by Spark, whose
+    overflowing sum of a change would be NULL unseen: that tick runs the fallback."""
+    ns, catalog, inputs = _inputs_of(spark_catalog_config, "stddev_bigint")
+    sql = f"SELECT k, STDDEV_SAMP(v) AS sd, VAR_POP(v) AS vp FROM {ns}.a GROUP BY k"
+    seen = []
+    for n in range(1, 5):
+        if n == 3:
+            monkeypatch.setenv("CT_DRIVER_DIFF_ROWS", "0")  # no driver: Spark's jobs
+        inputs.mutate(1_000 * n - 500)
+        inputs.seal(1_000 * n)
+        report = _tick(spark, spark_catalog_config, f"{ns}.view", sql, 1_000 * n)
+        monkeypatch.delenv("CT_DRIVER_DIFF_ROWS", raising=False)
+        seen.append((report["strategy"], report.get("change_state_on")))
+        got = rows_of(catalog.load_table(f"{ns}.view"))
+        assert _normalized(got) == _normalized(inputs.oracle(sql)), (n, report)
+        if n == 3:
+            assert "when Spark sums the change" in report["reason"], report["reason"]
+    assert seen[1] == ("aggregate", "driver") and seen[2][0] == "group", seen
+    assert seen[3][0] in ("aggregate", "full"), seen  # the state is rebuilt or kept
 
 
 def test_in_place_views_verify_every_nth_tick_through_their_fallback(

@@ -580,7 +580,7 @@ def test_stddev_and_variance_are_derived_from_a_count_and_two_sums() -> None:
     assert plan.strategy == "aggregate", plan.reason
     in_place = plan.in_place
     assert in_place is not None
-    square = "CAST(v AS DECIMAL(38, 6)) * CAST(v AS DECIMAL(38, 6))"
+    square = "CAST(v AS DECIMAL(22, 3)) * CAST(v AS DECIMAL(22, 3))"
     calls = [in_place.call_sql(i) for i in range(len(in_place.aggregates))]
     assert calls == ["COUNT(v)", "SUM(v)", f"SUM({square})", "SUM(w)"]
     assert in_place.squares() == {1: 0}

@@ -10,12 +10,16 @@ expression over aggregates. No group is recomputed when a row leaves it.
 
 Exactness, which the in-place rule never gives up:
 
-* The three operands are exact: ``x·x`` is computed as ``DECIMAL(38, 6)``,
+* The three operands are exact: ``x·x`` is computed as ``DECIMAL(38, 6)``
+  (Spark's type for the product of two ``DECIMAL(22, 3)``),
   which holds the square of every integer of at most 32 bits and of every
   decimal of scale at most 3 and at most 16 integer digits without
-  rounding; the write job refuses other types (``BIGINT``, floating point:
-  the view keeps its fallback), and a numerator past 32 integer digits is
-  refused per tick before Spark evaluates it
+  rounding; the write job refuses other types (floating point: the view
+  keeps its fallback). A ``BIGINT``'s square may pass it: Spark then gives
+  NULL, which the kept counts reveal, and so Spark does not sum a
+  change's squares of one (a NULL sum beside a signed count of zero would
+  reveal nothing); the driver's sums are checked and take it. A numerator
+  past 32 integer digits is refused per tick before Spark evaluates it
   (:func:`~airflow_provider_ct.ivm.state.aggregate_state.moment_overflow`).
 * The numerator ``n·Σx² - (Σx)²`` is then computed exactly (decimal
   arithmetic on integers and scale-6 values: nothing rounds), so it is
@@ -47,6 +51,9 @@ _KINDS: dict[type, tuple[bool, bool]] = {
 }
 #: The type squares and the numerator are computed in (exact for the types the job allows).
 WIDE = "DECIMAL(38, 6)"
+#: The type a value is squared as: every ``BIGINT`` and decimal of scale at most 3 and 19
+#: integer digits, narrow enough that the driver's Arrow multiplies two of them.
+SQUARED = "DECIMAL(22, 3)"
 #: What ``WIDE`` holds left of its point.
 WIDE_INTEGER_DIGITS = 32
 
@@ -76,8 +83,8 @@ def moment_call(node: Any) -> Moment | str | None:
 
 def square_sql(argument: str) -> str:
     """Spark SQL of ``argument``'s square, exact for the types the write job allows."""
-    wide = f"CAST({argument} AS {WIDE})"
-    return f"{wide} * {wide}"
+    cast = f"CAST({argument} AS {SQUARED})"
+    return f"{cast} * {cast}"
 
 
 def moment_expression(moment: Moment, count: str, total: str, squares: str) -> Any:

@@ -223,11 +223,13 @@ def operand_values(
 
 
 def moment_overflow(groups: Sequence[GroupState], in_place: InPlace) -> str | None:
-    """Why a group's ``STDDEV``/``VARIANCE`` numerator would overflow Spark's decimal, or None.
+    """Why a group's ``STDDEV``/``VARIANCE`` would not be exact, or None.
 
     Past :data:`~.moments.WIDE_INTEGER_DIGITS` digits Spark's decimal
-    arithmetic gives NULL, not the value: such a tick is left to the
-    fallback (:mod:`airflow_provider_ct.ivm.plan.moments`).
+    arithmetic gives NULL, not the value: a square so lost is missing from
+    its count (fewer squares than values), a sum so lost is NULL beside a
+    count, and a numerator past them would be NULL. Such a tick is left to
+    the fallback (:mod:`airflow_provider_ct.ivm.plan.moments`).
     """
     bound = 10**WIDE_INTEGER_DIGITS
     for derived in in_place.derived:
@@ -236,8 +238,10 @@ def moment_overflow(groups: Sequence[GroupState], in_place: InPlace) -> str | No
             square = in_place.aggregates[squares].argument
             assert base is not None and square is not None
             for group in groups:
-                n, s, q = group.counts[base], group.sums[base] or 0, group.sums[square] or 0
-                if max(abs(n * q), s * s) >= bound:
+                n, s, q = group.counts[base], group.sums[base] or 0, group.sums[square]
+                if group.counts[square] != n or (n and q is None):
+                    return f"a square, or a sum of squares, past {WIDE_INTEGER_DIGITS} digits"
+                if max(abs(n * (q or 0)), s * s) >= bound:
                     return f"a STDDEV/VARIANCE numerator past {WIDE_INTEGER_DIGITS} digits"
     return None
 

@@ -171,7 +171,7 @@ def inexact_types(agg: Aggregation) -> str | None:
     ordered = (*exact, T.DateType, T.TimestampType, T.TimestampNTZType, T.StringType, T.BooleanType)
     summed = _summed(agg.in_place)
     compared = {j for _, j in agg.in_place.extrema}
-    squared = _unsquarable(agg.in_place, [f.dataType for f in arguments])
+    squared = _unsquarable(agg.in_place, [f.dataType for f in arguments], wide=True)
     if squared is not None:
         return squared
     for j, field in enumerate(arguments):
@@ -188,26 +188,40 @@ def inexact_types(agg: Aggregation) -> str | None:
     return None
 
 
-def _unsquarable(in_place: InPlace, kinds: list[Any]) -> str | None:
-    """Why an argument of ``STDDEV``/``VARIANCE`` may not square exactly into
-    :data:`~airflow_provider_ct.ivm.plan.moments.WIDE` (``kinds``: the arguments' Spark
-    types), or None."""
+def unsummed_squares(agg: Aggregation) -> str | None:
+    """Why Spark may not sum this view's squares over a tick's change, or None.
+
+    A ``BIGINT``'s square may pass :data:`~airflow_provider_ct.ivm.plan.moments.WIDE`:
+    Spark's square is then NULL, which the state's counts reveal, and so is a
+    rebuild's overflowing sum (NULL beside a count). A *change's* sum that
+    overflows is NULL beside a signed count that may be zero (an update), so
+    nothing reveals it: Spark sums squares of narrower types only (the
+    driver's sums are checked, and take any).
+    """
+    fields = analyzed(agg.analysis_key, "rows", lambda: agg.rows(agg.new_views).schema.fields)
+    kinds = [f.dataType for f in fields[len(agg.plan.key_sql) :]]
+    return _unsquarable(agg.in_place, kinds, wide=False)
+
+
+def _unsquarable(in_place: InPlace, kinds: list[Any], *, wide: bool) -> str | None:
+    """Why an argument of ``STDDEV``/``VARIANCE`` is not kept in place (``kinds``: the
+    arguments' Spark types; ``wide``: ``BIGINT`` allowed), or None."""
     from pyspark.sql import types as T
 
+    integral = (T.ByteType, T.ShortType, T.IntegerType, *((T.LongType,) if wide else ()))
+    digits = 19 if wide else 16  # narrow: every square below 10**32
     for base in in_place.squares().values():
         kind = kinds[base]
-        if isinstance(kind, T.ByteType | T.ShortType | T.IntegerType):
+        if isinstance(kind, integral):
             continue
-        if (
-            isinstance(kind, T.DecimalType)
-            and kind.scale <= 3
-            and kind.precision <= kind.scale + 16
-        ):
+        decimal = isinstance(kind, T.DecimalType) and kind.scale <= 3
+        if decimal and kind.precision - kind.scale <= digits:
             continue
         return (
             f"STDDEV/VARIANCE of {in_place.arguments[base]} ({kind.simpleString()}): "
-            "kept only for integers of at most 32 bits and decimals of scale at most 3 "
-            "and 16 integer digits, whose squares are exact"
+            f"kept only for integers of at most {64 if wide else 32} bits and decimals of scale "
+            f"at most 3 and {digits} integer digits"
+            + ("" if wide else " when Spark sums the change (the driver did not take it)")
         )
     return None
 

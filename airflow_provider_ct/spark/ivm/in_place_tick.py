@@ -61,6 +61,7 @@ from airflow_provider_ct.spark.ivm.in_place import (
     driver_change_state,
     full_state,
     inexact_types,
+    unsummed_squares,
 )
 from airflow_provider_ct.spark.ivm.in_place_join import joined_change, joined_change_state
 from airflow_provider_ct.spark.ivm.in_place_join import report as joined_report
@@ -230,6 +231,9 @@ def _on_spark(
     known: Mapping[str, TableChanges] | None,
 ) -> tuple[InPlaceResult, dict[str, Any]] | Fallback:
     """The change's state from Spark's delta-rule terms (or a keyed block's two terms)."""
+    unsummed = unsummed_squares(agg)
+    if unsummed is not None:
+        return Fallback(Discovery.NOT_IN_PLACE, unsummed)
     # Keyed subqueries' tables changed: the block is read restricted to the keys, not
     # joined with the inputs read whole, so the join-reads rule does not price it
     # (the keyed reads are priced by the files their keys reach, in bind_inputs).
