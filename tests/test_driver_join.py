@@ -104,6 +104,49 @@ def test_signed_terms_sum_to_the_change_of_the_join(case: int) -> None:
     assert +got == +expected and -got == -expected, case
 
 
+@pytest.mark.parametrize("case", range(CASES))
+def test_crossed_terms_sum_to_the_change_of_the_cross_join(case: int) -> None:
+    """A table no equality ties (``ns.c`` here) is read whole and crossed with the rows so
+    far: the terms still telescope to DuckDB's change of the cross join."""
+    rng = random.Random(1_000 + case)
+    old = {n: _table(n, _random(rng, n, rng.randint(0, 5))) for n in COLUMNS}
+    new = dict(old)
+    changed = rng.sample(sorted(COLUMNS), 2)
+    for name in changed:
+        new[name] = _table(name, _random(rng, name, rng.randint(0, 5)))
+    sql = "SELECT * FROM ns.a a JOIN ns.b b ON a.k = b.k, ns.c c WHERE c.w > 0"
+    shape = join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS)
+    fetch = _fetcher({NEW: new, OLD: old})
+    sides = {NEW: new, OLD: old}
+    got: Counter[tuple[Any, ...]] = Counter()
+    for position, joined in enumerate(shape.inputs):
+        if joined.name not in changed:
+            continue
+        plus, minus = net_changes(new[joined.name], old[joined.name])
+        for sign, rows in ((1, plus), (-1, minus)):
+            terms = term_rows(
+                shape, position, rows, fetch, whole=lambda name, side: sides[side][name]
+            )
+            for row in zip(*(terms.column(c).to_pylist() for c in ORDERED), strict=True):
+                got[row] += sign  # WHERE c.w > 0 is the caller's to evaluate: not here
+
+    def crossed(tables: dict[str, pa.Table]) -> Counter[tuple[Any, ...]]:
+        import duckdb
+
+        con = duckdb.connect()
+        for name, table in tables.items():
+            con.register(name.replace("ns.", "t_"), table)
+        query = (
+            "SELECT a.id, a.k, a.v, b.k, b.j, b.name, c.j, c.w"
+            " FROM t_a a JOIN t_b b ON a.k = b.k, t_c c"
+        )
+        return Counter(con.sql(query).fetchall())
+
+    expected = crossed(new)
+    expected.subtract(crossed(old))
+    assert +got == +expected and -got == -expected, case
+
+
 def test_a_join_tied_by_two_columns_fetches_by_the_one_matching_fewer_rows() -> None:
     """``b`` is tied to ``a`` by ``k`` (few values, most rows) and ``j`` (many values):
     fetched by ``j``, and the term still holds exactly the rows both equalities keep."""

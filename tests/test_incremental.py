@@ -37,6 +37,11 @@ QUERIES = {
         "linear",
         "SELECT a.id, a.v, b.name FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k WHERE a.v > 1",
     ),
+    # Stars expanded on the driver as Spark expands them: each table's columns, in order.
+    "star_join": (
+        "linear",
+        "SELECT b.*, a.id FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k WHERE a.v > 2",
+    ),
     "left_join": (
         "linear",
         "SELECT a.id, a.k, b.name FROM {ns}.a AS a LEFT JOIN {ns}.b AS b ON a.k = b.k",

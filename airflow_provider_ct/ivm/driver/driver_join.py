@@ -15,12 +15,13 @@ a scan. The block's whole condition is then evaluated on the joined rows by
 :class:`~.arrow_eval.ArrowEvaluator` (the equalities again, harmlessly).
 
 What this takes: inner and comma joins of tables, each tied to the others
-through equalities of columns; a table read twice is two inputs here, told
-apart by their aliases (each read's change is a term of its own, fetched
-rows are shared by table and snapshot). Anything else (an outer join, a
-cross join, join columns of types Arrow would not
-compare as Spark does) raises :class:`~.arrow_eval.NotOnDriver` and the
-tick uses Spark's jobs.
+through equalities of columns, or crossed with a small table read whole
+where the caller allows (:data:`Whole`); a table read twice is two inputs
+here, told apart by their aliases (each read's change is a term of its own,
+fetched rows are shared by table and snapshot). Anything else (an outer
+join, a cross join the caller does not allow, join columns of types Arrow
+would not compare as Spark does) raises :class:`~.arrow_eval.NotOnDriver`
+and the tick uses Spark's jobs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -43,6 +45,11 @@ NEW, OLD = "new", "old"
 Count = Callable[[str, str, str, pa.Array], int | None]
 #: Rows of one table (columns ``alias.column``) -> the rows to join: (alias, rows) -> rows.
 Prefilter = Callable[[str, pa.Table], pa.Table]
+#: All of an input's rows as of a side (``"new"``/``"old"``), for a table no equality
+#: ties to the others (a cross join); it raises :class:`NotOnDriver` past its limit.
+Whole = Callable[[str, str], pa.Table]
+#: The hidden column a cross join pairs every row on.
+_CROSS = "__ct_cross"
 
 
 @dataclass(frozen=True)
@@ -274,6 +281,7 @@ def term_rows(
     prefilter: Prefilter | None = None,
     all_new: bool = False,
     count: Count | None = None,
+    whole: Whole | None = None,
 ) -> pa.Table:
     """One delta-rule term's joined rows (columns ``alias.column``), before the condition.
 
@@ -287,19 +295,36 @@ def term_rows(
     :param count: tells which of several join columns matches fewer rows
         (TPC-H q9's ``lineitem`` by ``l_partkey`` and ``l_suppkey``: by the
         supplier most of the table would be fetched, then joined).
+    :param whole: reads a table no equality ties to the joined ones whole, and
+        pairs it with every row so far (TPC-DS q88's one-row parts, crossed);
+        None: such a table raises :class:`NotOnDriver`.
     """
     keep = prefilter or (lambda _alias, rows: rows)
     joined = keep(shape.inputs[position].alias, qualified(change, shape.inputs[position].alias))
     done = {shape.inputs[position].alias}
     while len(done) < len(shape.inputs):
-        index, pairs = _next(shape, done)
+        index, pairs = _next(shape, done, crossed=whole is not None)
         other = shape.inputs[index]
         state = NEW if all_new or index < position else OLD
-        column, values = _fetched_by(joined, other, state, pairs, count)
-        fetched = fetch(other.name, state, column, values)
-        joined = join_on(joined, keep(other.alias, qualified(fetched, other.alias)), pairs)
+        if not pairs:
+            assert whole is not None
+            fetched = keep(other.alias, qualified(whole(other.name, state), other.alias))
+            joined = _crossed(joined, fetched)
+        else:
+            column, values = _fetched_by(joined, other, state, pairs, count)
+            fetched = fetch(other.name, state, column, values)
+            joined = join_on(joined, keep(other.alias, qualified(fetched, other.alias)), pairs)
         done.add(other.alias)
     return joined
+
+
+def _crossed(left: pa.Table, right: pa.Table) -> pa.Table:
+    """Every row of ``left`` with every row of ``right`` (a cross join)."""
+    if not left.num_rows or not right.num_rows:
+        return pa.schema([*left.schema, *right.schema]).empty_table()
+    left = left.append_column(_CROSS, pa.array(np.zeros(left.num_rows, dtype=np.int8)))
+    right = right.append_column(_CROSS, pa.array(np.zeros(right.num_rows, dtype=np.int8)))
+    return left.join(right, keys=_CROSS, join_type="inner").drop_columns([_CROSS])
 
 
 def _fetched_by(
@@ -326,9 +351,10 @@ def _fetched_by(
 
 
 def _next(
-    shape: JoinShape, done: set[str]
+    shape: JoinShape, done: set[str], *, crossed: bool = False
 ) -> tuple[int, list[tuple[tuple[str, str], tuple[str, str]]]]:
-    """The first table (in block order) not joined yet that an equality ties to the joined ones."""
+    """The first table (in block order) not joined yet that an equality ties to the joined
+    ones; with ``crossed``, else the first not joined yet (no pairs: a cross join)."""
     for index, candidate in enumerate(shape.inputs):
         if candidate.alias in done:
             continue
@@ -340,6 +366,8 @@ def _next(
                 pairs.append((b, a))
         if pairs:
             return index, pairs
+    if crossed:
+        return next(i for i, c in enumerate(shape.inputs) if c.alias not in done), []
     raise NotOnDriver("a cross join (a table no equality ties to the others)")
 
 

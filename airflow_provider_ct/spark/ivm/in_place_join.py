@@ -23,9 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
+from airflow_provider_ct.core.tables import live_rows
 from airflow_provider_ct.ivm.changes.snapshot_files import snapshot_schema
 from airflow_provider_ct.ivm.changes.table_changes import (
     TableChanges,
@@ -44,6 +46,7 @@ from airflow_provider_ct.ivm.driver.driver_join import (
     Fetch,
     JoinShape,
     Prefilter,
+    Whole,
     conjunct_prefilter,
     join_shape,
     single_table_conjuncts,
@@ -292,6 +295,7 @@ def joined_sides(
 
     if isinstance(read.shape, LeftShape | LeftInnerShape):
         return _left_sides(agg, base, read, (fetch, count))
+    whole = _whole_reads(reader, inputs, snapshots, agg.driver_rows)
     parts = replace(base, where=read.shape.condition)
     types = {**node_types(agg, parts), **_param_types(agg, read)}
     inner_types = _semi_types(agg, read.semis)
@@ -304,7 +308,9 @@ def joined_sides(
             continue
         for sign, rows in ((1, changes.inserted), (-1, changes.deleted)):
             if rows.num_rows:
-                terms = term_rows(read.shape, position, rows, fetch, prefilter, count=count)
+                terms = term_rows(
+                    read.shape, position, rows, fetch, prefilter, count=count, whole=whole
+                )
                 for semi in read.semis:  # after every table of the block: as they were
                     terms = filtered(terms, semi, fetch, OLD, inner_types)
                 sides.append((sign, ArrowEvaluator.joined(terms, types)))
@@ -313,6 +319,24 @@ def joined_sides(
     sides.extend(_flip_terms(read, values, rows_now, fetch, types, inner_types, agg.driver_rows))
     read.details["joined_rows"] = sum(e.rows.num_rows for _, e in sides)
     return JoinedSides(sides, read.shape.condition, types)
+
+
+def _whole_reads(
+    reader: SideReaders,
+    inputs: Mapping[str, Any],
+    snapshots: Mapping[str, Mapping[str, int | None]],
+    limit: int,
+) -> Whole:
+    """Reads of a crossed table's every row (TPC-DS q88's one-row parts), up to ``limit``
+    rows by its snapshot's summary; a larger one is Spark's join."""
+
+    def whole(name: str, side: str) -> pa.Table:
+        rows = live_rows(inputs[name], snapshots[side].get(name))
+        if rows > limit:
+            raise NotOnDriver(f"a cross join with {name}, of {rows:,} rows")
+        return reader(name, side).where_true(lambda r: pa.array(np.ones(r.num_rows, bool)))
+
+    return whole
 
 
 def _left_sides(

@@ -186,13 +186,51 @@ def moved(have: pa.Table, old: pa.Table, new: pa.Table, columns: Sequence[str]) 
     return pa.concat_tables([rest, new.select(list(columns))])
 
 
-def block_outputs(agg: Aggregation) -> tuple[Any, ...]:
-    """The block's select list, aliases removed; a ``*`` is Spark's to expand."""
-    select = agg.plan.blocks[0].tree
-    outputs = tuple(e.unalias() for e in select.expressions)
-    if any(o.find(exp.Star) for o in outputs) or len(outputs) != len(agg.schema.fields):
+def block_outputs(
+    agg: Aggregation, columns: Mapping[str, Sequence[str]] | None = None
+) -> tuple[Any, ...]:
+    """The block's select list, aliases removed, a ``*`` or ``t.*`` expanded to the
+    columns of its tables in order when ``columns`` (every column of each input) are
+    given, as Spark expands it; else a ``*`` is Spark's."""
+    block = agg.plan.blocks[0]
+    outputs: list[Any] = []
+    for item in block.tree.expressions:
+        node = item.unalias()
+        star = isinstance(node, exp.Star) or (
+            isinstance(node, exp.Column) and isinstance(node.this, exp.Star)
+        )
+        if star and columns is not None:
+            outputs.extend(_expanded(block, node, columns))
+        elif node.find(exp.Star):
+            raise NotOnDriver("a select list the driver does not expand")
+        else:
+            outputs.append(node)
+    if len(outputs) != len(agg.schema.fields):
         raise NotOnDriver("a select list the driver does not expand")
-    return outputs
+    return tuple(outputs)
+
+
+def _expanded(block: Any, star: Any, columns: Mapping[str, Sequence[str]]) -> list[Any]:
+    """The columns ``star`` stands for: each table's (of ``star``'s table only, for
+    ``t.*``), in the order of ``FROM`` and the joins, qualified by the table's alias."""
+    tree = block.tree
+    joins = list(tree.args.get("joins") or [])
+    if any(j.args.get("using") or j.args.get("method") for j in joins):
+        raise NotOnDriver("a * over a USING or NATURAL join (its keys listed once)")
+    modifiers = star.this if isinstance(star, exp.Column) else star
+    if any(modifiers.args.get(k) for k in ("except", "replace", "rename")):
+        raise NotOnDriver("a * with EXCEPT, REPLACE or RENAME")
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    tables = [from_.this if from_ is not None else None, *(j.this for j in joins)]
+    if any(not isinstance(t, exp.Table) for t in tables) or len(tables) != len(block.inputs):
+        raise NotOnDriver("a * over something other than tables")
+    only = star.table.lower() if isinstance(star, exp.Column) else None
+    out: list[Any] = []
+    for table, name in zip(tables, block.inputs, strict=True):
+        alias = table.alias_or_name
+        if only is None or alias.lower() == only:
+            out.extend(exp.column(c, table=alias) for c in columns[name])
+    return out
 
 
 def _key_output(read: KeyedDriverRead, outputs: Sequence[Any]) -> int | None:

@@ -167,7 +167,7 @@ def _signed_rows(
     names = [f.name for f in agg.schema.fields]
     plus, minus = [schema.empty_table()], [schema.empty_table()]
     for block, read in reads:
-        outputs = block_outputs(block)
+        outputs = block_outputs(block, read.columns)
         joined = joined_sides(
             block, read, inputs, snapshots, Expressions(None, outputs, (), frozenset())
         )
