@@ -4,7 +4,7 @@ In-place aggregates over one input need, per changed row, the block's
 ``WHERE``, grouping keys and aggregate arguments: small work that a Spark
 job costs 0.1-0.9 s for. This evaluates them with ``pyarrow.compute`` on the
 driver, for a deliberately small part of Spark SQL: columns, literals,
-``CAST``, ``+ - *`` and unary minus, comparisons, ``AND``/``OR``/``NOT``
+``CAST``, ``+ - *``, ``/`` of decimals, and unary minus, comparisons, ``AND``/``OR``/``NOT``
 (three-valued), ``IS [NOT] NULL``, ``BETWEEN``, ``IN (literals)``, ``CASE
 WHEN``, ``COALESCE``, ``LIKE``. Anything else raises :class:`NotOnDriver` and the tick
 asks Spark.
@@ -12,11 +12,13 @@ asks Spark.
 Spark's semantics are kept by construction rather than re-implemented:
 the caller gives every node's Spark type (Spark's analyzer computes them
 for one ``SELECT`` of the nodes, without running a job), each node is
-computed exactly by Arrow and then cast *safely* to that type. A value that
-Spark would have rounded (a decimal whose scale Spark reduced), or an
-integer Spark would have wrapped, does not survive a safe cast: the
-evaluation stops with :class:`NotOnDriver` instead of giving another
-answer. Floating-point nodes are refused (their results depend on the
+computed exactly by Arrow and then cast *safely* to that type. Where Spark
+rounds by rule (a decimal ``+ - * /`` whose scale its type reduced: half
+up, :func:`_rounded` and :mod:`.spark_division`) the exact value is
+rounded so first; anything else Spark would have rounded (a ``CAST`` to
+a smaller scale), or an integer Spark would have wrapped, does not survive
+a safe cast: the evaluation stops with :class:`NotOnDriver` instead of
+giving another answer. Floating-point nodes are refused (their results depend on the
 order of operations).
 """
 
@@ -28,6 +30,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
+
+from airflow_provider_ct.ivm.driver.spark_division import spark_divide
 
 
 class NotOnDriver(Exception):
@@ -76,6 +80,7 @@ _TYPED = (
     exp.Case,
     exp.Coalesce,
     exp.Extract,
+    exp.Div,
     *_ARITHMETIC,
 )
 
@@ -127,6 +132,7 @@ class ArrowEvaluator:
             exp.Lower: lambda node: self._ascii_case(node, pc.utf8_lower),
             exp.DPipe: self._concat,
             exp.Concat: self._concat,
+            exp.Div: self._divide,
         }
 
     @classmethod
@@ -243,7 +249,23 @@ class ArrowEvaluator:
             out = pc.call_function(function, [left, right])
         except pa.ArrowInvalid:  # past 38 digits: exactly, in 76
             out = pc.call_function(function, [_wide(left), _wide(right)])
-        return self._typed(out, node)
+        return self._typed(_rounded(out, self._spark_type(node)), node)
+
+    def _divide(self, node: Any) -> Value:
+        """A decimal ``/``, row by row as Spark rounds it (:mod:`.spark_division`)."""
+        target = self._spark_type(node)  # an integer division is a double: refused there
+        if not pa.types.is_decimal(target):
+            raise NotOnDriver(f"{node_key(node)} of type {target}")
+        count = self.rows.num_rows
+        lefts = _python(self.value(node.left), count)
+        rights = _python(self.value(node.right), count)
+        if any(r is not None and r == 0 for r in rights):
+            raise NotOnDriver(f"{node_key(node)} by zero: Spark's NULL, or its error under ANSI")
+        quotients = [
+            None if a is None or b is None else spark_divide(a, b, target.precision, target.scale)
+            for a, b in zip(lefts, rights, strict=True)
+        ]
+        return pa.array(quotients, target)
 
     def _is_null(self, node: Any) -> Value:
         if not isinstance(node.expression, exp.Null):
@@ -421,6 +443,29 @@ def _wide(value: Value) -> Value:
     if pa.types.is_decimal(kind) and kind.bit_width == 128:
         return value.cast(pa.decimal256(kind.precision, kind.scale))
     return value
+
+
+def _rounded(value: Value, target: pa.DataType) -> Value:
+    """An exact decimal ``+ - *`` rounded half up (ties away from zero) to the scale Spark
+    reduced its type to, as Spark rounds it.
+
+    Spark adds exactly and multiplies truncating at 39 significant digits,
+    then rounds half up to the type's scale; a result that fits its type
+    has no digit that truncation reaches at or above the half unit of that
+    scale, so the two give the exact result's rounding. One past the type's
+    precision still fails the safe cast (Spark's NULL or error: Spark's).
+    """
+    kind = value.type
+    if pa.types.is_decimal(kind) and pa.types.is_decimal(target) and kind.scale > target.scale:
+        return pc.round(value, ndigits=target.scale, round_mode="half_towards_infinity")
+    return value
+
+
+def _python(value: Value, count: int) -> list[Any]:
+    """A node's values as Python objects, one per row (a scalar repeated)."""
+    if isinstance(value, pa.Scalar):
+        return [value.as_py()] * count
+    return list(value.to_pylist())
 
 
 def _cast_to(value: pa.Array, target: pa.DataType, node: Any) -> pa.Array:
