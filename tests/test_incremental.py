@@ -672,6 +672,13 @@ KEYED = {
         " WHERE a2.k = a1.k AND a2.id <> a1.id) AND NOT EXISTS (SELECT 1 FROM {ns}.b b"
         " WHERE b.k = a1.k AND b.name = 'same') GROUP BY a1.s",
     ),
+    "keyed_exists_or": (  # TPC-DS q35: EXISTS over one table AND (EXISTS OR EXISTS)
+        "aggregate",
+        "SELECT a1.s, COUNT(*) AS n, SUM(a1.v) AS t FROM {ns}.a a1 WHERE EXISTS (SELECT 1"
+        " FROM {ns}.b b WHERE b.k = a1.k) AND (EXISTS (SELECT 1 FROM {ns}.a a2 WHERE"
+        " a2.k = a1.k AND a2.v > 6) OR NOT EXISTS (SELECT 1 FROM {ns}.b b2 WHERE b2.k = a1.k"
+        " AND b2.name = 'same')) GROUP BY a1.s",
+    ),
     "keyed_min_linear": (  # q2: the rows holding their key's minimum, tied through b
         "linear",
         "SELECT a.id, a.k, a.v, b.name FROM {ns}.a a JOIN {ns}.b b ON a.k = b.k"
@@ -705,6 +712,7 @@ KEYED_ON_DRIVER = {
     "keyed_count_of_none",
     "keyed_in_having",
     "keyed_exists_inequality",
+    "keyed_exists_or",
     "keyed_bridged",
     "keyed_narrowed",
 }

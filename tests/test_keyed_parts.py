@@ -73,6 +73,28 @@ def test_exists_keeps_the_conditions_between_the_rows() -> None:
     assert second.replaced.sql() == "NOT __ct_keyed.v1"
 
 
+def test_exists_under_or_and_not_share_their_condition() -> None:
+    """TPC-DS q35/q10: ``EXISTS a AND (EXISTS b OR NOT EXISTS c)``: each a part, the two
+    sharing one conjunct each holding it with both placeholders; beside a comparison, the
+    driver leaves it to Spark."""
+    exists = (
+        "EXISTS (SELECT * FROM s.l l{n} WHERE l{n}.l_partkey = p_partkey AND l{n}.l_seen > {n})"
+    )
+    parts = _parts(
+        f"SELECT COUNT(*) FROM s.p WHERE {exists.format(n=1)} AND ({exists.format(n=2)}"
+        f" OR NOT {exists.format(n=3)})"
+    )
+    assert not isinstance(parts, str), parts
+    first, second, third = parts
+    assert [p.kind for p in parts] == [EXISTS] * 3
+    assert first.replaced.sql() == "__ct_keyed.v0"
+    assert second.replaced.sql() == third.replaced.sql() == "__ct_keyed.v1 OR NOT __ct_keyed.v2"
+    assert second.conjunct is third.conjunct
+    assert (third.alias, third.where.sql()) == ("l3", "l3.l_seen > 3")
+    mixed = _parts(f"SELECT COUNT(*) FROM s.p WHERE {exists.format(n=1)} OR p_brand = 'x'")
+    assert isinstance(mixed, str) and "inside an expression" in mixed, mixed
+
+
 def test_a_scalar_inside_a_condition_is_evaluated_with_it() -> None:
     """A scalar's value is a column of the outer rows: the conjunct around it (an ``OR``
     here) is evaluated as written, and ``COUNT`` over no rows is 0 there."""

@@ -66,13 +66,18 @@ def kept_rows(
 
     :param columns: input name -> the columns of it read (a subquery's tables' joins).
     """
-    for part in parts:  # the conjuncts in turn: each part reads only the rows still kept
+    conjuncts: dict[int, list[KeyedPart]] = {}  # parts sharing one (``EXISTS a OR EXISTS b``)
+    for part in parts:
+        conjuncts.setdefault(id(part.conjunct), []).append(part)
+    for group in conjuncts.values():  # in turn: each reads only the rows still kept
         if not rows.num_rows:
             break
-        value = _part_value(rows, part, fetch, types, columns)
-        name = f"{VALUE_ALIAS}.v{part.index}"
-        with_value = rows.append_column(pa.field(name, value.type), value)
-        rows = rows.filter(ArrowEvaluator.joined(with_value, types).mask(part.replaced))
+        with_values = rows
+        for part in group:
+            value = _part_value(rows, part, fetch, types, columns)
+            name = f"{VALUE_ALIAS}.v{part.index}"
+            with_values = with_values.append_column(pa.field(name, value.type), value)
+        rows = rows.filter(ArrowEvaluator.joined(with_values, types).mask(group[0].replaced))
     return rows
 
 

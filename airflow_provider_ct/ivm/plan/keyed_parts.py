@@ -169,6 +169,7 @@ def _parts_of(
     where = select.args.get("where")
     conjuncts = where_conjuncts(where.this) if where is not None else []
     parts: list[KeyedPart] = []
+    owners: list[Any] = []
     for position, sub in enumerate(direct_subqueries(select)):
         conjunct = next((c for c in conjuncts if c is sub or holds(c, sub)), None)
         if conjunct is None:
@@ -180,7 +181,56 @@ def _parts_of(
         if nested:
             found = replace(found, scope=select)
         parts.append(found)
-    return tuple(parts)
+        owners.append(subquery_owner(sub))
+    return _shared_conjuncts(parts, owners)
+
+
+def _shared_conjuncts(parts: list[KeyedPart], owners: list[Any]) -> tuple[KeyedPart, ...] | str:
+    """``parts``, those sharing one conjunct (``EXISTS a OR EXISTS b``) each holding the
+    conjunct with all of their placeholders, evaluated once their values are all in
+    (:func:`~airflow_provider_ct.ivm.driver.keyed_terms.kept_rows`)."""
+    shared: dict[int, list[int]] = {}
+    for position, part in enumerate(parts):
+        shared.setdefault(id(part.conjunct), []).append(position)
+    out = list(parts)
+    for positions in (p for p in shared.values() if len(p) > 1):
+        if any(parts[p].kind != EXISTS for p in positions):
+            return "a condition holding several subqueries other than EXISTS is evaluated by Spark"
+        conjunct = parts[positions[0]].conjunct
+        pairs = [(owners[p], parts[p].placeholder) for p in positions]
+        combined = _substituted(conjunct, pairs)
+        for p in positions:
+            out[p] = replace(parts[p], replaced=combined)
+    return tuple(out)
+
+
+def _exists_logic(conjunct: Any) -> bool:
+    """Whether ``conjunct`` is ``EXISTS`` subqueries under ``AND``, ``OR`` and ``NOT`` only:
+    two-valued, so each is its placeholder's boolean wherever it stands."""
+    connectives = (exp.And, exp.Or, exp.Not, exp.Paren, exp.Exists)
+    return all(
+        isinstance(node, connectives)
+        for node in conjunct.walk()
+        if node.find_ancestor(exp.Exists) is None
+    )
+
+
+def _substituted(conjunct: Any, pairs: list[tuple[Any, Any]]) -> Any:
+    """A copy of ``conjunct`` with each ``(EXISTS node, placeholder)``'s node replaced; the
+    nodes are matched by their place among the conjunct's outermost ``EXISTS``."""
+    copy = conjunct.copy()
+    originals = _outermost_exists(conjunct)
+    copies = _outermost_exists(copy)
+    for owner, placeholder in pairs:
+        at = next(i for i, node in enumerate(originals) if node is owner)
+        if copies[at] is copy:
+            return placeholder
+        copies[at].replace(placeholder)
+    return copy
+
+
+def _outermost_exists(node: Any) -> list[Any]:
+    return [e for e in node.find_all(exp.Exists) if e.find_ancestor(exp.Exists) is None]
 
 
 def driver_shape(select: Any) -> str | None:
@@ -261,6 +311,11 @@ def _taken_apart(
     node, negated = unnegated(conjunct)
     if isinstance(node, exp.Exists):
         return _exists(conjunct, qualified, inner, outer, index)
+    if isinstance(owner, exp.Exists) and _exists_logic(conjunct):  # TPC-DS q35's ``a OR b``
+        part = _exists(conjunct, qualified, inner, outer, index)
+        if isinstance(part, str):
+            return part
+        return replace(part, replaced=_substituted(conjunct, [(owner, part.placeholder)]))
     if negated:
         return "a negated subquery other than NOT EXISTS is evaluated by Spark"
     if isinstance(node, exp.In) and node.args.get("query") is not None:
