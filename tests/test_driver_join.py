@@ -79,6 +79,23 @@ def _fetcher(sides: dict[str, dict[str, pa.Table]]) -> Any:
     return fetch
 
 
+def _summed_terms(
+    shape: Any, changed: list[str], new: dict[str, pa.Table], old: dict[str, pa.Table], **kw: Any
+) -> Counter[tuple[Any, ...]]:
+    """The changed inputs' terms (``ORDERED`` columns), each row counted with its sign."""
+    fetch = _fetcher({NEW: new, OLD: old})
+    got: Counter[tuple[Any, ...]] = Counter()
+    for position, joined in enumerate(shape.inputs):
+        if joined.name not in changed:
+            continue
+        plus, minus = net_changes(new[joined.name], old[joined.name])
+        for sign, rows in ((1, plus), (-1, minus)):
+            terms = term_rows(shape, position, rows, fetch, **kw)
+            for row in zip(*(terms.column(c).to_pylist() for c in ORDERED), strict=True):
+                got[row] += sign
+    return got
+
+
 @pytest.mark.parametrize("case", range(CASES))
 def test_signed_terms_sum_to_the_change_of_the_join(case: int) -> None:
     rng = random.Random(case)
@@ -89,16 +106,7 @@ def test_signed_terms_sum_to_the_change_of_the_join(case: int) -> None:
         new[name] = _table(name, _random(rng, name, rng.randint(0, 6)))
     shape = join_shape(sqlglot.parse_one(SQL, dialect="spark"), "ct", COLUMNS)
     assert [i.alias for i in shape.inputs] == ["a", "b", "c"]
-    fetch = _fetcher({NEW: new, OLD: old})
-    got: Counter[tuple[Any, ...]] = Counter()
-    for position, joined in enumerate(shape.inputs):
-        if joined.name not in changed:
-            continue
-        plus, minus = net_changes(new[joined.name], old[joined.name])
-        for sign, rows in ((1, plus), (-1, minus)):
-            terms = term_rows(shape, position, rows, fetch)
-            for row in zip(*(terms.column(c).to_pylist() for c in ORDERED), strict=True):
-                got[row] += sign
+    got = _summed_terms(shape, changed, new, old)
     expected = _oracle(new)
     expected.subtract(_oracle(old))
     assert +got == +expected and -got == -expected, case
@@ -116,19 +124,9 @@ def test_crossed_terms_sum_to_the_change_of_the_cross_join(case: int) -> None:
         new[name] = _table(name, _random(rng, name, rng.randint(0, 5)))
     sql = "SELECT * FROM ns.a a JOIN ns.b b ON a.k = b.k, ns.c c WHERE c.w > 0"
     shape = join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS)
-    fetch = _fetcher({NEW: new, OLD: old})
     sides = {NEW: new, OLD: old}
-    got: Counter[tuple[Any, ...]] = Counter()
-    for position, joined in enumerate(shape.inputs):
-        if joined.name not in changed:
-            continue
-        plus, minus = net_changes(new[joined.name], old[joined.name])
-        for sign, rows in ((1, plus), (-1, minus)):
-            terms = term_rows(
-                shape, position, rows, fetch, whole=lambda name, side: sides[side][name]
-            )
-            for row in zip(*(terms.column(c).to_pylist() for c in ORDERED), strict=True):
-                got[row] += sign  # WHERE c.w > 0 is the caller's to evaluate: not here
+    # WHERE c.w > 0 is the caller's to evaluate: not the terms'
+    got = _summed_terms(shape, changed, new, old, whole=lambda name, side: sides[side][name])
 
     def crossed(tables: dict[str, pa.Table]) -> Counter[tuple[Any, ...]]:
         import duckdb
