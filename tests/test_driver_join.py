@@ -126,7 +126,7 @@ def test_crossed_terms_sum_to_the_change_of_the_cross_join(case: int) -> None:
     shape = join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS)
     sides = {NEW: new, OLD: old}
     # WHERE c.w > 0 is the caller's to evaluate: not the terms'
-    got = _summed_terms(shape, changed, new, old, whole=lambda name, side: sides[side][name])
+    got = _summed_terms(shape, changed, new, old, whole=lambda n, side, _rows: sides[side][n])
 
     def crossed(tables: dict[str, pa.Table]) -> Counter[tuple[Any, ...]]:
         import duckdb
@@ -143,6 +143,29 @@ def test_crossed_terms_sum_to_the_change_of_the_cross_join(case: int) -> None:
     expected = crossed(new)
     expected.subtract(crossed(old))
     assert +got == +expected and -got == -expected, case
+
+
+def test_a_cross_join_past_the_limit_is_refused_before_its_pairs_are_made() -> None:
+    """The whole read refuses (NotOnDriver) when the rows so far times its rows pass the
+    caller's limit; the terms never pair them."""
+    old = {n: _table(n, []) for n in COLUMNS}
+    new = {**old, "ns.a": _table("ns.a", [(i, 1, 1) for i in range(50)])}
+    new["ns.b"] = _table("ns.b", [(1, 10, "x")])
+    sql = "SELECT * FROM ns.a a JOIN ns.b b ON a.k = b.k, ns.c c"
+    shape = join_shape(sqlglot.parse_one(sql, dialect="spark"), "ct", COLUMNS)
+    table_c = _table("ns.c", [(j, 1) for j in range(10)])
+
+    def whole(name: str, side: str, crossed: int) -> pa.Table:
+        if crossed * table_c.num_rows > 100:
+            raise NotOnDriver(f"{crossed} rows crossed with {table_c.num_rows}")
+        return table_c
+
+    plus, _ = net_changes(new["ns.a"], old["ns.a"])
+    fetch = _fetcher({NEW: new, OLD: new})
+    with pytest.raises(NotOnDriver, match="50 rows crossed with 10"):
+        term_rows(shape, 0, plus, fetch, whole=whole)
+    few = term_rows(shape, 0, plus.slice(0, 5), fetch, whole=whole)
+    assert few.num_rows == 5 * 10
 
 
 def test_a_join_tied_by_two_columns_fetches_by_the_one_matching_fewer_rows() -> None:
@@ -402,3 +425,29 @@ def _semi_oracle(tables: dict[str, pa.Table], sql: str) -> Counter[tuple[Any, ..
     con.register("t_t", tables["ns.t"])
     duck = sql.replace("SELECT *", "SELECT o.id, o.k, o.v", 1).replace("ns.o", "t_o")
     return Counter(con.sql(duck.replace("ns.t", "t_t")).fetchall())
+
+
+def test_a_crossed_table_is_read_whole_only_while_the_product_fits(
+    sqlite_catalog_config: Any,
+) -> None:
+    """The write job's whole reads (``in_place_join._whole_reads``) over a real table: its
+    rows by its snapshot's summary times the rows it would pair with, against the limit."""
+    from airflow_provider_ct.core.tables import create_managed_table
+    from airflow_provider_ct.ivm.driver.keyed_rows import SideReaders
+    from airflow_provider_ct.spark.ivm.in_place_join import _whole_reads
+    from tests.helpers import replace_contents
+
+    catalog = sqlite_catalog_config.load()
+    table = create_managed_table(catalog, "ns.c", _table("ns.c", []).schema)
+    replace_contents(table, 1_000, _table("ns.c", [(j, j % 3) for j in range(10)]))
+    table = catalog.load_table("ns.c")
+    snapshot = table.current_snapshot().snapshot_id
+    snapshots = {NEW: {"ns.c": snapshot}, OLD: {"ns.c": None}}
+    reader = SideReaders({"ns.c": table}, snapshots, {"ns.c": ["j", "w"]})
+    whole = _whole_reads(reader, {"ns.c": table}, snapshots, limit=100)
+    assert sorted(whole("ns.c", NEW, 10).column("w").to_pylist()) == sorted(
+        j % 3 for j in range(10)
+    )
+    assert whole("ns.c", OLD, 1_000).num_rows == 0  # no rows then: nothing to pair
+    with pytest.raises(NotOnDriver, match="a cross join of 11 rows with ns.c, of 10"):
+        whole("ns.c", NEW, 11)

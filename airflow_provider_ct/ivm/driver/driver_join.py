@@ -46,8 +46,9 @@ Count = Callable[[str, str, str, pa.Array], int | None]
 #: Rows of one table (columns ``alias.column``) -> the rows to join: (alias, rows) -> rows.
 Prefilter = Callable[[str, pa.Table], pa.Table]
 #: All of an input's rows as of a side (``"new"``/``"old"``), for a table no equality
-#: ties to the others (a cross join); it raises :class:`NotOnDriver` past its limit.
-Whole = Callable[[str, str], pa.Table]
+#: ties to the others, to be crossed with so many rows (input, side, rows) -> rows; it
+#: raises :class:`NotOnDriver` when the product would pass its limit.
+Whole = Callable[[str, str, int], pa.Table]
 #: The hidden column a cross join pairs every row on.
 _CROSS = "__ct_cross"
 
@@ -308,7 +309,8 @@ def term_rows(
         state = NEW if all_new or index < position else OLD
         if not pairs:
             assert whole is not None
-            fetched = keep(other.alias, qualified(whole(other.name, state), other.alias))
+            crossed = whole(other.name, state, joined.num_rows)
+            fetched = keep(other.alias, qualified(crossed, other.alias))
             joined = _crossed(joined, fetched)
         else:
             column, values = _fetched_by(joined, other, state, pairs, count)

@@ -327,13 +327,16 @@ def _whole_reads(
     snapshots: Mapping[str, Mapping[str, int | None]],
     limit: int,
 ) -> Whole:
-    """Reads of a crossed table's every row (TPC-DS q88's one-row parts), up to ``limit``
-    rows by its snapshot's summary; a larger one is Spark's join."""
+    """Reads of a crossed table's every row (TPC-DS q88's one-row parts) while the product
+    of its rows (by its snapshot's summary) and the rows it is crossed with stays within
+    ``limit``: the pairs are made before any condition filters them. A larger one is
+    Spark's join."""
 
-    def whole(name: str, side: str) -> pa.Table:
-        rows = live_rows(inputs[name], snapshots[side].get(name))
-        if rows > limit:
-            raise NotOnDriver(f"a cross join with {name}, of {rows:,} rows")
+    def whole(name: str, side: str, crossed: int) -> pa.Table:
+        snapshot = snapshots[side].get(name)  # None: no snapshot yet, no rows
+        rows = 0 if snapshot is None else live_rows(inputs[name], snapshot)
+        if rows * max(crossed, 1) > limit:
+            raise NotOnDriver(f"a cross join of {crossed:,} rows with {name}, of {rows:,}")
         return reader(name, side).where_true(lambda r: pa.array(np.ones(r.num_rows, bool)))
 
     return whole
