@@ -103,26 +103,30 @@ def test_a_filter_by_a_share_of_the_total_is_tpch_q11(seed: int) -> None:
     assert 0 < got.num_rows < inner.num_rows
 
 
-def test_a_value_spark_would_round_is_left_to_spark() -> None:
-    """A product typed narrower than its exact value (Spark rounds it): not computed."""
-    inner = pa.table({"v": pa.array([Decimal("1.25")], pa.decimal128(10, 2))})
-    shape = _shape(
-        f"SELECT * FROM {INNER_VIEW} WHERE v > (SELECT SUM(v) * 0.5 FROM {INNER_VIEW})",
-        inner.schema,
-    )
-    types = _types(
-        shape,
-        {"v": pa.decimal128(10, 2)},
-        **{
+def test_a_value_spark_rounds_is_rounded_half_up_and_one_past_its_type_left_to_spark() -> None:
+    """A product typed narrower than its exact value (Spark reduced its scale): rounded half
+    up as Spark rounds it (0.625 -> 0.63, so 0.63 > it keeps no row); past its type's
+    precision (Spark's NULL, or its error under ANSI): not computed."""
+    inner = pa.table({"v": pa.array([Decimal("0.62"), Decimal("0.63")], pa.decimal128(10, 2))})
+
+    def kept(factor: str, product: pa.DataType) -> pa.Table:
+        sql = f"SELECT * FROM {INNER_VIEW} WHERE v > (SELECT SUM(v) * {factor} FROM {INNER_VIEW})"
+        shape = _shape(sql, inner.schema)
+        literal = pa.decimal128(len(factor.replace(".", "")), len(factor.partition(".")[2]))
+        by_sql = {
             "SUM(__ct_nested.v)": pa.decimal128(20, 2),
             "__ct_agg0.a0": pa.decimal128(20, 2),
-            "0.5": pa.decimal128(1, 1),
-            "__ct_agg0.a0 * 0.5": pa.decimal128(22, 2),  # 0.625 has 3 decimals
-            "__ct_scalar.s0": pa.decimal128(22, 2),
-        },
-    )
+            factor: literal,
+            f"__ct_agg0.a0 * {factor}": product,
+            "__ct_scalar.s0": product,
+        }
+        types = _types(shape, {"v": pa.decimal128(10, 2)}, **by_sql)
+        return outer_rows(shape, inner, _no_fetch, types)
+
+    assert kept("0.5", pa.decimal128(22, 2)).num_rows == 0  # SUM 1.25 * 0.5 = 0.625 -> 0.63
+    assert kept("0.5", pa.decimal128(22, 3)).num_rows == 1  # exact 0.625: 0.63 passes
     with pytest.raises(NotOnDriver):
-        outer_rows(shape, inner, _no_fetch, types)
+        kept("5.0", pa.decimal128(2, 2))  # 6.25 past DECIMAL(2, 2)
 
 
 def _no_fetch(join: OuterJoin, values: pa.Array) -> pa.Table:
