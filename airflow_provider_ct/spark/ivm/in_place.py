@@ -160,9 +160,7 @@ def inexact_types(agg: Aggregation) -> str | None:
     """Why a key or summed argument is not exact (float keys, float sums), or None."""
     from pyspark.sql import types as T
 
-    key_count = len(agg.plan.key_sql)
-    fields = analyzed(agg.analysis_key, "rows", lambda: agg.rows(agg.new_views).schema.fields)
-    keys, arguments = fields[:key_count], fields[key_count:]
+    keys, arguments = _row_fields(agg)
     for field in keys:
         inexact = (T.FloatType, T.DoubleType, T.MapType, T.ArrayType, T.StructType)
         if isinstance(field.dataType, inexact):
@@ -198,9 +196,17 @@ def unsummed_squares(agg: Aggregation) -> str | None:
     nothing reveals it: Spark sums squares of narrower types only (the
     driver's sums are checked, and take any).
     """
+    if not agg.in_place.squares():
+        return None
+    _, arguments = _row_fields(agg)
+    return _unsquarable(agg.in_place, [f.dataType for f in arguments], wide=False)
+
+
+def _row_fields(agg: Aggregation) -> tuple[list[Any], list[Any]]:
+    """The Spark fields of the rows below the aggregation: the keys', the arguments'."""
     fields = analyzed(agg.analysis_key, "rows", lambda: agg.rows(agg.new_views).schema.fields)
-    kinds = [f.dataType for f in fields[len(agg.plan.key_sql) :]]
-    return _unsquarable(agg.in_place, kinds, wide=False)
+    key_count = len(agg.plan.key_sql)
+    return list(fields[:key_count]), list(fields[key_count:])
 
 
 def _unsquarable(in_place: InPlace, kinds: list[Any], *, wide: bool) -> str | None:
